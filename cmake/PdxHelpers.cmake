@@ -1,0 +1,77 @@
+# Helpers that keep each CMakeLists short: pdx_library(), pdx_test(),
+# pdx_tool(), pdx_install().
+
+set(PDX_WARNINGS -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wformat=2)
+if(PDX_WERROR)
+  list(APPEND PDX_WARNINGS -Werror)
+endif()
+
+function(pdx_sanitize target)
+  if(PDX_SANITIZE)
+    string(REPLACE ";" "," san "${PDX_SANITIZE}")
+    target_compile_options(${target} PRIVATE -fsanitize=${san} -fno-omit-frame-pointer
+                           -fno-sanitize-recover=all)
+    target_link_options(${target} PUBLIC -fsanitize=${san})
+  endif()
+endfunction()
+
+# pdx_library(NAME SOURCES ...): an object library of the product.
+function(pdx_library name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  add_library(${name} OBJECT ${ARG_SOURCES})
+  target_compile_options(${name} PRIVATE ${PDX_WARNINGS})
+  target_compile_definitions(${name} PRIVATE PDX_BUILDING_LIBRARY _GNU_SOURCE)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/runtime
+                             ${PROJECT_SOURCE_DIR}/runtime/include ${PROJECT_SOURCE_DIR})
+  set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON
+                        C_VISIBILITY_PRESET hidden)
+  if(ARG_LIBS)
+    target_link_libraries(${name} PUBLIC ${ARG_LIBS})
+  endif()
+  pdx_sanitize(${name})
+endfunction()
+
+# pdx_tool(NAME SOURCES ...): a program linked against the internal archive.
+function(pdx_tool name)
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  add_executable(${name} ${ARG_SOURCES})
+  target_compile_options(${name} PRIVATE ${PDX_WARNINGS})
+  target_compile_definitions(${name} PRIVATE _GNU_SOURCE)
+  target_link_libraries(${name} PRIVATE pdx_internal ${ARG_LIBS})
+  pdx_sanitize(${name})
+endfunction()
+
+find_package(PkgConfig)
+if(PDX_BUILD_TESTS)
+  pkg_check_modules(CRITERION REQUIRED IMPORTED_TARGET criterion)
+endif()
+
+# pdx_test(NAME SOURCES ... [TIMEOUT s]): a Criterion test registered with ctest.
+function(pdx_test name)
+  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  pdx_tool(${name} SOURCES ${ARG_SOURCES} LIBS PkgConfig::CRITERION ${ARG_LIBS})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
+  add_test(NAME ${name} COMMAND ${name} --jobs 2)
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 300)
+  endif()
+  set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT})
+endfunction()
+
+function(pdx_install)
+  include(CMakePackageConfigHelpers)
+  install(TARGETS pdx EXPORT pdxTargets
+          LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
+  install(FILES ${PROJECT_SOURCE_DIR}/runtime/include/pdx/pdx.h
+          DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/pdx)
+  install(EXPORT pdxTargets NAMESPACE pdx:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/pdx)
+  configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/pdx-config.cmake.in
+    ${PROJECT_BINARY_DIR}/pdx-config.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/pdx)
+  write_basic_package_version_file(${PROJECT_BINARY_DIR}/pdx-config-version.cmake
+    COMPATIBILITY SameMinorVersion)
+  install(FILES ${PROJECT_BINARY_DIR}/pdx-config.cmake ${PROJECT_BINARY_DIR}/pdx-config-version.cmake
+          DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/pdx)
+  configure_file(${PROJECT_SOURCE_DIR}/cmake/pdx.pc.in ${PROJECT_BINARY_DIR}/pdx.pc @ONLY)
+  install(FILES ${PROJECT_BINARY_DIR}/pdx.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig)
+endfunction()

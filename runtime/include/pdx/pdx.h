@@ -1,0 +1,416 @@
+/*
+ * pdx — moves KV-cache pages from a prefill engine to a decode engine.
+ *
+ * This is the only header users include. All handles are opaque; all
+ * functions return a pdx_status_t unless stated otherwise; outputs (arguments
+ * ending in _p) are written only when the call returns PDX_OK.
+ *
+ * Threading: unless a function says otherwise it is safe to call from any
+ * thread, concurrently with any other function on the same engine, except
+ * pdx_engine_destroy(), which must be the last call on its engine.
+ *
+ * A decode step:   pdx_peer_connect() once per prefill engine; per request
+ *                  pdx_expect() with the pages it allocated, pdx_poll() until
+ *                  PDX_ROOM_SUCCESS, read the aux slot, pdx_release().
+ * A prefill step:  per request, after each forward chunk is enqueued on the
+ *                  GPU, pdx_gate_arm() then pdx_send() with the chunk's pages,
+ *                  the last chunk with PDX_SEND_LAST; pdx_poll() until
+ *                  PDX_ROOM_SUCCESS; pdx_release().
+ */
+#ifndef PDX_PDX_H
+#define PDX_PDX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(PDX_BUILDING_LIBRARY)
+#define PDX_API __attribute__((visibility("default")))
+#else
+#define PDX_API
+#endif
+
+#define PDX_VERSION_MAJOR 0
+#define PDX_VERSION_MINOR 1
+#define PDX_VERSION_PATCH 0
+
+/* Control-channel protocol version, checked at handshake. */
+#define PDX_PROTOCOL_VERSION 1
+
+/* ---------------------------------------------------------------- status */
+
+typedef enum pdx_status {
+    PDX_OK              = 0,
+    PDX_INPROGRESS      = 1,   /* not done yet; ask again */
+    PDX_ERR_INVALID     = -1,  /* bad argument */
+    PDX_ERR_NOMEM       = -2,  /* out of host memory */
+    PDX_ERR_AGAIN       = -3,  /* a bounded queue is full; retry later */
+    PDX_ERR_TIMEOUT     = -4,  /* a deadline passed */
+    PDX_ERR_NOT_FOUND   = -5,  /* unknown room, peer, memory or layout */
+    PDX_ERR_EXISTS      = -6,  /* the id is already in use */
+    PDX_ERR_RANGE       = -7,  /* page, offset or length outside a region */
+    PDX_ERR_VERSION     = -8,  /* peer speaks another protocol version */
+    PDX_ERR_PEER        = -9,  /* the peer closed, reset or stopped answering */
+    PDX_ERR_PROTO       = -10, /* malformed bytes on the wire */
+    PDX_ERR_IO          = -11, /* a system or device call failed */
+    PDX_ERR_UNSUPPORTED = -12, /* not available in this build or on this device */
+    PDX_ERR_ABORTED     = -13, /* the room was aborted */
+    PDX_ERR_NO_DEVICE   = -14, /* no GPU or NIC where one is required */
+    PDX_ERR_FULL        = -15, /* a fixed-capacity table is full */
+    PDX_ERR_STATE       = -16, /* the call does not fit the object's state */
+} pdx_status_t;
+
+/* A static string naming the status; never NULL, also for unknown values. */
+PDX_API const char *pdx_status_str(pdx_status_t status);
+
+/* "major.minor.patch" of the library actually loaded. */
+PDX_API const char *pdx_version(void);
+
+/* ------------------------------------------------------------ room states */
+
+typedef uint64_t pdx_room_t; /* caller-chosen id (sglang's bootstrap_room) */
+
+/* The numbers of sglang's KVPoll, so bindings map 1:1, plus NONE. */
+typedef enum pdx_room_state {
+    PDX_ROOM_NONE          = -1, /* the id is not in the room table */
+    PDX_ROOM_FAILED        = 0,  /* terminal */
+    PDX_ROOM_BOOTSTRAPPING = 1,  /* prefill: waiting for decode's metadata */
+    PDX_ROOM_WAITING       = 2,  /* prefill: no chunk yet; decode: expected */
+    PDX_ROOM_TRANSFERRING  = 3,
+    PDX_ROOM_SUCCESS       = 4,  /* terminal; on decode the data is visible */
+} pdx_room_state_t;
+
+/* ----------------------------------------------------------- configuration */
+
+typedef enum pdx_log_level {
+    PDX_LOG_ERROR = 0,
+    PDX_LOG_WARN  = 1,
+    PDX_LOG_INFO  = 2,
+    PDX_LOG_DEBUG = 3,
+    PDX_LOG_TRACE = 4,
+} pdx_log_level_t;
+
+typedef enum pdx_mode {
+    PDX_MODE_AUTO = 0,
+    PDX_MODE_ON   = 1,
+    PDX_MODE_OFF  = 2,
+} pdx_mode_t;
+
+/* Bits of pdx_config_t.field_mask. Never renumbered; new fields get new bits. */
+enum {
+    PDX_CONFIG_FIELD_LOG_LEVEL           = 1ull << 0,
+    PDX_CONFIG_FIELD_TRANSPORT           = 1ull << 1,
+    PDX_CONFIG_FIELD_LISTEN              = 1ull << 2,
+    PDX_CONFIG_FIELD_SHARDS              = 1ull << 3,
+    PDX_CONFIG_FIELD_RING_CHUNKS         = 1ull << 4,
+    PDX_CONFIG_FIELD_RING_PAGES          = 1ull << 5,
+    PDX_CONFIG_FIELD_ROOMS               = 1ull << 6,
+    PDX_CONFIG_FIELD_HELD_NOTIFIES       = 1ull << 7,
+    PDX_CONFIG_FIELD_MAX_MSG_SIZE        = 1ull << 8,
+    PDX_CONFIG_FIELD_BOOTSTRAP_TIMEOUT   = 1ull << 9,
+    PDX_CONFIG_FIELD_TRANSFER_TIMEOUT    = 1ull << 10,
+    PDX_CONFIG_FIELD_HEARTBEAT           = 1ull << 11,
+    PDX_CONFIG_FIELD_GATE_BACKOFF        = 1ull << 12,
+    PDX_CONFIG_FIELD_QPS_PER_PEER        = 1ull << 13,
+    PDX_CONFIG_FIELD_SQ_DEPTH            = 1ull << 14,
+    PDX_CONFIG_FIELD_SIGNAL_EVERY        = 1ull << 15,
+    PDX_CONFIG_FIELD_FLUSH               = 1ull << 16,
+    PDX_CONFIG_FIELD_DMABUF              = 1ull << 17,
+    PDX_CONFIG_FIELD_MARKERS             = 1ull << 18,
+    PDX_CONFIG_FIELD_IB_DEVICES          = 1ull << 19,
+    PDX_CONFIG_FIELD_IB_GID_INDEX        = 1ull << 20,
+    PDX_CONFIG_FIELD_IB_TRAFFIC_CLASS    = 1ull << 21,
+    PDX_CONFIG_FIELD_IB_HOP_LIMIT        = 1ull << 22,
+    PDX_CONFIG_FIELD_IB_TIMEOUT          = 1ull << 23,
+    PDX_CONFIG_FIELD_IB_RETRY_COUNT      = 1ull << 24,
+    PDX_CONFIG_FIELD_IB_RNR_RETRY        = 1ull << 25,
+    PDX_CONFIG_FIELD_TCP_STAGING         = 1ull << 26,
+};
+
+#define PDX_NAME_MAX 128
+
+/*
+ * Engine configuration. pdx_config_init() fills every field from its default
+ * and the PDX_* environment and sets field_mask to every field this header
+ * knows; fields written afterwards override the environment. A caller that
+ * builds the struct by hand sets the bits of the fields it filled; fields
+ * without their bit take their defaults. `pdx-info --config` and the README
+ * list every variable.
+ */
+typedef struct pdx_config {
+    uint64_t        field_mask;
+    pdx_log_level_t log_level;                 /* PDX_LOG */
+    char            transport[PDX_NAME_MAX];   /* PDX_TRANSPORT: auto, tcp, rdma */
+    char            listen[PDX_NAME_MAX];      /* PDX_LISTEN: host:port, port 0 = any */
+    uint32_t        shards;                    /* PDX_SHARDS */
+    uint32_t        ring_chunks;               /* PDX_RING_CHUNKS: chunks per shard ring */
+    uint32_t        ring_pages;                /* PDX_RING_PAGES: page indices per shard ring */
+    uint32_t        rooms;                     /* PDX_ROOMS: room table capacity */
+    uint32_t        held_notifies;             /* PDX_HELD_NOTIFIES: notifies held before pdx_expect */
+    uint64_t        max_msg_size;              /* PDX_MAX_MSG_SIZE: bytes per write */
+    uint32_t        bootstrap_timeout_ms;      /* PDX_BOOTSTRAP_TIMEOUT_MS */
+    uint32_t        transfer_timeout_ms;       /* PDX_TRANSFER_TIMEOUT_MS */
+    uint32_t        heartbeat_ms;              /* PDX_HEARTBEAT_MS */
+    uint32_t        gate_backoff_us;           /* PDX_GATE_BACKOFF_US: max sleep while gates pend */
+    uint32_t        qps_per_peer;              /* PDX_QPS_PER_PEER: endpoints per (shard, peer) */
+    uint32_t        sq_depth;                  /* PDX_SQ_DEPTH: send queue depth per endpoint */
+    uint32_t        signal_every;              /* PDX_SIGNAL_EVERY: signal every K-th write */
+    pdx_mode_t      flush;                     /* PDX_FLUSH: auto, on, off */
+    pdx_mode_t      dmabuf;                    /* PDX_DMABUF: auto, off */
+    pdx_mode_t      markers;                   /* PDX_MARKERS: on, off */
+    char            ib_devices[PDX_NAME_MAX];  /* PDX_IB_DEVICES: comma list, empty = all */
+    int32_t         ib_gid_index;              /* PDX_IB_GID_INDEX: -1 = pick RoCEv2 */
+    uint32_t        ib_traffic_class;          /* PDX_IB_TRAFFIC_CLASS */
+    uint32_t        ib_hop_limit;              /* PDX_IB_HOP_LIMIT */
+    uint32_t        ib_timeout;                /* PDX_IB_TIMEOUT: 4.096 us * 2^n */
+    uint32_t        ib_retry_count;            /* PDX_IB_RETRY_COUNT */
+    uint32_t        ib_rnr_retry;              /* PDX_IB_RNR_RETRY: at most 6 */
+    uint64_t        tcp_staging_bytes;         /* PDX_TCP_STAGING_BYTES: pinned staging per endpoint */
+} pdx_config_t;
+
+/*
+ * Fill cfg with defaults, then apply the PDX_* environment. A malformed
+ * variable is reported (its name, value and why) and makes the call return
+ * PDX_ERR_INVALID; cfg then holds the defaults and every valid variable.
+ */
+PDX_API pdx_status_t pdx_config_init(pdx_config_t *cfg);
+
+/*
+ * Set one field by its variable name ("PDX_SHARDS") from text, as the
+ * environment would. Unknown name: PDX_ERR_NOT_FOUND; bad value:
+ * PDX_ERR_INVALID with a message naming the variable.
+ */
+PDX_API pdx_status_t pdx_config_set(pdx_config_t *cfg, const char *name, const char *value);
+
+/* ------------------------------------------------------------------ engine */
+
+typedef struct pdx_engine pdx_engine_t;
+
+/*
+ * Create an engine: one per GPU per process. Starts the shard workers and the
+ * control thread and binds the listener (port 0 picks a free port; see
+ * pdx_engine_address()). cfg may be freed when the call returns; NULL means
+ * pdx_config_init()'s result.
+ */
+PDX_API pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p);
+
+/*
+ * Stop every thread, fail every room still in flight (with a message), close
+ * every peer and free everything. Must be the last call on the engine; no
+ * other call on it may run concurrently.
+ */
+PDX_API void pdx_engine_destroy(pdx_engine_t *engine);
+
+/* "host:port" the engine listens on; valid until pdx_engine_destroy(). */
+PDX_API const char *pdx_engine_address(const pdx_engine_t *engine);
+
+/* ------------------------------------------------------------------ memory */
+
+/*
+ * Register [base, base + len) for transfers: host memory, or GPU memory (which
+ * is exported as a dmabuf or reached through a peer-memory client). The
+ * memory must stay allocated until pdx_mem_deregister() returned PDX_OK. An
+ * unusable GPU pointer is PDX_ERR_UNSUPPORTED with a message naming what is
+ * missing.
+ */
+PDX_API pdx_status_t pdx_mem_register(pdx_engine_t *engine, void *base, size_t len,
+                                      uint32_t *mem_p);
+
+/* PDX_ERR_STATE while a layout or a room in flight still uses the memory. */
+PDX_API pdx_status_t pdx_mem_deregister(pdx_engine_t *engine, uint32_t mem);
+
+/* ------------------------------------------------------------------ layout */
+
+/* One KV buffer: pages of bytes_per_page, back to back, from mem + offset. */
+typedef struct pdx_buffer_desc {
+    uint32_t mem;            /* from pdx_mem_register() */
+    uint32_t reserved0;
+    uint64_t offset;         /* of page 0 inside the registered region */
+    uint64_t bytes_per_page;
+    uint64_t reserved[2];    /* TP-mismatch head slicing: head offset, head bytes */
+} pdx_buffer_desc_t;
+
+enum {
+    /* The group's buffers are not per layer: buffer i maps to the peer's buffer i. */
+    PDX_GROUP_NO_LAYERS = 1u << 0,
+    /* State buffers (Mamba-style): sent with the last chunk only. */
+    PDX_GROUP_STATE     = 1u << 1,
+};
+
+/*
+ * A buffer group: every buffer holds the same number of pages and a page
+ * index means the same token slots in each of them. Unless
+ * PDX_GROUP_NO_LAYERS is set, buffers are layer-major: buffer
+ * (layer - layer_begin) * buffers_per_layer + k is part k (K, V, ...) of that
+ * layer, and nbuffers = (layer_end - layer_begin) * buffers_per_layer.
+ */
+typedef struct pdx_group_desc {
+    uint32_t                 flags;
+    uint32_t                 buffers_per_layer;
+    uint32_t                 nbuffers;
+    uint32_t                 reserved0;
+    uint64_t                 npages;
+    const pdx_buffer_desc_t *buffers;
+} pdx_group_desc_t;
+
+enum {
+    PDX_LAYOUT_FIELD_GROUPS = 1ull << 0,
+    PDX_LAYOUT_FIELD_LAYERS = 1ull << 1,
+    PDX_LAYOUT_FIELD_TP     = 1ull << 2, /* reserved: TP-mismatch head slicing */
+};
+
+/*
+ * Where this engine's KV pages live. Layers [layer_begin, layer_end) are the
+ * ones this engine holds (pipeline parallelism); only layers both sides hold
+ * are sent. A missing PDX_LAYOUT_FIELD_LAYERS means one layer.
+ */
+typedef struct pdx_layout_desc {
+    uint64_t                field_mask;
+    uint32_t                ngroups;
+    uint32_t                layer_begin;
+    uint32_t                layer_end;
+    uint32_t                tp_rank;      /* reserved */
+    uint32_t                tp_size;      /* reserved */
+    uint32_t                reserved0;
+    const pdx_group_desc_t *groups;
+} pdx_layout_desc_t;
+
+/* Copy desc into the engine; desc and its arrays may be freed on return. */
+PDX_API pdx_status_t pdx_layout_create(pdx_engine_t *engine, const pdx_layout_desc_t *desc,
+                                       uint32_t *layout_p);
+
+/* ------------------------------------------------------------------- peers */
+
+/*
+ * Connect to the engine listening at addr ("host:port"), handshake (protocol
+ * version, capabilities, identity, memory and layout descriptors) and return
+ * its handle. Blocks at most timeout_ms. A peer of another protocol version
+ * is PDX_ERR_VERSION, on both sides. Either side may connect; the connection
+ * serves both directions.
+ */
+PDX_API pdx_status_t pdx_peer_connect(pdx_engine_t *engine, const char *addr, int timeout_ms,
+                                      uint32_t *peer_p);
+
+/* ----------------------------------------------------------------- rooms */
+
+/* One page list per buffer group, in the group order of the layout. */
+typedef struct pdx_pages {
+    const uint32_t *pages;
+    uint32_t        npages;
+} pdx_pages_t;
+
+/* A byte range of registered memory: aux data (output ids, logprobs, ...). */
+typedef struct pdx_region {
+    uint32_t mem;
+    uint32_t reserved0;
+    uint64_t offset;
+    uint64_t len;
+} pdx_region_t;
+
+/*
+ * Decode: room will receive data from `peer` into these pages of `layout`
+ * (dst holds one list per group) and, with the last chunk, aux bytes into
+ * `aux` (NULL: none). nsenders is how many prefill ranks behind this peer
+ * send for the room (each a last chunk or a status-only notify). The room is
+ * WAITING on return and FAILED if not SUCCESS within timeout_ms. The page
+ * arrays may be freed on return; the destination pages must not be reused
+ * until pdx_release() returned PDX_OK. Call once per prefill peer.
+ */
+PDX_API pdx_status_t pdx_expect(pdx_engine_t *engine, uint32_t peer, pdx_room_t room,
+                                uint32_t layout, const pdx_pages_t *dst, const pdx_region_t *aux,
+                                uint32_t nsenders, int timeout_ms);
+
+/* ------------------------------------------------------------------- gates */
+
+typedef enum pdx_gate_kind {
+    PDX_GATE_NONE  = 0, /* pages are final when pdx_send is called */
+    PDX_GATE_EVENT = 1, /* a recorded hipEvent_t without hipEventDisableSystemFence */
+    PDX_GATE_WORD  = 2, /* open once *word >= value: pdx_gate_arm() or a host flag */
+} pdx_gate_kind_t;
+
+/*
+ * A gate holds a chunk back until the GPU finished writing its pages. HIP
+ * reports a never-recorded event as complete: record it before pdx_send()
+ * and keep it alive until the room leaves TRANSFERRING. A host flag is a
+ * PDX_GATE_WORD on a word the caller raises once the pages are final.
+ */
+typedef struct pdx_gate {
+    pdx_gate_kind_t kind;
+    uint32_t        reserved0;
+    void           *event;               /* PDX_GATE_EVENT: hipEvent_t */
+    const volatile uint64_t *word;       /* PDX_GATE_WORD */
+    uint64_t        value;               /* PDX_GATE_WORD */
+} pdx_gate_t;
+
+/*
+ * Enqueue on hip_stream (a hipStream_t) a write of a pdx-owned pinned word
+ * and return the gate that opens when the stream reaches it: for chunks
+ * queued before their forward pass is launched. The word is recycled once
+ * the gated chunk has passed its gate.
+ */
+PDX_API pdx_status_t pdx_gate_arm(pdx_engine_t *engine, void *hip_stream, pdx_gate_t *gate_p);
+
+/* ------------------------------------------------------------------- send */
+
+enum {
+    PDX_SEND_LAST = 1u << 0, /* last chunk of the room: aux, state groups, then done */
+};
+
+/*
+ * Prefill: queue one chunk of `room`: src holds one page list per group of
+ * `layout`; the pages map onto the next unused destination pages of every
+ * decode rank that expects the room. With PDX_SEND_LAST, aux (NULL: none)
+ * is written to decode's aux slot after the data. Never blocks: the chunk
+ * and its page lists are copied, so the arrays may be reused on return; a
+ * full submission ring is PDX_ERR_AGAIN. gate (NULL: none) is copied too.
+ * Source pages must stay unchanged until the room is SUCCESS or FAILED.
+ * Chunks of one room are sent in the order of their pdx_send() calls when
+ * called from one thread.
+ */
+PDX_API pdx_status_t pdx_send(pdx_engine_t *engine, pdx_room_t room, uint32_t layout,
+                              const pdx_pages_t *src, const pdx_gate_t *gate,
+                              const pdx_region_t *aux, unsigned flags);
+
+/* ------------------------------------------------------------------- both */
+
+/* A lookup and atomic loads: never blocks, never allocates. */
+PDX_API pdx_room_state_t pdx_poll(pdx_engine_t *engine, pdx_room_t room);
+
+/* Why the room failed, as text, into buf (always terminated). */
+PDX_API pdx_status_t pdx_room_error(pdx_engine_t *engine, pdx_room_t room, char *buf,
+                                    size_t len);
+
+/* Fail the room on both sides; stops posting its writes. */
+PDX_API pdx_status_t pdx_abort(pdx_engine_t *engine, pdx_room_t room);
+
+/*
+ * Forget the room. PDX_INPROGRESS while writes for it may still land (call
+ * again); PDX_OK once its slot is free, after which decode may reuse the
+ * destination pages and prefill the source pages.
+ */
+PDX_API pdx_status_t pdx_release(pdx_engine_t *engine, pdx_room_t room);
+
+/* Counters summed over shards when read. */
+typedef struct pdx_stats {
+    uint64_t bytes_sent;
+    uint64_t writes_posted;
+    uint64_t chunks_sent;
+    uint64_t notifies_sent;
+    uint64_t notifies_received;
+    uint64_t rooms_success;
+    uint64_t rooms_failed;
+    uint64_t send_again;      /* pdx_send() answers of PDX_ERR_AGAIN */
+    uint64_t worker_wakeups;
+    uint64_t ring_high_water; /* most chunks queued in one shard's ring */
+} pdx_stats_t;
+
+PDX_API pdx_status_t pdx_engine_stats(pdx_engine_t *engine, pdx_stats_t *stats_p);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* PDX_PDX_H */

@@ -1,0 +1,55 @@
+/*
+ * plan: one chunk's page lists -> validated, coalesced write runs.
+ *
+ * pdx_plan_init() validates every page index of the chunk against both
+ * layouts before anything is produced (out of range: PDX_ERR_RANGE with a
+ * message; nothing planned). pdx_plan_next() then yields runs incrementally,
+ * so a shard plans only as far as its send-queue credits reach and never
+ * allocates: runs contiguous on both sides are merged per buffer, up to
+ * max_msg_size bytes.
+ *
+ * Buffers are matched by (group, layer, part) for the layers both layouts
+ * hold, or index by index for PDX_GROUP_NO_LAYERS groups. Groups flagged
+ * PDX_GROUP_STATE are planned only when PDX_PLAN_STATE is passed (the
+ * last chunk).
+ */
+#ifndef PDX_PLAN_H
+#define PDX_PLAN_H
+
+#include "layout.h"
+
+typedef struct pdx_run {
+    uint32_t src_mem;    /* src layout's buffer.mem */
+    uint32_t dst_mem;    /* dst layout's buffer.mem */
+    uint64_t src_offset; /* inside src_mem */
+    uint64_t dst_offset; /* inside dst_mem */
+    uint64_t len;
+} pdx_run_t;
+
+enum {
+    PDX_PLAN_STATE = 1u << 0,
+};
+
+typedef struct pdx_plan {
+    const pdx_layout_t *src;
+    const pdx_layout_t *dst;
+    const pdx_pages_t  *src_pages;  /* one per group, not copied */
+    const pdx_pages_t  *dst_pages;
+    uint64_t            max_msg_size;
+    unsigned            flags;
+    /* cursor */
+    uint32_t            group;
+    uint32_t            layer;      /* index into the common layer range */
+    uint32_t            part;
+    uint32_t            page;       /* next page index in the group's lists */
+    uint64_t            page_done;  /* bytes of `page` already emitted */
+} pdx_plan_t;
+
+pdx_status_t pdx_plan_init(pdx_plan_t *plan, const pdx_layout_t *src, const pdx_layout_t *dst,
+                           const pdx_pages_t *src_pages, const pdx_pages_t *dst_pages,
+                           uint64_t max_msg_size, unsigned flags, char *err, size_t errlen);
+
+/* Up to max runs into out; 0 once the plan is exhausted. */
+uint32_t pdx_plan_next(pdx_plan_t *plan, pdx_run_t *out, uint32_t max);
+
+#endif

@@ -1,0 +1,154 @@
+/*
+ * The transport ops table. Every transport gives RC-QP semantics:
+ *
+ * - An endpoint (ep) is one reliable, ordered connection to one remote ep.
+ *   Work requests (WRs) posted on an ep execute in posting order; a SEND
+ *   posted after WRITEs is delivered after their data is placed.
+ * - A WRITE completes (signaled) only after the receiver placed its bytes.
+ *   Unsignaled WRs produce no completion on success; their send-queue slots
+ *   are freed when a later signaled WR on the same ep completes. Failed WRs
+ *   always produce a completion.
+ * - An ep in error (ep_fail, peer gone, deadline without progress) completes
+ *   every outstanding WR with an error status: nothing is ever lost silently.
+ * - Completions of all eps on a CQ are polled by one thread (the shard).
+ *
+ * A transport sees nothing of runtime/ but this header (DESIGN.md §2).
+ * Unsupported ops point at pdx_tp_unsupported_*(), never at NULL.
+ */
+#ifndef PDX_TRANSPORT_H
+#define PDX_TRANSPORT_H
+
+#include "pdx/pdx.h"
+
+typedef struct pdx_tp    pdx_tp_t;    /* one per engine: device context, "NIC" */
+typedef struct pdx_tp_cq pdx_tp_cq_t; /* completion queue: one per (shard, NIC) */
+typedef struct pdx_tp_ep pdx_tp_ep_t; /* endpoint: one RC connection */
+typedef struct pdx_tp_mr pdx_tp_mr_t; /* registered memory region */
+
+typedef struct pdx_transport_ops pdx_transport_ops_t;
+
+/* Every transport object starts with this header so ops can be found. */
+struct pdx_tp {
+    const pdx_transport_ops_t *ops;
+};
+
+typedef struct pdx_tp_params {
+    const char *host;            /* local address to bind data listeners to */
+    uint32_t    progress_timeout_ms; /* an ep with WRs outstanding and no
+                                      * progress for this long goes to error */
+    uint64_t    max_msg_size;    /* largest single WRITE */
+    const pdx_config_t *config;  /* transport-specific knobs (PDX_IB_*, ...) */
+} pdx_tp_params_t;
+
+/* An ep's address, exchanged over the control channel before ep_connect. */
+#define PDX_TP_ADDR_MAX 64
+typedef struct pdx_tp_addr {
+    uint32_t len;
+    uint8_t  bytes[PDX_TP_ADDR_MAX];
+} pdx_tp_addr_t;
+
+/* What a peer needs to write into a region: travels in memory descriptors. */
+typedef struct pdx_tp_rkey {
+    uint64_t addr;               /* remote address of byte 0 of the region */
+    uint64_t len;
+    uint32_t rkey;
+} pdx_tp_rkey_t;
+
+enum {
+    PDX_TP_ACCESS_LOCAL_WRITE  = 1u << 0,
+    PDX_TP_ACCESS_REMOTE_WRITE = 1u << 1,
+    PDX_TP_ACCESS_REMOTE_READ  = 1u << 2, /* only where a flush read needs it */
+};
+
+enum {
+    PDX_TP_SIGNALED = 1u << 0,
+};
+
+typedef struct pdx_tp_write {
+    uint64_t           wr_id;
+    const pdx_tp_mr_t *mr;        /* local source */
+    uint64_t           offset;    /* inside mr */
+    uint64_t           length;    /* <= max_msg_size */
+    uint64_t           remote_addr;
+    uint32_t           rkey;
+    uint32_t           flags;     /* PDX_TP_SIGNALED */
+} pdx_tp_write_t;
+
+typedef enum pdx_tp_opcode {
+    PDX_TP_OP_WRITE = 0,
+    PDX_TP_OP_SEND  = 1,
+    PDX_TP_OP_RECV  = 2,
+} pdx_tp_opcode_t;
+
+typedef struct pdx_tp_wc {
+    uint64_t        wr_id;
+    pdx_tp_ep_t    *ep;
+    pdx_status_t    status;     /* PDX_OK, or why the WR failed */
+    pdx_tp_opcode_t opcode;
+    uint32_t        byte_len;   /* RECV: bytes received */
+} pdx_tp_wc_t;
+
+/* The largest SEND payload (a notify record or a control message). */
+#define PDX_TP_SEND_MAX 64
+
+typedef struct pdx_tp_ep_attr {
+    uint32_t sq_depth;          /* WRs outstanding at most (WRITE + SEND) */
+    uint32_t rq_depth;          /* RECVs posted at most */
+} pdx_tp_ep_attr_t;
+
+struct pdx_transport_ops {
+    const char *name;
+
+    pdx_status_t (*open)(const pdx_tp_params_t *params, pdx_tp_t **tp_p);
+    void         (*close)(pdx_tp_t *tp);
+
+    pdx_status_t (*mr_reg)(pdx_tp_t *tp, void *base, size_t len, unsigned access,
+                           pdx_tp_mr_t **mr_p);
+    /* PDX_ERR_STATE while a WR still reads or places bytes in the region. */
+    pdx_status_t (*mr_dereg)(pdx_tp_mr_t *mr);
+    void         (*mr_remote)(const pdx_tp_mr_t *mr, pdx_tp_rkey_t *rkey_p);
+
+    pdx_status_t (*cq_create)(pdx_tp_t *tp, uint32_t depth, pdx_tp_cq_t **cq_p);
+    void         (*cq_destroy)(pdx_tp_cq_t *cq);
+    /* Up to max completions; 0 when none. Only the CQ's owner thread calls it. */
+    int          (*cq_poll)(pdx_tp_cq_t *cq, pdx_tp_wc_t *wc, int max);
+    /* Ask for the fd to become readable at the next completion; then poll
+     * once more before sleeping (a completion may have raced the arm). */
+    pdx_status_t (*cq_arm)(pdx_tp_cq_t *cq);
+    int          (*cq_fd)(pdx_tp_cq_t *cq);
+    /* Consume the event after the fd became readable. */
+    void         (*cq_ack)(pdx_tp_cq_t *cq);
+
+    pdx_status_t (*ep_create)(pdx_tp_t *tp, pdx_tp_cq_t *cq, const pdx_tp_ep_attr_t *attr,
+                              pdx_tp_ep_t **ep_p);
+    void         (*ep_address)(const pdx_tp_ep_t *ep, pdx_tp_addr_t *addr_p);
+    /* Both sides call it with the other's address; WRs may be posted right
+     * after it returns and run once the connection is up. */
+    pdx_status_t (*ep_connect)(pdx_tp_ep_t *ep, const pdx_tp_addr_t *remote);
+    /* Move to error: every outstanding WR completes with `why`. */
+    void         (*ep_fail)(pdx_tp_ep_t *ep, pdx_status_t why, const char *msg);
+    /* Frees the ep; outstanding WRs are dropped without completions:
+     * ep_fail and drain the CQ first to see them. */
+    void         (*ep_destroy)(pdx_tp_ep_t *ep);
+    /* Why the ep is in error; "" while healthy. Valid until ep_destroy. */
+    const char  *(*ep_error)(const pdx_tp_ep_t *ep);
+
+    /* Post n chained WRITEs at once. PDX_ERR_AGAIN (nothing posted) when the
+     * send queue lacks room for all n; PDX_ERR_PEER once the ep is in error. */
+    pdx_status_t (*post_write)(pdx_tp_ep_t *ep, const pdx_tp_write_t *wr, uint32_t n);
+    /* SEND of len <= PDX_TP_SEND_MAX bytes, copied before return (inline). */
+    pdx_status_t (*post_send)(pdx_tp_ep_t *ep, uint64_t wr_id, const void *data, uint32_t len,
+                              unsigned flags);
+    /* A receive buffer of registered host memory for one SEND. */
+    pdx_status_t (*post_recv)(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,
+                              uint64_t offset, uint32_t len);
+};
+
+/* Stubs for ops a transport does not implement. */
+pdx_status_t pdx_tp_unsupported_post_recv(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,
+                                          uint64_t offset, uint32_t len);
+
+/* Transports compiled into this library. */
+extern const pdx_transport_ops_t pdx_tcp_ops;
+
+#endif

@@ -1,0 +1,49 @@
+/* Small helpers shared by every pdx source file. */
+#ifndef PDX_UTIL_H
+#define PDX_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <time.h>
+
+#define PDX_LIKELY(x)   __builtin_expect(!!(x), 1)
+#define PDX_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define PDX_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+#define PDX_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define PDX_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define PDX_CACHELINE 64
+
+#define pdx_container_of(ptr, type, member) \
+    ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
+
+/* Monotonic clock in nanoseconds. */
+static inline uint64_t pdx_now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static inline uint64_t pdx_deadline_ns(uint32_t timeout_ms)
+{
+    return pdx_now_ns() + (uint64_t)timeout_ms * 1000000ull;
+}
+
+/* Smallest power of two >= v (v >= 1, v <= 2^31). */
+static inline uint32_t pdx_pow2_ceil(uint32_t v)
+{
+    v--;
+    v |= v >> 1; v |= v >> 2; v |= v >> 4; v |= v >> 8; v |= v >> 16;
+    return v + 1;
+}
+
+/* 64-bit mix (splitmix64 finalizer): spreads room ids over shards and slots. */
+static inline uint64_t pdx_hash64(uint64_t x)
+{
+    x ^= x >> 30; x *= 0xbf58476d1ce4e5b9ull;
+    x ^= x >> 27; x *= 0x94d049bb133111ebull;
+    x ^= x >> 31;
+    return x;
+}
+
+#endif
