@@ -16,6 +16,15 @@
 #define pdx_container_of(ptr, type, member) \
     ((type *)(void *)((char *)(ptr) - offsetof(type, member)))
 
+static inline void pdx_cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
 /* Monotonic clock in nanoseconds. */
 static inline uint64_t pdx_now_ns(void)
 {

@@ -1,0 +1,391 @@
+/* The PDX_* configuration table and its parsers. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+
+static pdx_status_t parse_int(const pdx_config_row_t *row, const char *text, void *field,
+                              char *err, size_t errlen);
+static pdx_status_t parse_size(const pdx_config_row_t *row, const char *text, void *field,
+                               char *err, size_t errlen);
+static pdx_status_t parse_word(const pdx_config_row_t *row, const char *text, void *field,
+                               char *err, size_t errlen);
+static pdx_status_t parse_text(const pdx_config_row_t *row, const char *text, void *field,
+                               char *err, size_t errlen);
+static pdx_status_t parse_mode(const pdx_config_row_t *row, const char *text, void *field,
+                               char *err, size_t errlen);
+static pdx_status_t parse_log(const pdx_config_row_t *row, const char *text, void *field,
+                              char *err, size_t errlen);
+
+#define ROW_INT(name, def, help, bit, f, lo, hi) \
+    {name, def, help, PDX_CONFIG_FIELD_##bit, offsetof(pdx_config_t, f), \
+     sizeof(((pdx_config_t *)0)->f), parse_int, lo, hi, NULL}
+#define ROW_SIZE(name, def, help, bit, f, lo, hi) \
+    {name, def, help, PDX_CONFIG_FIELD_##bit, offsetof(pdx_config_t, f), \
+     sizeof(((pdx_config_t *)0)->f), parse_size, lo, hi, NULL}
+#define ROW_WORD(name, def, help, bit, f, parser, words) \
+    {name, def, help, PDX_CONFIG_FIELD_##bit, offsetof(pdx_config_t, f), \
+     sizeof(((pdx_config_t *)0)->f), parser, 0, 0, words}
+
+static const pdx_config_row_t config_table[] = {
+    ROW_WORD("PDX_LOG", "warn", "Log level", LOG_LEVEL, log_level, parse_log,
+             "error|warn|info|debug|trace"),
+    ROW_WORD("PDX_TRANSPORT", "auto", "Data transport; auto picks rdma when a device is up, else tcp",
+             TRANSPORT, transport, parse_word, "auto|tcp|rdma"),
+    ROW_WORD("PDX_LISTEN", "0.0.0.0:0", "Control listener host:port; port 0 picks a free one",
+             LISTEN, listen, parse_text, NULL),
+    ROW_INT("PDX_SHARDS", "4", "Worker threads (shards) per engine", SHARDS, shards, 1, 64),
+    ROW_INT("PDX_RING_CHUNKS", "1024", "Chunks queued per shard before pdx_send says AGAIN",
+            RING_CHUNKS, ring_chunks, 2, 1 << 20),
+    ROW_INT("PDX_RING_PAGES", "262144", "Page indices queued per shard before pdx_send says AGAIN",
+            RING_PAGES, ring_pages, 256, 1 << 30),
+    ROW_INT("PDX_ROOMS", "16384", "Room table capacity", ROOMS, rooms, 16, 1 << 24),
+    ROW_INT("PDX_HELD_NOTIFIES", "1024", "Notifies held for rooms not yet expected",
+            HELD_NOTIFIES, held_notifies, 0, 1 << 20),
+    ROW_SIZE("PDX_MAX_MSG_SIZE", "1M", "Largest single write (bytes, K/M/G suffixes)",
+             MAX_MSG_SIZE, max_msg_size, 4096, 1ll << 30),
+    ROW_INT("PDX_BOOTSTRAP_TIMEOUT_MS", "30000", "A room waiting for its peer's metadata fails after this",
+            BOOTSTRAP_TIMEOUT, bootstrap_timeout_ms, 1, 86400000),
+    ROW_INT("PDX_TRANSFER_TIMEOUT_MS", "60000", "First chunk submitted to SUCCESS, at most",
+            TRANSFER_TIMEOUT, transfer_timeout_ms, 1, 86400000),
+    ROW_INT("PDX_HEARTBEAT_MS", "1000", "Control-channel heartbeat period; a peer silent for 5 periods is gone",
+            HEARTBEAT, heartbeat_ms, 10, 600000),
+    ROW_INT("PDX_GATE_BACKOFF_US", "50", "Longest sleep of a shard while gates are pending",
+            GATE_BACKOFF, gate_backoff_us, 0, 100000),
+    ROW_INT("PDX_QPS_PER_PEER", "2", "Endpoints (QPs) per shard and peer; a room's runs are striped over them",
+            QPS_PER_PEER, qps_per_peer, 1, 64),
+    ROW_INT("PDX_SQ_DEPTH", "256", "Send-queue depth per endpoint", SQ_DEPTH, sq_depth, 4, 32768),
+    ROW_INT("PDX_SIGNAL_EVERY", "16", "Signal every K-th write (K <= PDX_SQ_DEPTH / 2)",
+            SIGNAL_EVERY, signal_every, 1, 16384),
+    ROW_WORD("PDX_FLUSH", "auto", "Flush read before decode SUCCESS for GPU destinations",
+             FLUSH, flush, parse_mode, "auto|on|off"),
+    ROW_WORD("PDX_DMABUF", "auto", "Register GPU memory through dmabuf when available",
+             DMABUF, dmabuf, parse_mode, "auto|off"),
+    ROW_WORD("PDX_MARKERS", "off", "roctx / NVTX ranges around gates, posts and notifies",
+             MARKERS, markers, parse_mode, "on|off"),
+    ROW_WORD("PDX_IB_DEVICES", "", "RDMA devices to use, comma-separated; empty: all active",
+             IB_DEVICES, ib_devices, parse_text, NULL),
+    ROW_INT("PDX_IB_GID_INDEX", "-1", "GID index; -1 picks a RoCEv2 GID", IB_GID_INDEX,
+            ib_gid_index, -1, 255),
+    ROW_INT("PDX_IB_TRAFFIC_CLASS", "0", "Traffic class (DSCP << 2) of RoCE packets",
+            IB_TRAFFIC_CLASS, ib_traffic_class, 0, 255),
+    ROW_INT("PDX_IB_HOP_LIMIT", "64", "Hop limit of RoCE packets (1 breaks routed fabrics)",
+            IB_HOP_LIMIT, ib_hop_limit, 1, 255),
+    ROW_INT("PDX_IB_TIMEOUT", "18", "QP local ACK timeout, 4.096 us * 2^n", IB_TIMEOUT, ib_timeout, 1, 31),
+    ROW_INT("PDX_IB_RETRY_COUNT", "7", "QP transport retries", IB_RETRY_COUNT, ib_retry_count, 0, 7),
+    ROW_INT("PDX_IB_RNR_RETRY", "6", "QP RNR retries (7, retry forever, is refused)",
+            IB_RNR_RETRY, ib_rnr_retry, 0, 6),
+    ROW_SIZE("PDX_TCP_STAGING_BYTES", "64M", "Pinned staging per tcp endpoint for GPU memory",
+             TCP_STAGING, tcp_staging_bytes, 1 << 16, 1ll << 34),
+};
+
+const pdx_config_row_t *pdx_config_table(size_t *nrows_p)
+{
+    *nrows_p = PDX_ARRAY_SIZE(config_table);
+    return config_table;
+}
+
+static void store_uint(void *field, size_t size, int64_t v)
+{
+    if (size == sizeof(uint64_t))
+        *(uint64_t *)field = (uint64_t)v;
+    else
+        *(uint32_t *)field = (uint32_t)v; /* int32_t fields share the representation */
+}
+
+static pdx_status_t parse_number(const pdx_config_row_t *row, const char *text, int64_t *v_p,
+                                 int suffixes, char *err, size_t errlen)
+{
+    char *end;
+    long long v;
+
+    errno = 0;
+    v = strtoll(text, &end, 0);
+    if (end == text || errno == ERANGE) {
+        snprintf(err, errlen, "%s=\"%s\": not a number", row->name, text);
+        return PDX_ERR_INVALID;
+    }
+    if (suffixes && *end) {
+        int shift = 0;
+
+        switch (toupper((unsigned char)*end)) {
+        case 'K': shift = 10; break;
+        case 'M': shift = 20; break;
+        case 'G': shift = 30; break;
+        default: break;
+        }
+        if (shift) {
+            end++;
+            if (v > (INT64_MAX >> shift) || v < 0) {
+                snprintf(err, errlen, "%s=\"%s\": too large", row->name, text);
+                return PDX_ERR_INVALID;
+            }
+            v <<= shift;
+        }
+    }
+    if (*end) {
+        snprintf(err, errlen, "%s=\"%s\": trailing \"%s\"", row->name, text, end);
+        return PDX_ERR_INVALID;
+    }
+    if (v < row->min || v > row->max) {
+        snprintf(err, errlen, "%s=\"%s\": must be in [%" PRId64 ", %" PRId64 "]", row->name, text,
+                 row->min, row->max);
+        return PDX_ERR_INVALID;
+    }
+    *v_p = v;
+    return PDX_OK;
+}
+
+static pdx_status_t parse_int(const pdx_config_row_t *row, const char *text, void *field,
+                              char *err, size_t errlen)
+{
+    int64_t v;
+    pdx_status_t st = parse_number(row, text, &v, 0, err, errlen);
+
+    if (st == PDX_OK)
+        store_uint(field, row->size, v);
+    return st;
+}
+
+static pdx_status_t parse_size(const pdx_config_row_t *row, const char *text, void *field,
+                               char *err, size_t errlen)
+{
+    int64_t v;
+    pdx_status_t st = parse_number(row, text, &v, 1, err, errlen);
+
+    if (st == PDX_OK)
+        store_uint(field, row->size, v);
+    return st;
+}
+
+/* Index of text among row->choices, or -1. */
+static int choice_index(const pdx_config_row_t *row, const char *text)
+{
+    const char *p = row->choices;
+    size_t len = strlen(text);
+
+    for (int i = 0; p && *p; i++) {
+        const char *bar = strchr(p, '|');
+        size_t n = bar ? (size_t)(bar - p) : strlen(p);
+
+        if (n == len && strncmp(p, text, n) == 0)
+            return i;
+        p = bar ? bar + 1 : NULL;
+    }
+    return -1;
+}
+
+static pdx_status_t bad_choice(const pdx_config_row_t *row, const char *text, char *err,
+                               size_t errlen)
+{
+    snprintf(err, errlen, "%s=\"%s\": must be one of %s", row->name, text, row->choices);
+    return PDX_ERR_INVALID;
+}
+
+static pdx_status_t parse_text(const pdx_config_row_t *row, const char *text, void *field,
+                               char *err, size_t errlen)
+{
+    size_t len = strlen(text);
+
+    if (len >= row->size) {
+        snprintf(err, errlen, "%s: value longer than %zu bytes", row->name, row->size - 1);
+        return PDX_ERR_INVALID;
+    }
+    memcpy(field, text, len + 1);
+    return PDX_OK;
+}
+
+static pdx_status_t parse_word(const pdx_config_row_t *row, const char *text, void *field,
+                               char *err, size_t errlen)
+{
+    if (choice_index(row, text) < 0)
+        return bad_choice(row, text, err, errlen);
+    return parse_text(row, text, field, err, errlen);
+}
+
+static pdx_status_t parse_mode(const pdx_config_row_t *row, const char *text, void *field,
+                               char *err, size_t errlen)
+{
+    static const struct { const char *word; pdx_mode_t mode; } modes[] = {
+        {"auto", PDX_MODE_AUTO}, {"on", PDX_MODE_ON}, {"off", PDX_MODE_OFF},
+    };
+
+    if (choice_index(row, text) < 0)
+        return bad_choice(row, text, err, errlen);
+    for (size_t i = 0; i < PDX_ARRAY_SIZE(modes); i++) {
+        if (strcmp(text, modes[i].word) == 0)
+            *(pdx_mode_t *)field = modes[i].mode;
+    }
+    return PDX_OK;
+}
+
+static pdx_status_t parse_log(const pdx_config_row_t *row, const char *text, void *field,
+                              char *err, size_t errlen)
+{
+    int i = choice_index(row, text);
+
+    if (i < 0 && text[0] >= '0' && text[0] <= '4' && text[1] == '\0')
+        i = text[0] - '0';
+    if (i < 0)
+        return bad_choice(row, text, err, errlen);
+    *(pdx_log_level_t *)field = (pdx_log_level_t)i;
+    return PDX_OK;
+}
+
+void pdx_config_defaults(pdx_config_t *cfg)
+{
+    char err[256];
+
+    memset(cfg, 0, sizeof(*cfg));
+    for (size_t i = 0; i < PDX_ARRAY_SIZE(config_table); i++) {
+        const pdx_config_row_t *row = &config_table[i];
+        pdx_status_t st = row->parse(row, row->defval, (char *)cfg + row->offset, err, sizeof(err));
+
+        (void)st; /* defaults are checked by test_config */
+        cfg->field_mask |= row->bit;
+    }
+}
+
+static const pdx_config_row_t *find_row(const char *name)
+{
+    for (size_t i = 0; i < PDX_ARRAY_SIZE(config_table); i++) {
+        if (strcmp(config_table[i].name, name) == 0)
+            return &config_table[i];
+    }
+    return NULL;
+}
+
+pdx_status_t pdx_config_set(pdx_config_t *cfg, const char *name, const char *value)
+{
+    const pdx_config_row_t *row;
+    char err[256];
+    pdx_status_t st;
+
+    if (!cfg || !name || !value)
+        return PDX_ERR_INVALID;
+    row = find_row(name);
+    if (!row) {
+        pdx_error("unknown configuration variable %s", name);
+        return PDX_ERR_NOT_FOUND;
+    }
+    st = row->parse(row, value, (char *)cfg + row->offset, err, sizeof(err));
+    if (st != PDX_OK) {
+        pdx_error("%s", err);
+        return st;
+    }
+    cfg->field_mask |= row->bit;
+    return PDX_OK;
+}
+
+pdx_status_t pdx_config_init(pdx_config_t *cfg)
+{
+    pdx_status_t result = PDX_OK;
+
+    if (!cfg)
+        return PDX_ERR_INVALID;
+    pdx_config_defaults(cfg);
+    for (size_t i = 0; i < PDX_ARRAY_SIZE(config_table); i++) {
+        const char *value = getenv(config_table[i].name);
+
+        if (value && pdx_config_set(cfg, config_table[i].name, value) != PDX_OK)
+            result = PDX_ERR_INVALID;
+    }
+    return result;
+}
+
+pdx_status_t pdx_config_resolve(const pdx_config_t *user, pdx_config_t *cfg)
+{
+    pdx_status_t st = pdx_config_init(cfg);
+
+    if (!user)
+        return st;
+    for (size_t i = 0; i < PDX_ARRAY_SIZE(config_table); i++) {
+        const pdx_config_row_t *row = &config_table[i];
+
+        if (user->field_mask & row->bit)
+            memcpy((char *)cfg + row->offset, (const char *)user + row->offset, row->size);
+    }
+    return st;
+}
+
+pdx_status_t pdx_config_check(const pdx_config_t *cfg, char *err, size_t errlen)
+{
+    if (cfg->signal_every > cfg->sq_depth / 2) {
+        snprintf(err, errlen, "PDX_SIGNAL_EVERY=%u must be at most PDX_SQ_DEPTH / 2 = %u",
+                 cfg->signal_every, cfg->sq_depth / 2);
+        return PDX_ERR_INVALID;
+    }
+    if (cfg->ib_rnr_retry > 6) {
+        snprintf(err, errlen, "PDX_IB_RNR_RETRY=%u: 7 retries forever and is refused",
+                 cfg->ib_rnr_retry);
+        return PDX_ERR_INVALID;
+    }
+    if (cfg->log_level > PDX_LOG_TRACE || cfg->shards == 0 || cfg->rooms == 0 ||
+        cfg->ring_chunks < 2 || cfg->max_msg_size == 0) {
+        snprintf(err, errlen, "configuration has a zero or out-of-range field");
+        return PDX_ERR_INVALID;
+    }
+    return PDX_OK;
+}
+
+/* The current value of a row's field, as text. */
+static void field_text(const pdx_config_row_t *row, const pdx_config_t *cfg, char *buf,
+                       size_t len)
+{
+    const void *field = (const char *)cfg + row->offset;
+
+    if (row->parse == parse_text || row->parse == parse_word) {
+        snprintf(buf, len, "%s", (const char *)field);
+    } else if (row->parse == parse_mode) {
+        static const char *const words[] = {"auto", "on", "off"};
+        snprintf(buf, len, "%s", words[*(const pdx_mode_t *)field % 3]);
+    } else if (row->parse == parse_log) {
+        static const char *const levels[] = {"error", "warn", "info", "debug", "trace"};
+        snprintf(buf, len, "%s", levels[*(const pdx_log_level_t *)field % 5]);
+    } else if (row->size == sizeof(uint64_t)) {
+        snprintf(buf, len, "%" PRIu64, *(const uint64_t *)field);
+    } else if (row->min < 0) {
+        snprintf(buf, len, "%" PRId32, *(const int32_t *)field);
+    } else {
+        snprintf(buf, len, "%" PRIu32, *(const uint32_t *)field);
+    }
+}
+
+void pdx_config_print(FILE *out, const pdx_config_t *cfg)
+{
+    char value[PDX_NAME_MAX + 8];
+
+    fprintf(out, "%-26s %-12s %-12s %s\n", "variable", "value", "default", "meaning");
+    for (size_t i = 0; i < PDX_ARRAY_SIZE(config_table); i++) {
+        const pdx_config_row_t *row = &config_table[i];
+
+        field_text(row, cfg, value, sizeof(value));
+        fprintf(out, "%-26s %-12s %-12s %s\n", row->name, value, row->defval, row->help);
+    }
+}
+
+void pdx_config_print_markdown(FILE *out)
+{
+    fprintf(out, "| variable | default | meaning |\n|---|---|---|\n");
+    for (size_t i = 0; i < PDX_ARRAY_SIZE(config_table); i++) {
+        const pdx_config_row_t *row = &config_table[i];
+
+        fprintf(out, "| `%s` | `%s` | %s", row->name, row->defval, row->help);
+        if (row->choices) {
+            fprintf(out, ": ");
+            for (const char *c = row->choices; *c; c++) {
+                if (*c == '|')
+                    fprintf(out, ", ");
+                else
+                    fputc(*c, out);
+            }
+        }
+        fprintf(out, " |\n");
+    }
+}

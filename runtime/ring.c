@@ -1,0 +1,155 @@
+/* The submission ring; see ring.h for the protocol. */
+#include "ring.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static inline uint32_t head_chunk(uint64_t v) { return (uint32_t)(v >> 32); }
+static inline uint32_t head_page(uint64_t v)  { return (uint32_t)v; }
+static inline uint64_t head_make(uint32_t chunk, uint32_t page)
+{
+    return (uint64_t)chunk << 32 | page;
+}
+
+pdx_status_t pdx_ring_init(pdx_ring_t *ring, uint32_t nchunks, uint32_t npages)
+{
+    if (nchunks < 2 || nchunks > (1u << 30) || npages == 0 || npages > (1u << 30))
+        return PDX_ERR_INVALID;
+    memset(ring, 0, sizeof(*ring));
+    ring->nchunks = pdx_pow2_ceil(nchunks);
+    ring->npages = pdx_pow2_ceil(npages);
+    ring->cells = calloc(ring->nchunks, sizeof(*ring->cells));
+    if (!ring->cells)
+        goto err;
+    ring->done = calloc(ring->nchunks, sizeof(*ring->done));
+    if (!ring->done)
+        goto err_free_cells;
+    ring->pages = malloc((size_t)ring->npages * sizeof(*ring->pages));
+    if (!ring->pages)
+        goto err_free_done;
+    return PDX_OK;
+
+err_free_done:
+    free(ring->done);
+err_free_cells:
+    free(ring->cells);
+err:
+    return PDX_ERR_NOMEM;
+}
+
+void pdx_ring_fini(pdx_ring_t *ring)
+{
+    free(ring->pages);
+    free(ring->done);
+    free(ring->cells);
+}
+
+static void note_high_water(pdx_ring_t *ring, uint32_t count)
+{
+    uint32_t hw = atomic_load_explicit(&ring->high_water, memory_order_relaxed);
+
+    while (count > hw &&
+           !atomic_compare_exchange_weak_explicit(&ring->high_water, &hw, count,
+                                                  memory_order_relaxed, memory_order_relaxed))
+        ;
+}
+
+pdx_status_t pdx_ring_push(pdx_ring_t *ring, const pdx_chunk_t *chunk, const pdx_pages_t *pages)
+{
+    uint64_t head, tail;
+    uint32_t total = 0, pos, skip, span, c;
+    pdx_ring_cell_t *cell;
+    uint32_t *dst;
+
+    if (chunk->ngroups == 0 || chunk->ngroups > PDX_LAYOUT_MAX_GROUPS)
+        return PDX_ERR_INVALID;
+    for (uint32_t g = 0; g < chunk->ngroups; g++) {
+        if (pages[g].npages > ring->npages - total)
+            return PDX_ERR_INVALID;
+        total += pages[g].npages;
+    }
+
+    head = atomic_load_explicit(&ring->head, memory_order_relaxed);
+    for (;;) {
+        tail = atomic_load_explicit(&ring->tail, memory_order_acquire);
+        pos = head_page(head) & (ring->npages - 1);
+        skip = pos + total > ring->npages ? ring->npages - pos : 0;
+        span = skip + total;
+        /* The run must not reach the oldest page still held; the skipped
+         * tail holds nothing, so an empty arena takes any run that fits. */
+        if (head_chunk(head) - head_chunk(tail) >= ring->nchunks ||
+            (head_page(head) != head_page(tail) &&
+             head_page(head) - head_page(tail) + span > ring->npages))
+            return PDX_ERR_AGAIN;
+        if (atomic_compare_exchange_weak_explicit(&ring->head, &head,
+                                                  head_make(head_chunk(head) + 1,
+                                                            head_page(head) + span),
+                                                  memory_order_acquire, memory_order_relaxed))
+            break;
+    }
+
+    c = head_chunk(head);
+    cell = &ring->cells[c & (ring->nchunks - 1)];
+    cell->page_pos = skip ? 0 : pos;
+    cell->page_span = span;
+    cell->chunk = *chunk;
+    dst = ring->pages + cell->page_pos;
+    for (uint32_t g = 0; g < chunk->ngroups; g++) {
+        cell->chunk.npages[g] = pages[g].npages;
+        memcpy(dst, pages[g].pages, (size_t)pages[g].npages * sizeof(*dst));
+        dst += pages[g].npages;
+    }
+    atomic_store_explicit(&cell->seq, (uint64_t)c + 1, memory_order_release);
+    note_high_water(ring, c + 1 - head_chunk(tail));
+    return PDX_OK;
+}
+
+pdx_ring_cell_t *pdx_ring_pop(pdx_ring_t *ring)
+{
+    pdx_ring_cell_t *cell = &ring->cells[ring->next & (ring->nchunks - 1)];
+
+    /* seq is a full 64-bit count: compare its low 32 bits with ours. */
+    if ((uint32_t)atomic_load_explicit(&cell->seq, memory_order_acquire) != ring->next + 1)
+        return NULL;
+    ring->next++;
+    return cell;
+}
+
+void pdx_ring_cell_pages(const pdx_ring_t *ring, const pdx_ring_cell_t *cell, pdx_pages_t *out)
+{
+    const uint32_t *p = ring->pages + cell->page_pos;
+
+    for (uint32_t g = 0; g < cell->chunk.ngroups; g++) {
+        out[g].pages = p;
+        out[g].npages = cell->chunk.npages[g];
+        p += cell->chunk.npages[g];
+    }
+}
+
+void pdx_ring_done(pdx_ring_t *ring, pdx_ring_cell_t *cell)
+{
+    uint32_t mask = ring->nchunks - 1;
+    uint32_t i = (uint32_t)(cell - ring->cells);
+    bool moved = false;
+
+    ring->done[i] = true;
+    while (ring->done_tail != ring->next && ring->done[ring->done_tail & mask]) {
+        pdx_ring_cell_t *c = &ring->cells[ring->done_tail & mask];
+
+        ring->done[ring->done_tail & mask] = false;
+        ring->done_page += c->page_span;
+        ring->done_tail++;
+        moved = true;
+    }
+    if (moved)
+        atomic_store_explicit(&ring->tail, head_make(ring->done_tail, ring->done_page),
+                              memory_order_release);
+}
+
+uint32_t pdx_ring_count(const pdx_ring_t *ring)
+{
+    uint64_t head = atomic_load_explicit(&ring->head, memory_order_relaxed);
+    uint64_t tail = atomic_load_explicit(&ring->tail, memory_order_relaxed);
+
+    return head_chunk(head) - head_chunk(tail);
+}

@@ -1,0 +1,247 @@
+/* The room table; see room.h for the concurrency rules. */
+#include "room.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define NO_OBJ UINT32_MAX
+
+static inline uint32_t slot_obj(uint64_t v)  { return (uint32_t)(v >> 32) - 1; }
+static inline uint32_t slot_hash(uint64_t v) { return (uint32_t)v; }
+static inline uint64_t slot_make(uint32_t obj, uint32_t hash)
+{
+    return ((uint64_t)obj + 1) << 32 | hash;
+}
+
+pdx_status_t pdx_room_table_init(pdx_room_table_t *table, uint32_t capacity)
+{
+    uint32_t nslots;
+
+    if (capacity == 0 || capacity > (1u << 30))
+        return PDX_ERR_INVALID;
+    memset(table, 0, sizeof(*table));
+    nslots = pdx_pow2_ceil(capacity * 2);  /* load factor <= 1/2 */
+    table->index = calloc(nslots, sizeof(*table->index));
+    if (!table->index)
+        goto err;
+    table->objs = calloc(capacity, sizeof(*table->objs));
+    if (!table->objs)
+        goto err_free_index;
+    if (pthread_mutex_init(&table->lock, NULL) != 0)
+        goto err_free_objs;
+    table->mask = nslots - 1;
+    table->capacity = capacity;
+    for (uint32_t i = 0; i < capacity; i++) {
+        atomic_init(&table->objs[i].gen, 1); /* odd: free */
+        table->objs[i].next_free = i + 1 < capacity ? i + 1 : NO_OBJ;
+    }
+    table->free_head = 0;
+    return PDX_OK;
+
+err_free_objs:
+    free(table->objs);
+err_free_index:
+    free(table->index);
+err:
+    return PDX_ERR_NOMEM;
+}
+
+void pdx_room_table_fini(pdx_room_table_t *table)
+{
+    pthread_mutex_destroy(&table->lock);
+    free(table->objs);
+    free(table->index);
+}
+
+/* A consistent read of an object's id and state; false if it changed. */
+static bool obj_read(pdx_room_obj_t *obj, uint64_t id, int32_t *state_p)
+{
+    uint32_t gen = atomic_load_explicit(&obj->gen, memory_order_acquire);
+    int32_t state;
+
+    if (gen & 1)
+        return false;
+    if (atomic_load_explicit(&obj->id, memory_order_acquire) != id)
+        return false;
+    /* The acquire loads above keep this re-read of gen after them. */
+    state = atomic_load_explicit(&obj->state, memory_order_acquire);
+    if (atomic_load_explicit(&obj->gen, memory_order_acquire) != gen)
+        return false;
+    *state_p = state;
+    return true;
+}
+
+static pdx_room_obj_t *find(pdx_room_table_t *table, uint64_t id, int32_t *state_p)
+{
+    uint32_t hash = (uint32_t)pdx_hash64(id);
+
+    for (;;) {
+        uint32_t seq = atomic_load_explicit(&table->seq, memory_order_acquire);
+
+        if (!(seq & 1)) {
+            for (uint32_t i = hash & table->mask;; i = (i + 1) & table->mask) {
+                uint64_t v = atomic_load_explicit(&table->index[i], memory_order_acquire);
+                pdx_room_obj_t *obj;
+
+                if (v == 0)
+                    break;
+                if (slot_hash(v) != hash)
+                    continue;
+                obj = &table->objs[slot_obj(v)];
+                if (obj_read(obj, id, state_p))
+                    return obj;
+            }
+            /* A miss counts only if no removal shifted the index meanwhile
+             * (the slot loads above are acquire, so this load stays last). */
+            if (atomic_load_explicit(&table->seq, memory_order_acquire) == seq)
+                return NULL;
+        }
+        pdx_cpu_relax();
+    }
+}
+
+pdx_room_obj_t *pdx_room_lookup(pdx_room_table_t *table, uint64_t id)
+{
+    int32_t state;
+
+    return find(table, id, &state);
+}
+
+pdx_room_state_t pdx_room_poll(pdx_room_table_t *table, uint64_t id)
+{
+    int32_t state;
+
+    return find(table, id, &state) ? (pdx_room_state_t)state : PDX_ROOM_NONE;
+}
+
+pdx_status_t pdx_room_insert(pdx_room_table_t *table, uint64_t id, pdx_room_state_t state,
+                             pdx_room_obj_t **obj_p)
+{
+    uint32_t hash = (uint32_t)pdx_hash64(id);
+    pdx_room_obj_t *obj;
+    uint32_t i, o;
+
+    pthread_mutex_lock(&table->lock);
+    for (i = hash & table->mask;; i = (i + 1) & table->mask) {
+        uint64_t v = atomic_load_explicit(&table->index[i], memory_order_relaxed);
+
+        if (v == 0)
+            break;
+        obj = &table->objs[slot_obj(v)];
+        if (atomic_load_explicit(&obj->id, memory_order_relaxed) == id) {
+            pthread_mutex_unlock(&table->lock);
+            if (obj_p)
+                *obj_p = obj;
+            return PDX_ERR_EXISTS;
+        }
+    }
+    if (table->free_head == NO_OBJ) {
+        pthread_mutex_unlock(&table->lock);
+        return PDX_ERR_FULL;
+    }
+    o = table->free_head;
+    obj = &table->objs[o];
+    table->free_head = obj->next_free;
+    table->used++;
+
+    /* gen is odd (free) here: readers ignore the object while it fills. */
+    atomic_store_explicit(&obj->id, id, memory_order_relaxed);
+    atomic_store_explicit(&obj->state, state, memory_order_relaxed);
+    atomic_store_explicit(&obj->fail_claim, 0, memory_order_relaxed);
+    obj->fail_status = PDX_OK;
+    obj->fail_msg[0] = '\0';
+    atomic_fetch_add_explicit(&obj->gen, 1, memory_order_release);   /* -> even: live */
+    atomic_store_explicit(&table->index[i], slot_make(o, hash), memory_order_release);
+    pthread_mutex_unlock(&table->lock);
+    if (obj_p)
+        *obj_p = obj;
+    return PDX_OK;
+}
+
+pdx_status_t pdx_room_remove(pdx_room_table_t *table, uint64_t id)
+{
+    uint32_t hash = (uint32_t)pdx_hash64(id);
+    uint32_t i, o;
+    pdx_room_obj_t *obj = NULL;
+
+    pthread_mutex_lock(&table->lock);
+    for (i = hash & table->mask;; i = (i + 1) & table->mask) {
+        uint64_t v = atomic_load_explicit(&table->index[i], memory_order_relaxed);
+
+        if (v == 0)
+            break;
+        if (atomic_load_explicit(&table->objs[slot_obj(v)].id, memory_order_relaxed) == id) {
+            obj = &table->objs[slot_obj(v)];
+            break;
+        }
+    }
+    if (!obj) {
+        pthread_mutex_unlock(&table->lock);
+        return PDX_ERR_NOT_FOUND;
+    }
+    o = (uint32_t)(obj - table->objs);
+
+    /* Retire the object first: from here no reader reports it. */
+    atomic_fetch_add_explicit(&obj->gen, 1, memory_order_release);   /* -> odd */
+
+    /* Backward-shift deletion, bracketed by the index sequence. */
+    atomic_fetch_add_explicit(&table->seq, 1, memory_order_acq_rel);
+    for (uint32_t j = (i + 1) & table->mask;; j = (j + 1) & table->mask) {
+        uint64_t v = atomic_load_explicit(&table->index[j], memory_order_relaxed);
+        uint32_t home;
+
+        if (v == 0)
+            break;
+        home = slot_hash(v) & table->mask;
+        /* Move v into the hole at i unless its home lies cyclically in (i, j]. */
+        if (((j - home) & table->mask) >= ((j - i) & table->mask)) {
+            atomic_store_explicit(&table->index[i], v, memory_order_relaxed);
+            i = j;
+        }
+    }
+    atomic_store_explicit(&table->index[i], 0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&table->seq, 1, memory_order_release);
+
+    obj->next_free = table->free_head;
+    table->free_head = o;
+    table->used--;
+    pthread_mutex_unlock(&table->lock);
+    return PDX_OK;
+}
+
+static bool is_terminal(int32_t state)
+{
+    return state == PDX_ROOM_SUCCESS || state == PDX_ROOM_FAILED;
+}
+
+bool pdx_room_advance(pdx_room_obj_t *room, pdx_room_state_t to)
+{
+    int32_t cur = atomic_load_explicit(&room->state, memory_order_acquire);
+
+    do {
+        if (is_terminal(cur) || (to != PDX_ROOM_FAILED && (int32_t)to <= cur))
+            return false;
+    } while (!atomic_compare_exchange_weak_explicit(&room->state, &cur, (int32_t)to,
+                                                    memory_order_acq_rel, memory_order_acquire));
+    return true;
+}
+
+bool pdx_room_fail(pdx_room_obj_t *room, pdx_status_t status, const char *fmt, ...)
+{
+    uint32_t expected = 0;
+    va_list ap;
+
+    if (is_terminal(atomic_load_explicit(&room->state, memory_order_acquire)))
+        return false;
+    if (!atomic_compare_exchange_strong_explicit(&room->fail_claim, &expected, 1,
+                                                 memory_order_acq_rel, memory_order_acquire))
+        return false; /* another thread is failing it; its message wins */
+    room->fail_status = status;
+    va_start(ap, fmt);
+    vsnprintf(room->fail_msg, sizeof(room->fail_msg), fmt, ap);
+    va_end(ap);
+    /* The release in advance() publishes the message with the state. */
+    return pdx_room_advance(room, PDX_ROOM_FAILED);
+}

@@ -1,0 +1,96 @@
+/*
+ * The room table: caller-chosen 64-bit ids -> room objects, fixed capacity.
+ *
+ * Room objects live in a preallocated array and never move; an open-
+ * addressing index (linear probing, backward-shift deletion) maps ids to
+ * them. Inserting and removing take the table's mutex; lookups, polls and
+ * state changes take no lock:
+ *
+ * - an index slot packs (object index + 1, 32 bits of the id's hash); a
+ *   lookup that misses while a removal shifted the index retries (the index
+ *   has a sequence counter, odd while it is being shifted);
+ * - an object carries a generation, odd while it is free or being filled;
+ *   a reader checks the id and an unchanged, even generation around its
+ *   loads, so a poll racing a release never reports a recycled room;
+ * - state changes are compare-and-swap; SUCCESS and FAILED are terminal.
+ */
+#ifndef PDX_ROOM_H
+#define PDX_ROOM_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "pdx/pdx.h"
+#include "util.h"
+
+#define PDX_ROOM_ERR_MAX 160
+
+typedef struct pdx_room_obj {
+    _Atomic uint32_t gen;            /* odd while free or being filled */
+    _Atomic int32_t  state;          /* pdx_room_state_t */
+    _Atomic uint64_t id;
+    _Atomic uint32_t fail_claim;     /* 1 once a thread started failing the room */
+    pdx_status_t     fail_status;    /* written before state becomes FAILED */
+    char             fail_msg[PDX_ROOM_ERR_MAX];
+    uint32_t         next_free;      /* free list, under the table mutex */
+} pdx_room_obj_t;
+
+typedef struct pdx_room_table {
+    pthread_mutex_t   lock;          /* insert, remove, free list */
+    _Atomic uint32_t  seq;           /* odd while the index is being shifted */
+    uint32_t          mask;          /* index slots - 1 */
+    uint32_t          capacity;      /* room objects */
+    uint32_t          used;
+    uint32_t          free_head;
+    _Atomic uint64_t *index;         /* 0: empty; else (obj + 1) << 32 | hash32 */
+    pdx_room_obj_t   *objs;
+} pdx_room_table_t;
+
+pdx_status_t pdx_room_table_init(pdx_room_table_t *table, uint32_t capacity);
+void pdx_room_table_fini(pdx_room_table_t *table);
+
+/*
+ * Insert `id` in `state`. PDX_ERR_EXISTS (and *obj_p set to the present
+ * room) when the id is in the table; PDX_ERR_FULL at capacity.
+ */
+pdx_status_t pdx_room_insert(pdx_room_table_t *table, uint64_t id, pdx_room_state_t state,
+                             pdx_room_obj_t **obj_p);
+
+/* The room object of `id`, or NULL. Lock-free. The object stays valid until
+ * the id is removed, which only its owner does. */
+pdx_room_obj_t *pdx_room_lookup(pdx_room_table_t *table, uint64_t id);
+
+/* State of `id`, or PDX_ROOM_NONE: a lookup plus atomic loads. */
+pdx_room_state_t pdx_room_poll(pdx_room_table_t *table, uint64_t id);
+
+/* Remove `id`; PDX_ERR_NOT_FOUND when absent. */
+pdx_status_t pdx_room_remove(pdx_room_table_t *table, uint64_t id);
+
+/*
+ * Move a room forward: to a state above the current one, or to FAILED.
+ * Returns false (and changes nothing) once the room is terminal or when `to`
+ * is not forward.
+ */
+bool pdx_room_advance(pdx_room_obj_t *room, pdx_room_state_t to);
+
+/*
+ * Fail the room with a status and message; only the first caller's message
+ * is kept. Returns false when the room was already terminal (a late failure
+ * never turns SUCCESS into FAILED).
+ */
+bool pdx_room_fail(pdx_room_obj_t *room, pdx_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static inline pdx_room_state_t pdx_room_state(const pdx_room_obj_t *room)
+{
+    return (pdx_room_state_t)atomic_load_explicit(&room->state, memory_order_acquire);
+}
+
+/* Home index slot of an id (tests build colliding ids with it). */
+static inline uint32_t pdx_room_home(const pdx_room_table_t *table, uint64_t id)
+{
+    return (uint32_t)pdx_hash64(id) & table->mask;
+}
+
+#endif

@@ -1,0 +1,194 @@
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+
+Test(config, every_default_parses)
+{
+    size_t n;
+    const pdx_config_row_t *rows = pdx_config_table(&n);
+    pdx_config_t cfg;
+    char err[256];
+
+    cr_assert_gt(n, 20);
+    for (size_t i = 0; i < n; i++) {
+        pdx_status_t st = rows[i].parse(&rows[i], rows[i].defval, (char *)&cfg + rows[i].offset,
+                                        err, sizeof(err));
+        cr_expect_eq(st, PDX_OK, "%s default \"%s\": %s", rows[i].name, rows[i].defval, err);
+        cr_expect_neq(rows[i].bit, 0, "%s has no field bit", rows[i].name);
+        for (size_t j = 0; j < i; j++)
+            cr_expect_neq(rows[i].bit, rows[j].bit, "%s and %s share a bit", rows[i].name,
+                          rows[j].name);
+    }
+}
+
+Test(config, defaults_are_valid)
+{
+    pdx_config_t cfg;
+    char err[256] = "";
+
+    cr_assert_eq(pdx_config_init(&cfg), PDX_OK);
+    cr_expect_eq(pdx_config_check(&cfg, err, sizeof(err)), PDX_OK, "%s", err);
+    cr_expect_eq(cfg.shards, 4);
+    cr_expect_eq(cfg.max_msg_size, 1u << 20);
+    cr_expect_eq(cfg.ib_gid_index, -1);
+    cr_expect_eq(cfg.ib_hop_limit, 64);
+    cr_expect_eq(cfg.flush, PDX_MODE_AUTO);
+    cr_expect_eq(cfg.log_level, PDX_LOG_WARN);
+    cr_expect_str_eq(cfg.transport, "auto");
+}
+
+Test(config, environment_overrides_defaults)
+{
+    pdx_config_t cfg;
+
+    setenv("PDX_SHARDS", "8", 1);
+    setenv("PDX_MAX_MSG_SIZE", "256K", 1);
+    setenv("PDX_FLUSH", "off", 1);
+    setenv("PDX_LOG", "debug", 1);
+    setenv("PDX_TRANSPORT", "tcp", 1);
+    setenv("PDX_IB_GID_INDEX", "3", 1);
+    cr_assert_eq(pdx_config_init(&cfg), PDX_OK);
+    cr_expect_eq(cfg.shards, 8);
+    cr_expect_eq(cfg.max_msg_size, 256u << 10);
+    cr_expect_eq(cfg.flush, PDX_MODE_OFF);
+    cr_expect_eq(cfg.log_level, PDX_LOG_DEBUG);
+    cr_expect_str_eq(cfg.transport, "tcp");
+    cr_expect_eq(cfg.ib_gid_index, 3);
+}
+
+/* Parse one bad value through its row and check the message names the variable. */
+static void expect_rejected(const char *name, const char *value)
+{
+    size_t n;
+    const pdx_config_row_t *rows = pdx_config_table(&n);
+    pdx_config_t cfg;
+    char err[256] = "";
+
+    for (size_t i = 0; i < n; i++) {
+        if (strcmp(rows[i].name, name) != 0)
+            continue;
+        cr_expect_eq(rows[i].parse(&rows[i], value, (char *)&cfg + rows[i].offset, err,
+                                   sizeof(err)), PDX_ERR_INVALID, "%s=%s accepted", name, value);
+        cr_expect(strstr(err, name) != NULL, "message \"%s\" does not name %s", err, name);
+        return;
+    }
+    cr_assert_fail("no row %s", name);
+}
+
+Test(config, bad_values_are_rejected_with_the_variable_named)
+{
+    expect_rejected("PDX_SHARDS", "abc");
+    expect_rejected("PDX_SHARDS", "0");
+    expect_rejected("PDX_SHARDS", "8x");
+    expect_rejected("PDX_SHARDS", "");
+    expect_rejected("PDX_SHARDS", "99999999999999999999999");
+    expect_rejected("PDX_FLUSH", "maybe");
+    expect_rejected("PDX_DMABUF", "on");
+    expect_rejected("PDX_TRANSPORT", "ucx");
+    expect_rejected("PDX_LOG", "loud");
+    expect_rejected("PDX_MAX_MSG_SIZE", "1T");
+    expect_rejected("PDX_MAX_MSG_SIZE", "-1");
+    expect_rejected("PDX_IB_RNR_RETRY", "7");
+    expect_rejected("PDX_IB_GID_INDEX", "-2");
+}
+
+Test(config, bad_environment_fails_init_but_keeps_the_rest)
+{
+    pdx_config_t cfg;
+
+    setenv("PDX_SHARDS", "many", 1);
+    setenv("PDX_SQ_DEPTH", "512", 1);
+    cr_expect_eq(pdx_config_init(&cfg), PDX_ERR_INVALID);
+    cr_expect_eq(cfg.shards, 4);
+    cr_expect_eq(cfg.sq_depth, 512);
+}
+
+Test(config, set_by_name)
+{
+    pdx_config_t cfg;
+
+    pdx_config_init(&cfg);
+    cr_expect_eq(pdx_config_set(&cfg, "PDX_ROOMS", "0x100"), PDX_OK);
+    cr_expect_eq(cfg.rooms, 256);
+    cr_expect_eq(pdx_config_set(&cfg, "PDX_NOPE", "1"), PDX_ERR_NOT_FOUND);
+    cr_expect_eq(pdx_config_set(&cfg, "PDX_ROOMS", "1"), PDX_ERR_INVALID);
+    cr_expect_eq(cfg.rooms, 256);
+    cr_expect_eq(pdx_config_set(NULL, "PDX_ROOMS", "1"), PDX_ERR_INVALID);
+}
+
+Test(config, program_overrides_environment_by_field_mask)
+{
+    pdx_config_t user, cfg;
+
+    setenv("PDX_SHARDS", "9", 1);
+    setenv("PDX_SQ_DEPTH", "1024", 1);
+    memset(&user, 0, sizeof(user));
+    user.field_mask = PDX_CONFIG_FIELD_SHARDS;
+    user.shards = 3;
+    user.sq_depth = 7; /* no bit: ignored */
+    cr_assert_eq(pdx_config_resolve(&user, &cfg), PDX_OK);
+    cr_expect_eq(cfg.shards, 3);
+    cr_expect_eq(cfg.sq_depth, 1024);
+}
+
+Test(config, rules_between_fields)
+{
+    pdx_config_t cfg;
+    char err[256] = "";
+
+    pdx_config_init(&cfg);
+    cfg.sq_depth = 16;
+    cfg.signal_every = 9;
+    cr_expect_eq(pdx_config_check(&cfg, err, sizeof(err)), PDX_ERR_INVALID);
+    cr_expect(strstr(err, "PDX_SIGNAL_EVERY") != NULL, "%s", err);
+    cfg.signal_every = 8;
+    cr_expect_eq(pdx_config_check(&cfg, err, sizeof(err)), PDX_OK, "%s", err);
+}
+
+Test(config, print_shows_values)
+{
+    pdx_config_t cfg;
+    char *buf = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&buf, &len);
+
+    pdx_config_init(&cfg);
+    cfg.shards = 12;
+    pdx_config_print(out, &cfg);
+    fclose(out);
+    cr_expect(strstr(buf, "PDX_SHARDS                 12") != NULL, "%s", buf);
+    cr_expect(strstr(buf, "PDX_IB_GID_INDEX           -1") != NULL, "%s", buf);
+    free(buf);
+}
+
+/* The README's table is generated from the table; they must not drift. */
+Test(config, readme_table_matches)
+{
+    static const char begin[] = "<!-- config:begin -->\n", end[] = "<!-- config:end -->";
+    char *want = NULL, *readme;
+    size_t want_len = 0, n;
+    FILE *out = open_memstream(&want, &want_len);
+    FILE *in = fopen(PDX_SOURCE_DIR "/README.md", "r");
+    char *from, *to;
+
+    pdx_config_print_markdown(out);
+    fclose(out);
+    cr_assert_not_null(in, "README.md not found");
+    readme = calloc(1, 1 << 20);
+    n = fread(readme, 1, (1 << 20) - 1, in);
+    fclose(in);
+    readme[n] = '\0';
+    from = strstr(readme, begin);
+    cr_assert_not_null(from, "README.md lacks %s", begin);
+    from += strlen(begin);
+    to = strstr(from, end);
+    cr_assert_not_null(to, "README.md lacks %s", end);
+    *to = '\0';
+    cr_expect_str_eq(from, want, "README table differs: regenerate it with "
+                     "`pdx-info --config --markdown`");
+    free(readme);
+    free(want);
+}
