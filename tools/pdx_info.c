@@ -1,0 +1,45 @@
+/* pdx-info: what this pdx build is and how it is configured. */
+#include <stdio.h>
+#include <string.h>
+
+#include "config.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out, "usage: pdx-info [--version] [--config [--markdown]]\n"
+                 "  --version   library and protocol version\n"
+                 "  --config    every PDX_* variable: current value, default, meaning\n"
+                 "  --markdown  with --config: the README's table\n");
+}
+
+int main(int argc, char **argv)
+{
+    int config = 0, markdown = 0;
+    pdx_config_t cfg;
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--config") == 0) {
+            config = 1;
+        } else if (strcmp(argv[i], "--markdown") == 0) {
+            markdown = 1;
+        } else if (strcmp(argv[i], "--version") == 0) {
+            printf("pdx %s, protocol %d\n", pdx_version(), PDX_PROTOCOL_VERSION);
+            return 0;
+        } else {
+            usage(strcmp(argv[i], "--help") == 0 ? stdout : stderr);
+            return strcmp(argv[i], "--help") == 0 ? 0 : 2;
+        }
+    }
+    if (markdown) {
+        pdx_config_print_markdown(stdout);
+        return 0;
+    }
+    if (!config) {
+        printf("pdx %s, protocol %d\n", pdx_version(), PDX_PROTOCOL_VERSION);
+        return 0;
+    }
+    if (pdx_config_init(&cfg) != PDX_OK)
+        fprintf(stderr, "pdx-info: some PDX_* variables are invalid (see above); showing the rest\n");
+    pdx_config_print(stdout, &cfg);
+    return 0;
+}

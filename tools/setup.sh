@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs every Debian 12 package pdx's build and tests need. Idempotent:
+# does nothing when all are present. Run as root (or with sudo available).
+set -euo pipefail
+
+packages=(
+  gcc libc6-dev make cmake ninja-build pkg-config   # toolchain
+  libcriterion-dev                                  # unit tests
+  iproute2 procps                                   # tests and demo helpers
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  exit 0
+fi
+
+sudo=""
+if [ "$(id -u)" -ne 0 ]; then
+  command -v sudo >/dev/null || { echo "setup.sh: need root to install: ${missing[*]}" >&2; exit 1; }
+  sudo=sudo
+fi
+echo "setup.sh: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$sudo apt-get update -qq
+$sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
