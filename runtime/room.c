@@ -55,8 +55,7 @@ void pdx_room_table_fini(pdx_room_table_t *table)
     free(table->index);
 }
 
-/* A consistent read of an object's id and state; false if it changed. */
-static bool obj_read(pdx_room_obj_t *obj, uint64_t id, int32_t *state_p)
+bool pdx_room_read(pdx_room_obj_t *obj, uint64_t id, int32_t *state_p)
 {
     uint32_t gen = atomic_load_explicit(&obj->gen, memory_order_acquire);
     int32_t state;
@@ -90,7 +89,7 @@ static pdx_room_obj_t *find(pdx_room_table_t *table, uint64_t id, int32_t *state
                 if (slot_hash(v) != hash)
                     continue;
                 obj = &table->objs[slot_obj(v)];
-                if (obj_read(obj, id, state_p))
+                if (pdx_room_read(obj, id, state_p))
                     return obj;
             }
             /* A miss counts only if no removal shifted the index meanwhile

@@ -61,6 +61,13 @@ pdx_status_t pdx_room_insert(pdx_room_table_t *table, uint64_t id, pdx_room_stat
  * the id is removed, which only its owner does. */
 pdx_room_obj_t *pdx_room_lookup(pdx_room_table_t *table, uint64_t id);
 
+/*
+ * A consistent read of a room object that may have been released or
+ * recycled since the caller found it: true and its state only if it is live
+ * and still holds `id`.
+ */
+bool pdx_room_read(pdx_room_obj_t *obj, uint64_t id, int32_t *state_p);
+
 /* State of `id`, or PDX_ROOM_NONE: a lookup plus atomic loads. */
 pdx_room_state_t pdx_room_poll(pdx_room_table_t *table, uint64_t id);
 

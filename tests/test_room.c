@@ -111,6 +111,25 @@ Test(room, churn_matches_model)
     }
 }
 
+/* A reader holding a stale object pointer never sees a recycled room. */
+Test(room, stale_object_is_not_reported)
+{
+    pdx_room_obj_t *a, *b;
+    int32_t state = -7;
+
+    cr_assert_eq(pdx_room_insert(&table, 11, PDX_ROOM_TRANSFERRING, &a), PDX_OK);
+    cr_expect(pdx_room_read(a, 11, &state));
+    cr_expect_eq(state, PDX_ROOM_TRANSFERRING);
+    cr_expect_not(pdx_room_read(a, 12, &state), "another id matched");
+    cr_assert_eq(pdx_room_remove(&table, 11), PDX_OK);
+    cr_expect_not(pdx_room_read(a, 11, &state), "a released room was reported");
+    cr_assert_eq(pdx_room_insert(&table, 12, PDX_ROOM_WAITING, &b), PDX_OK);
+    cr_assert_eq(a, b, "the free list should hand the object out again");
+    cr_expect_not(pdx_room_read(a, 11, &state), "a recycled room was reported under its old id");
+    cr_expect(pdx_room_read(b, 12, &state));
+    cr_expect_eq(state, PDX_ROOM_WAITING);
+}
+
 Test(room, states_move_forward_and_terminal_states_stay)
 {
     pdx_room_obj_t *obj;
