@@ -42,7 +42,12 @@ typedef struct pdx_layout {
 pdx_status_t pdx_layout_from_desc(const pdx_layout_desc_t *desc, pdx_layout_t **layout_p,
                                   char *err, size_t errlen);
 
-/* Allocate a layout with room for ngroups groups of nbuffers[g] buffers. */
+/*
+ * Allocate a layout with room for ngroups groups of nbuffers[g] buffers. A
+ * layout filled from a peer's descriptor must pass the checks of
+ * pdx_layout_from_desc (counts, offsets and sizes that do not overflow):
+ * plan.c relies on them.
+ */
 pdx_layout_t *pdx_layout_alloc(uint32_t ngroups, const uint32_t *nbuffers);
 void pdx_layout_free(pdx_layout_t *layout);
 

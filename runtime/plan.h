@@ -11,7 +11,11 @@
  * Buffers are matched by (group, layer, part) for the layers both layouts
  * hold, or index by index for PDX_GROUP_NO_LAYERS groups. Groups flagged
  * PDX_GROUP_STATE are planned only when PDX_PLAN_STATE is passed (the
- * last chunk).
+ * last chunk); the page lists of a skipped group are not read.
+ *
+ * Runs are cut at byte boundaries: a run cut by max_msg_size may end inside
+ * a page and the next one resumes there. The page lists are read lazily, so
+ * they must stay unchanged until the plan is exhausted.
  */
 #ifndef PDX_PLAN_H
 #define PDX_PLAN_H
@@ -43,6 +47,13 @@ typedef struct pdx_plan {
     uint32_t            part;
     uint32_t            page;       /* next page index in the group's lists */
     uint64_t            page_done;  /* bytes of `page` already emitted */
+    /* private, set by pdx_plan_init(); a failed init leaves ngroups 0 */
+    uint32_t            ngroups;
+    uint32_t            nlayers;    /* layers both layouts hold */
+    uint32_t            src_layer0; /* first common layer - src->layer_begin */
+    uint32_t            dst_layer0; /* first common layer - dst->layer_begin */
+    uint32_t            planned;    /* bit g: group g yields runs */
+    uint32_t            contiguous; /* bit g: group g's lists are one segment */
 } pdx_plan_t;
 
 pdx_status_t pdx_plan_init(pdx_plan_t *plan, const pdx_layout_t *src, const pdx_layout_t *dst,
