@@ -69,6 +69,12 @@ function(pdx_test name)
     set(ARG_TIMEOUT 300)
   endif()
   set_tests_properties(${name} PROPERTIES TIMEOUT ${ARG_TIMEOUT})
+  if(PDX_SANITIZE)
+    # Criterion reports a sanitizer finding in a test's worker (a leak at
+    # exit, say) without failing the test: the report itself fails it.
+    set_tests_properties(${name} PROPERTIES FAIL_REGULAR_EXPRESSION
+      "ERROR: (Address|Leak|Thread)Sanitizer;WARNING: ThreadSanitizer;runtime error:")
+  endif()
 endfunction()
 
 function(pdx_install)
