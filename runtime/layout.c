@@ -71,6 +71,10 @@ pdx_status_t pdx_layout_from_desc(const pdx_layout_desc_t *desc, pdx_layout_t **
                      PDX_LAYOUT_MAX_BUFFERS);
             return PDX_ERR_INVALID;
         }
+        if (gd->flags & ~(uint32_t)(PDX_GROUP_NO_LAYERS | PDX_GROUP_STATE)) {
+            snprintf(err, errlen, "group %u: unknown flags 0x%x", g, gd->flags);
+            return PDX_ERR_INVALID;
+        }
         if (!(gd->flags & PDX_GROUP_NO_LAYERS) && want != gd->nbuffers) {
             snprintf(err, errlen, "group %u: %u buffers, but %u layers x %u per layer", g,
                      gd->nbuffers, layer_end - layer_begin, gd->buffers_per_layer);

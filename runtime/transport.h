@@ -88,7 +88,7 @@ typedef struct pdx_tp_wc {
     uint32_t        byte_len;   /* RECV: bytes received */
 } pdx_tp_wc_t;
 
-/* The largest SEND payload (a notify record or a control message). */
+/* The largest SEND payload: a notify record (wire.h) fits. */
 #define PDX_TP_SEND_MAX 64
 
 typedef struct pdx_tp_ep_attr {

@@ -296,6 +296,9 @@ PDX_API pdx_status_t pdx_peer_connect(pdx_engine_t *engine, const char *addr, in
 
 /* ----------------------------------------------------------------- rooms */
 
+#define PDX_MAX_ROOM_PAGES (1u << 19) /* page indices of one pdx_expect, all groups */
+#define PDX_MAX_SENDERS    1024u      /* senders of one room */
+
 /* One page list per buffer group, in the group order of the layout. */
 typedef struct pdx_pages {
     const uint32_t *pages;
@@ -315,9 +318,11 @@ typedef struct pdx_region {
  * (dst holds one list per group) and, with the last chunk, aux bytes into
  * `aux` (NULL: none). nsenders is how many prefill ranks behind this peer
  * send for the room (each a last chunk or a status-only notify). The room is
- * WAITING on return and FAILED if not SUCCESS within timeout_ms. The page
- * arrays may be freed on return; the destination pages must not be reused
- * until pdx_release() returned PDX_OK. Call once per prefill peer.
+ * WAITING on return and FAILED if not SUCCESS within timeout_ms (<= 0:
+ * PDX_TRANSFER_TIMEOUT_MS). The page arrays may be freed on return; the
+ * destination pages must not be reused until pdx_release() returned PDX_OK.
+ * Call once per prefill peer. At most PDX_MAX_ROOM_PAGES page indices over
+ * all groups and PDX_MAX_SENDERS senders (PDX_ERR_INVALID beyond).
  */
 PDX_API pdx_status_t pdx_expect(pdx_engine_t *engine, uint32_t peer, pdx_room_t room,
                                 uint32_t layout, const pdx_pages_t *dst, const pdx_region_t *aux,

@@ -1,0 +1,260 @@
+/*
+ * wire: encode and decode of every control-channel message, and of the
+ * notify record that travels on data endpoints. Pure: no sockets, no
+ * threads, no logging; every function is safe from any thread.
+ *
+ * A frame is a 12-byte header followed by its body, every integer little
+ * endian:
+ *
+ *     magic u32 ("pdxw")  type u16  flags u16 (0)  body length u32  | body
+ *
+ * Strings travel as a u16 length and that many bytes (no NUL inside); they
+ * decode into fixed char arrays, always NUL-terminated. Counts and lengths
+ * are bounded (PDX_WIRE_MAX_*) so that every frame fits PDX_WIRE_MAX_FRAME
+ * and a reader can frame a stream with one buffer of that size:
+ * pdx_wire_peek() says whether a whole frame is there, then pdx_wire_decode()
+ * checks every length against the bytes present and the limits before
+ * reading. Malformed, truncated or oversized input is PDX_ERR_PROTO with a
+ * static reason. HELLO decodes whatever protocol version it carries; the
+ * handshake compares versions (PDX_ERR_VERSION is decided there).
+ *
+ * Encoders write into a caller buffer: PDX_ERR_RANGE (nothing written) when
+ * it is too small, PDX_ERR_INVALID when the message breaks a limit the
+ * decoder enforces, so whatever encodes also decodes.
+ *
+ * wire.c: frames, HELLO, EP, ABORT, ABORT_ACK, HEARTBEAT, ERROR, notify;
+ * wire_desc.c: MEM, LAYOUT, ROOM; wire_buf.h: their byte readers/writers.
+ */
+#ifndef PDX_WIRE_H
+#define PDX_WIRE_H
+
+#include "layout.h"
+#include "transport.h"
+
+#define PDX_WIRE_MAGIC        0x77786470u  /* "pdxw" on the wire */
+#define PDX_WIRE_HEADER_SIZE  12u
+#define PDX_WIRE_MAX_FRAME    (4u << 20)   /* header included */
+
+#define PDX_WIRE_HOST_MAX       64         /* HELLO host name, bytes */
+#define PDX_WIRE_TRANSPORT_MAX  32         /* HELLO transport name, bytes */
+#define PDX_WIRE_REASON_MAX     256        /* ABORT reason, ERROR message, bytes */
+#define PDX_WIRE_ID_SIZE        16         /* engine identity, random bytes */
+#define PDX_WIRE_MAX_SHARDS     1024       /* HELLO nshards, EP shard */
+#define PDX_WIRE_MAX_MEMS       4096       /* MEM entries per message */
+#define PDX_WIRE_MAX_SENDERS    PDX_MAX_SENDERS    /* ROOM nsenders */
+#define PDX_WIRE_MAX_ROOM_PAGES PDX_MAX_ROOM_PAGES /* ROOM page indices, all groups */
+
+typedef enum pdx_wire_type {
+    PDX_WIRE_HELLO     = 1,
+    PDX_WIRE_MEM       = 2,
+    PDX_WIRE_LAYOUT    = 3,
+    PDX_WIRE_EP        = 4,
+    PDX_WIRE_ROOM      = 5,
+    PDX_WIRE_ABORT     = 6,
+    PDX_WIRE_ABORT_ACK = 7,
+    PDX_WIRE_HEARTBEAT = 8,
+    PDX_WIRE_ERROR     = 9,
+} pdx_wire_type_t;
+
+typedef struct pdx_wire_header {
+    uint16_t type;      /* a pdx_wire_type_t */
+    uint16_t flags;     /* none defined: 0 */
+    uint32_t body_len;
+} pdx_wire_header_t;
+
+/*
+ * HELLO: first message each way. The body begins with the version and later
+ * protocol versions only append to it, so a HELLO of another version still
+ * decodes (bytes after the fields known here are ignored for it).
+ */
+typedef struct pdx_wire_hello {
+    uint32_t version;                        /* PDX_PROTOCOL_VERSION */
+    uint64_t caps;                           /* capability bits */
+    uint8_t  id[PDX_WIRE_ID_SIZE];           /* engine identity */
+    uint32_t nshards;                        /* 1..PDX_WIRE_MAX_SHARDS */
+    char     host[PDX_WIRE_HOST_MAX + 1];
+    char     transport[PDX_WIRE_TRANSPORT_MAX + 1];
+} pdx_wire_hello_t;
+
+/* MEM: regions the peer may write into. */
+typedef struct pdx_wire_mem_entry {
+    uint32_t      mem;
+    pdx_tp_rkey_t rkey;                      /* len >= 1, addr + len does not wrap */
+} pdx_wire_mem_entry_t;
+
+typedef struct pdx_wire_mem {
+    uint32_t              count;             /* 0..PDX_WIRE_MAX_MEMS */
+    pdx_wire_mem_entry_t *entries;           /* decode: allocated, see pdx_wire_msg_free() */
+} pdx_wire_mem_t;
+
+/* LAYOUT: one of the sender's layouts, with the limits of layout.h. */
+typedef struct pdx_wire_layout {
+    uint32_t      id;
+    pdx_layout_t *layout;                    /* decode: allocated, see pdx_wire_msg_free() */
+} pdx_wire_layout_t;
+
+/* EP: the address of data endpoint `index` of shard `shard`. */
+typedef struct pdx_wire_ep {
+    uint32_t      shard;                     /* < PDX_WIRE_MAX_SHARDS */
+    uint32_t      index;
+    pdx_tp_addr_t addr;                      /* len <= PDX_TP_ADDR_MAX */
+} pdx_wire_ep_t;
+
+enum {
+    PDX_WIRE_ROOM_AUX = 1u << 0,             /* the aux region is set */
+};
+
+/*
+ * ROOM: what decode's pdx_expect() sends. The encoder takes the page lists
+ * as a separate argument; the decoder leaves them inside the frame and
+ * describes them in npages[] and pages_at[] (read them with
+ * pdx_wire_room_page() or pdx_wire_room_copy() while the frame's bytes are
+ * alive). Page values are not checked here: plan.c checks them against the
+ * layout.
+ */
+typedef struct pdx_wire_room {
+    uint64_t       room;
+    uint32_t       layout;                   /* decode's layout id */
+    uint32_t       nsenders;                 /* 1..PDX_WIRE_MAX_SENDERS */
+    uint32_t       timeout_ms;
+    uint32_t       flags;                    /* PDX_WIRE_ROOM_AUX */
+    pdx_region_t   aux;                      /* without PDX_WIRE_ROOM_AUX: all zero */
+    uint32_t       ngroups;                  /* 1..PDX_LAYOUT_MAX_GROUPS */
+    uint32_t       npages[PDX_LAYOUT_MAX_GROUPS];   /* decode only */
+    const uint8_t *pages_at[PDX_LAYOUT_MAX_GROUPS]; /* decode only: LE u32s in the frame */
+} pdx_wire_room_t;
+
+/* ABORT: fail the room on both sides. */
+typedef struct pdx_wire_abort {
+    uint64_t     room;
+    pdx_status_t status;                     /* an error (< 0) */
+    char         reason[PDX_WIRE_REASON_MAX + 1];
+} pdx_wire_abort_t;
+
+/* ABORT_ACK: the sender has nothing of the room in flight (the abort fence). */
+typedef struct pdx_wire_abort_ack {
+    uint64_t room;
+} pdx_wire_abort_ack_t;
+
+typedef struct pdx_wire_heartbeat {
+    uint64_t seq;
+    uint64_t time_ns;
+} pdx_wire_heartbeat_t;
+
+/* ERROR: something the peer should know; room 0 = not about a room. */
+typedef struct pdx_wire_error {
+    uint64_t     room;
+    pdx_status_t status;                     /* an error (< 0) */
+    char         message[PDX_WIRE_REASON_MAX + 1];
+} pdx_wire_error_t;
+
+/* A decoded frame. */
+typedef struct pdx_wire_msg {
+    pdx_wire_type_t type;
+    union {
+        pdx_wire_hello_t     hello;
+        pdx_wire_mem_t       mem;
+        pdx_wire_layout_t    layout;
+        pdx_wire_ep_t        ep;
+        pdx_wire_room_t      room;
+        pdx_wire_abort_t     abort;
+        pdx_wire_abort_ack_t abort_ack;
+        pdx_wire_heartbeat_t heartbeat;
+        pdx_wire_error_t     error;
+    } u;
+} pdx_wire_msg_t;
+
+/* "HELLO", ...; "?" for an unknown type. */
+const char *pdx_wire_type_str(uint32_t type);
+
+/*
+ * Look at the first len bytes of a stream:
+ * - PDX_OK: a whole frame is there; *hdr_p is its header and *need_p its
+ *   size (header included, <= len).
+ * - PDX_INPROGRESS: not yet; *need_p is the size the frame needs in total
+ *   (PDX_WIRE_HEADER_SIZE while the header is incomplete, then the frame
+ *   size); *hdr_p is written once the header is complete.
+ * - PDX_ERR_PROTO: not a frame (bad magic, flags, unknown type, a body length
+ *   outside the type's bounds); *why_p (may be NULL) says why. The stream
+ *   cannot be resynchronised.
+ */
+pdx_status_t pdx_wire_peek(const void *buf, size_t len, pdx_wire_header_t *hdr_p,
+                           size_t *need_p, const char **why_p);
+
+/*
+ * Decode exactly one frame of len bytes (header included). PDX_ERR_PROTO
+ * with a static reason in *why_p (may be NULL) when it is malformed;
+ * PDX_ERR_NOMEM when MEM or LAYOUT cannot be allocated. On PDX_OK release
+ * the message with pdx_wire_msg_free(); a ROOM message points into buf.
+ */
+pdx_status_t pdx_wire_decode(const void *buf, size_t len, pdx_wire_msg_t *msg_p,
+                             const char **why_p);
+
+/* Free what decode allocated (MEM entries, the LAYOUT); NULL is fine. */
+void pdx_wire_msg_free(pdx_wire_msg_t *msg);
+
+/* Page i of group g of a decoded ROOM (g < ngroups, i < npages[g]). */
+uint32_t pdx_wire_room_page(const pdx_wire_room_t *m, uint32_t g, uint32_t i);
+
+/* Copy group g's pages into out; PDX_ERR_RANGE when cap < npages[g]. */
+pdx_status_t pdx_wire_room_copy(const pdx_wire_room_t *m, uint32_t g, uint32_t *out,
+                                uint32_t cap);
+
+/*
+ * Encoders: write the whole frame into buf and its size to *size_p.
+ * PDX_ERR_RANGE when cap is too small (buf untouched), PDX_ERR_INVALID when
+ * a field breaks a limit the decoder enforces.
+ */
+pdx_status_t pdx_wire_encode_hello(const pdx_wire_hello_t *m, void *buf, size_t cap,
+                                   size_t *size_p);
+pdx_status_t pdx_wire_encode_mem(const pdx_wire_mem_t *m, void *buf, size_t cap,
+                                 size_t *size_p);
+pdx_status_t pdx_wire_encode_layout(const pdx_wire_layout_t *m, void *buf, size_t cap,
+                                    size_t *size_p);
+pdx_status_t pdx_wire_encode_ep(const pdx_wire_ep_t *m, void *buf, size_t cap, size_t *size_p);
+/* pages: m->ngroups lists; m->npages and m->pages_at are ignored. */
+pdx_status_t pdx_wire_encode_room(const pdx_wire_room_t *m, const pdx_pages_t *pages, void *buf,
+                                  size_t cap, size_t *size_p);
+pdx_status_t pdx_wire_encode_abort(const pdx_wire_abort_t *m, void *buf, size_t cap,
+                                   size_t *size_p);
+pdx_status_t pdx_wire_encode_abort_ack(const pdx_wire_abort_ack_t *m, void *buf, size_t cap,
+                                       size_t *size_p);
+pdx_status_t pdx_wire_encode_heartbeat(const pdx_wire_heartbeat_t *m, void *buf, size_t cap,
+                                       size_t *size_p);
+pdx_status_t pdx_wire_encode_error(const pdx_wire_error_t *m, void *buf, size_t cap,
+                                   size_t *size_p);
+
+/* ------------------------------------------------------------ notify record */
+
+/*
+ * The notify record: a fixed PDX_WIRE_NOTIFY_SIZE bytes sent as one SEND on
+ * a data endpoint after the chunk's writes, without a frame header:
+ *
+ *     magic u32 ("pdxn")  flags u16  reserved u16 (0)  room u64  sender u64
+ *     seq u32  count u32  status i32
+ */
+#define PDX_WIRE_NOTIFY_MAGIC 0x6e786470u  /* "pdxn" on the wire */
+#define PDX_WIRE_NOTIFY_SIZE  36u
+
+enum {
+    PDX_WIRE_NOTIFY_LAST        = 1u << 0, /* the sender's last chunk of the room */
+    PDX_WIRE_NOTIFY_STATUS_ONLY = 1u << 1, /* no data; count must be 0 */
+};
+
+typedef struct pdx_wire_notify {
+    uint64_t     room;
+    uint64_t     sender;    /* the sending rank's identity */
+    uint32_t     seq;       /* chunk sequence number */
+    uint32_t     flags;     /* PDX_WIRE_NOTIFY_* */
+    uint32_t     count;     /* writes of the chunk this notify follows */
+    pdx_status_t status;    /* PDX_OK or an error (< 0) */
+} pdx_wire_notify_t;
+
+/* PDX_ERR_RANGE when cap < PDX_WIRE_NOTIFY_SIZE, PDX_ERR_INVALID on bad fields. */
+pdx_status_t pdx_wire_notify_encode(const pdx_wire_notify_t *n, void *buf, size_t cap,
+                                    size_t *size_p);
+/* len must be PDX_WIRE_NOTIFY_SIZE; otherwise or when malformed PDX_ERR_PROTO. */
+pdx_status_t pdx_wire_notify_decode(const void *buf, size_t len, pdx_wire_notify_t *n_p,
+                                    const char **why_p);
+
+#endif

@@ -1,0 +1,397 @@
+/*
+ * wire_desc: the descriptor messages of the control channel: MEM (regions a
+ * peer may write), LAYOUT (where an engine's KV pages live) and ROOM (the
+ * destination pages of one request). Frames and the other messages are in
+ * wire.c.
+ *
+ * LAYOUT decodes with the checks of pdx_layout_from_desc() (layout.c) plus
+ * the invariants of a pdx_layout_t, so plan.c may trust a peer's layout as
+ * much as a local one. ROOM decodes without allocating: its page lists stay
+ * in the frame.
+ */
+#include "wire_buf.h"
+
+#include <stdlib.h>
+
+#define GROUP_FLAGS (PDX_GROUP_NO_LAYERS | PDX_GROUP_STATE)
+
+/* --------------------------------------------------------------------- MEM */
+
+static bool rkey_valid(const pdx_tp_rkey_t *k)
+{
+    return k->len != 0 && k->addr <= UINT64_MAX - k->len;
+}
+
+static void put_mem(pdx_wire_wr_t *w, const void *arg, const void *extra)
+{
+    const pdx_wire_mem_t *m = arg;
+
+    (void)extra;
+    pdx_wire_wr_u32(w, m->count);
+    for (uint32_t i = 0; i < m->count; i++) {
+        pdx_wire_wr_u32(w, m->entries[i].mem);
+        pdx_wire_wr_u64(w, m->entries[i].rkey.addr);
+        pdx_wire_wr_u64(w, m->entries[i].rkey.len);
+        pdx_wire_wr_u32(w, m->entries[i].rkey.rkey);
+    }
+}
+
+pdx_status_t pdx_wire_encode_mem(const pdx_wire_mem_t *m, void *buf, size_t cap,
+                                 size_t *size_p)
+{
+    if (!m || m->count > PDX_WIRE_MAX_MEMS || (m->count && !m->entries))
+        return PDX_ERR_INVALID;
+    for (uint32_t i = 0; i < m->count; i++)
+        if (!rkey_valid(&m->entries[i].rkey))
+            return PDX_ERR_INVALID;
+    return pdx_wire_encode_frame(PDX_WIRE_MEM, put_mem, m, NULL, buf, cap, size_p);
+}
+
+pdx_status_t pdx_wire_get_mem(pdx_wire_rd_t *r, pdx_wire_mem_t *m, const char **why)
+{
+    pdx_wire_mem_entry_t *e;
+
+    m->count = pdx_wire_rd_u32(r);
+    m->entries = NULL;
+    if (r->short_read) {
+        *why = "truncated MEM";
+        return PDX_ERR_PROTO;
+    }
+    if (m->count > PDX_WIRE_MAX_MEMS) {
+        *why = "MEM count above PDX_WIRE_MAX_MEMS";
+        return PDX_ERR_PROTO;
+    }
+    if (pdx_wire_rd_left(r) != (size_t)m->count * PDX_WIRE_MEM_ENTRY) {
+        *why = "MEM count disagrees with the body length";
+        return PDX_ERR_PROTO;
+    }
+    if (m->count == 0)
+        return PDX_OK;
+    e = calloc(m->count, sizeof(*e));
+    if (!e) {
+        *why = "out of memory for MEM entries";
+        return PDX_ERR_NOMEM;
+    }
+    for (uint32_t i = 0; i < m->count; i++) {
+        e[i].mem = pdx_wire_rd_u32(r);
+        e[i].rkey.addr = pdx_wire_rd_u64(r);
+        e[i].rkey.len = pdx_wire_rd_u64(r);
+        e[i].rkey.rkey = pdx_wire_rd_u32(r);
+        if (!rkey_valid(&e[i].rkey)) {
+            free(e);
+            *why = "MEM region empty or wrapping the address space";
+            return PDX_ERR_PROTO;
+        }
+    }
+    m->entries = e;
+    return PDX_OK;
+}
+
+/* ------------------------------------------------------------------ LAYOUT */
+
+static const char *layout_range_invalid(uint32_t ngroups, uint32_t begin, uint32_t end)
+{
+    if (ngroups == 0 || ngroups > PDX_LAYOUT_MAX_GROUPS)
+        return "LAYOUT group count outside 1..PDX_LAYOUT_MAX_GROUPS";
+    if (end <= begin || end - begin > PDX_LAYOUT_MAX_LAYERS)
+        return "LAYOUT layer range empty or above PDX_LAYOUT_MAX_LAYERS";
+    return NULL;
+}
+
+static const char *group_invalid(uint32_t flags, uint32_t bpl, uint32_t nbuffers,
+                                 uint64_t npages, uint32_t nlayers)
+{
+    if (flags & ~(uint32_t)GROUP_FLAGS)
+        return "LAYOUT group has unknown flags";
+    if (nbuffers == 0 || nbuffers > PDX_LAYOUT_MAX_BUFFERS)
+        return "LAYOUT buffer count outside 1..PDX_LAYOUT_MAX_BUFFERS";
+    if (npages == 0 || npages > UINT32_MAX)
+        return "LAYOUT page count outside 1..2^32-1";
+    if (flags & PDX_GROUP_NO_LAYERS) {
+        if (bpl != nbuffers)
+            return "LAYOUT group without layers: buffers_per_layer != nbuffers";
+    } else if ((uint64_t)nlayers * bpl != nbuffers) {
+        return "LAYOUT buffer count != layers x buffers_per_layer";
+    }
+    return NULL;
+}
+
+static const char *buffer_invalid(uint64_t offset, uint64_t bpp, uint64_t npages)
+{
+    if (bpp == 0 || bpp > (UINT64_MAX - offset) / npages)
+        return "LAYOUT page size 0 or buffer end overflows";
+    return NULL;
+}
+
+static void put_layout(pdx_wire_wr_t *w, const void *arg, const void *extra)
+{
+    const pdx_wire_layout_t *m = arg;
+    const pdx_layout_t *l = m->layout;
+
+    (void)extra;
+    pdx_wire_wr_u32(w, m->id);
+    pdx_wire_wr_u32(w, l->ngroups);
+    pdx_wire_wr_u32(w, l->layer_begin);
+    pdx_wire_wr_u32(w, l->layer_end);
+    for (uint32_t g = 0; g < l->ngroups; g++) {
+        const pdx_group_t *grp = &l->groups[g];
+
+        pdx_wire_wr_u32(w, grp->flags);
+        pdx_wire_wr_u32(w, grp->buffers_per_layer);
+        pdx_wire_wr_u32(w, grp->nbuffers);
+        pdx_wire_wr_u64(w, grp->npages);
+        for (uint32_t b = 0; b < grp->nbuffers; b++) {
+            pdx_wire_wr_u32(w, grp->buffers[b].mem);
+            pdx_wire_wr_u64(w, grp->buffers[b].offset);
+            pdx_wire_wr_u64(w, grp->buffers[b].bytes_per_page);
+        }
+    }
+}
+
+pdx_status_t pdx_wire_encode_layout(const pdx_wire_layout_t *m, void *buf, size_t cap,
+                                    size_t *size_p)
+{
+    const pdx_layout_t *l;
+
+    if (!m || !m->layout)
+        return PDX_ERR_INVALID;
+    l = m->layout;
+    if (layout_range_invalid(l->ngroups, l->layer_begin, l->layer_end) || !l->groups)
+        return PDX_ERR_INVALID;
+    for (uint32_t g = 0; g < l->ngroups; g++) {
+        const pdx_group_t *grp = &l->groups[g];
+
+        if (group_invalid(grp->flags, grp->buffers_per_layer, grp->nbuffers, grp->npages,
+                          l->layer_end - l->layer_begin) || !grp->buffers)
+            return PDX_ERR_INVALID;
+        for (uint32_t b = 0; b < grp->nbuffers; b++)
+            if (buffer_invalid(grp->buffers[b].offset, grp->buffers[b].bytes_per_page,
+                               grp->npages))
+                return PDX_ERR_INVALID;
+    }
+    return pdx_wire_encode_frame(PDX_WIRE_LAYOUT, put_layout, m, NULL, buf, cap, size_p);
+}
+
+/*
+ * Walk the groups that follow the layout head. Without `out`: check every
+ * count against its limit and the bytes left, and collect nbuffers[]. With
+ * `out` (allocated from nbuffers[] after a first walk passed): fill it.
+ */
+static pdx_status_t walk_groups(pdx_wire_rd_t *r, uint32_t ngroups, uint32_t nlayers,
+                                uint32_t *nbuffers, pdx_layout_t *out, const char **why)
+{
+    for (uint32_t g = 0; g < ngroups; g++) {
+        uint32_t flags = pdx_wire_rd_u32(r);
+        uint32_t bpl = pdx_wire_rd_u32(r);
+        uint32_t nb = pdx_wire_rd_u32(r);
+        uint64_t npages = pdx_wire_rd_u64(r);
+        const char *bad;
+
+        if (r->short_read) {
+            *why = "LAYOUT group count disagrees with the body length";
+            return PDX_ERR_PROTO;
+        }
+        bad = group_invalid(flags, bpl, nb, npages, nlayers);
+        if (!bad && pdx_wire_rd_left(r) < (size_t)nb * PDX_WIRE_LAYOUT_BUFFER)
+            bad = "LAYOUT buffer count disagrees with the body length";
+        if (bad) {
+            *why = bad;
+            return PDX_ERR_PROTO;
+        }
+        if (out) {
+            out->groups[g].flags = flags;
+            out->groups[g].buffers_per_layer = bpl;
+            out->groups[g].npages = npages;
+        }
+        for (uint32_t b = 0; b < nb; b++) {
+            pdx_buffer_t buf;
+
+            buf.mem = pdx_wire_rd_u32(r);
+            buf.offset = pdx_wire_rd_u64(r);
+            buf.bytes_per_page = pdx_wire_rd_u64(r);
+            bad = buffer_invalid(buf.offset, buf.bytes_per_page, npages);
+            if (bad) {
+                *why = bad;
+                return PDX_ERR_PROTO;
+            }
+            if (out)
+                out->groups[g].buffers[b] = buf;
+        }
+        nbuffers[g] = nb;
+    }
+    if (pdx_wire_rd_left(r)) {
+        *why = "bytes after the last LAYOUT group";
+        return PDX_ERR_PROTO;
+    }
+    return PDX_OK;
+}
+
+pdx_status_t pdx_wire_get_layout(pdx_wire_rd_t *r, pdx_wire_layout_t *m, const char **why)
+{
+    uint32_t nbuffers[PDX_LAYOUT_MAX_GROUPS];
+    uint32_t id, ngroups, begin, end;
+    pdx_layout_t *layout;
+    pdx_status_t st;
+    const char *bad;
+    size_t groups_at;
+
+    id = pdx_wire_rd_u32(r);
+    ngroups = pdx_wire_rd_u32(r);
+    begin = pdx_wire_rd_u32(r);
+    end = pdx_wire_rd_u32(r);
+    if (r->short_read) {
+        *why = "truncated LAYOUT";
+        return PDX_ERR_PROTO;
+    }
+    bad = layout_range_invalid(ngroups, begin, end);
+    if (bad) {
+        *why = bad;
+        return PDX_ERR_PROTO;
+    }
+    groups_at = r->off;
+    st = walk_groups(r, ngroups, end - begin, nbuffers, NULL, why);
+    if (st != PDX_OK)
+        return st;
+    layout = pdx_layout_alloc(ngroups, nbuffers);
+    if (!layout) {
+        *why = "out of memory for a LAYOUT";
+        return PDX_ERR_NOMEM;
+    }
+    layout->layer_begin = begin;
+    layout->layer_end = end;
+    r->off = groups_at;
+    st = walk_groups(r, ngroups, end - begin, nbuffers, layout, why);
+    if (st != PDX_OK) { /* the first walk passed: not reached */
+        pdx_layout_free(layout);
+        return st;
+    }
+    m->id = id;
+    m->layout = layout;
+    return PDX_OK;
+}
+
+/* -------------------------------------------------------------------- ROOM */
+
+static const char *room_invalid(const pdx_wire_room_t *m)
+{
+    if (m->nsenders == 0 || m->nsenders > PDX_WIRE_MAX_SENDERS)
+        return "ROOM sender count outside 1..PDX_WIRE_MAX_SENDERS";
+    if (m->flags & ~(uint32_t)PDX_WIRE_ROOM_AUX)
+        return "ROOM has unknown flags";
+    if (m->flags & PDX_WIRE_ROOM_AUX) {
+        if (m->aux.len == 0 || m->aux.offset > UINT64_MAX - m->aux.len)
+            return "ROOM aux region empty or wrapping";
+    } else if (m->aux.mem || m->aux.offset || m->aux.len) {
+        return "ROOM aux region set without its flag";
+    }
+    if (m->ngroups == 0 || m->ngroups > PDX_LAYOUT_MAX_GROUPS)
+        return "ROOM group count outside 1..PDX_LAYOUT_MAX_GROUPS";
+    return NULL;
+}
+
+static void put_room(pdx_wire_wr_t *w, const void *arg, const void *extra)
+{
+    const pdx_wire_room_t *m = arg;
+    const pdx_pages_t *pages = extra;
+
+    pdx_wire_wr_u64(w, m->room);
+    pdx_wire_wr_u32(w, m->layout);
+    pdx_wire_wr_u32(w, m->nsenders);
+    pdx_wire_wr_u32(w, m->timeout_ms);
+    pdx_wire_wr_u32(w, m->flags);
+    pdx_wire_wr_u32(w, m->aux.mem);
+    pdx_wire_wr_u64(w, m->aux.offset);
+    pdx_wire_wr_u64(w, m->aux.len);
+    pdx_wire_wr_u32(w, m->ngroups);
+    for (uint32_t g = 0; g < m->ngroups; g++) {
+        pdx_wire_wr_u32(w, pages[g].npages);
+        if (!w->p) {
+            w->off += (size_t)pages[g].npages * 4u;
+            continue;
+        }
+        for (uint32_t i = 0; i < pages[g].npages; i++)
+            pdx_wire_wr_u32(w, pages[g].pages[i]);
+    }
+}
+
+pdx_status_t pdx_wire_encode_room(const pdx_wire_room_t *m, const pdx_pages_t *pages, void *buf,
+                                  size_t cap, size_t *size_p)
+{
+    uint64_t total = 0;
+
+    if (!m || !pages || room_invalid(m))
+        return PDX_ERR_INVALID;
+    for (uint32_t g = 0; g < m->ngroups; g++) {
+        if (pages[g].npages && !pages[g].pages)
+            return PDX_ERR_INVALID;
+        total += pages[g].npages;
+    }
+    if (total > PDX_WIRE_MAX_ROOM_PAGES)
+        return PDX_ERR_INVALID;
+    return pdx_wire_encode_frame(PDX_WIRE_ROOM, put_room, m, pages, buf, cap, size_p);
+}
+
+pdx_status_t pdx_wire_get_room(pdx_wire_rd_t *r, pdx_wire_room_t *m, const char **why)
+{
+    uint64_t total = 0;
+    const char *bad;
+
+    memset(m, 0, sizeof(*m));
+    m->room = pdx_wire_rd_u64(r);
+    m->layout = pdx_wire_rd_u32(r);
+    m->nsenders = pdx_wire_rd_u32(r);
+    m->timeout_ms = pdx_wire_rd_u32(r);
+    m->flags = pdx_wire_rd_u32(r);
+    m->aux.mem = pdx_wire_rd_u32(r);
+    m->aux.offset = pdx_wire_rd_u64(r);
+    m->aux.len = pdx_wire_rd_u64(r);
+    m->ngroups = pdx_wire_rd_u32(r);
+    if (r->short_read) {
+        *why = "truncated ROOM";
+        return PDX_ERR_PROTO;
+    }
+    bad = room_invalid(m);
+    if (bad) {
+        *why = bad;
+        return PDX_ERR_PROTO;
+    }
+    for (uint32_t g = 0; g < m->ngroups; g++) {
+        uint32_t n = pdx_wire_rd_u32(r);
+
+        if (r->short_read)
+            bad = "ROOM group count disagrees with the body length";
+        else if ((total += n) > PDX_WIRE_MAX_ROOM_PAGES)
+            bad = "ROOM pages above PDX_WIRE_MAX_ROOM_PAGES";
+        else if (pdx_wire_rd_left(r) < (size_t)n * 4u)
+            bad = "ROOM page count disagrees with the body length";
+        if (bad) {
+            *why = bad;
+            return PDX_ERR_PROTO;
+        }
+        m->npages[g] = n;
+        m->pages_at[g] = r->p + r->off;
+        r->off += (size_t)n * 4u;
+    }
+    if (pdx_wire_rd_left(r)) {
+        *why = "bytes after the last ROOM page list";
+        return PDX_ERR_PROTO;
+    }
+    return PDX_OK;
+}
+
+uint32_t pdx_wire_room_page(const pdx_wire_room_t *m, uint32_t g, uint32_t i)
+{
+    return (uint32_t)pdx_wire_le(m->pages_at[g] + (size_t)i * 4u, 4);
+}
+
+pdx_status_t pdx_wire_room_copy(const pdx_wire_room_t *m, uint32_t g, uint32_t *out,
+                                uint32_t cap)
+{
+    if (g >= m->ngroups)
+        return PDX_ERR_INVALID;
+    if (cap < m->npages[g])
+        return PDX_ERR_RANGE;
+    for (uint32_t i = 0; i < m->npages[g]; i++)
+        out[i] = pdx_wire_room_page(m, g, i);
+    return PDX_OK;
+}

@@ -1,0 +1,646 @@
+/*
+ * wire, hostile input: strings, counts and lengths above their limits,
+ * counts that disagree with the body, encoders given bad fields or small
+ * buffers, and thousands of randomly mutated frames. Each hand-built frame
+ * is first checked to decode before one field of it is broken, so every
+ * rejection below is the one the test names.
+ */
+#include <criterion/criterion.h>
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "util.h"
+#include "wire_samples.h"
+
+
+static void expect_ok(uint16_t type, bld_t *body)
+{
+    size_t len;
+    uint8_t *f = frame_of(type, body, &len);
+    const char *why;
+    pdx_status_t st = decode_copy(f, len, &why);
+
+    cr_assert_eq(st, PDX_OK, "hand-built %s does not decode: %s", pdx_wire_type_str(type),
+                 why ? why : "");
+    free(f);
+}
+
+/* ------------------------------------------------------------------- HELLO */
+
+static void hello_body(bld_t *b, uint32_t version, uint32_t nshards, const char *host,
+                       size_t host_len, size_t tp_len)
+{
+    put(b, version, 4);
+    put(b, 0x5, 8);
+    for (int i = 0; i < PDX_WIRE_ID_SIZE; i++)
+        put(b, (uint64_t)i, 1);
+    put(b, nshards, 4);
+    put_str(b, host, host_len);
+    put_str(b, "tcptcptcptcptcptcptcptcptcptcptcptcp", tp_len);
+}
+
+Test(wire_bad, hello_limits)
+{
+    char h65[PDX_WIRE_HOST_MAX + 1];
+    bld_t b = {0};
+    pdx_wire_msg_t msg;
+    uint8_t *f;
+    size_t len;
+
+    memset(h65, 'h', sizeof(h65));
+
+    hello_body(&b, PDX_PROTOCOL_VERSION, 4, h65, 64, 32);
+    expect_ok(PDX_WIRE_HELLO, &b);
+    hello_body(&b, PDX_PROTOCOL_VERSION, 4, h65, 65, 3);
+    expect_proto(PDX_WIRE_HELLO, &b, "string above its limit");
+    hello_body(&b, PDX_PROTOCOL_VERSION, 4, h65, 4, 33);
+    expect_proto(PDX_WIRE_HELLO, &b, "string above its limit");
+    hello_body(&b, PDX_PROTOCOL_VERSION, 4, "ho\0st", 5, 3);
+    expect_proto(PDX_WIRE_HELLO, &b, "NUL byte");
+    hello_body(&b, PDX_PROTOCOL_VERSION, 0, "host", 4, 3);
+    expect_proto(PDX_WIRE_HELLO, &b, "shard count");
+    hello_body(&b, PDX_PROTOCOL_VERSION, PDX_WIRE_MAX_SHARDS + 1, "host", 4, 3);
+    expect_proto(PDX_WIRE_HELLO, &b, "shard count");
+    /* a host length far beyond the bytes present */
+    hello_body(&b, PDX_PROTOCOL_VERSION, 4, "", 0, 0);
+    b.len -= 4;
+    put(&b, 0xffff, 2);
+    put(&b, 'h', 1);
+    expect_proto(PDX_WIRE_HELLO, &b, "truncated string");
+    hello_body(&b, PDX_PROTOCOL_VERSION, 4, "host", 4, 3);
+    put(&b, 0, 1);
+    expect_proto(PDX_WIRE_HELLO, &b, "bytes after the HELLO");
+
+    /* Another version may append fields: it decodes, and the handshake compares. */
+    hello_body(&b, PDX_PROTOCOL_VERSION + 1, 4, "host", 4, 3);
+    put(&b, 0xabcdef, 8);
+    f = frame_of(PDX_WIRE_HELLO, &b, &len);
+    cr_assert_eq(pdx_wire_decode(f, len, &msg, NULL), PDX_OK);
+    cr_assert_eq(msg.u.hello.version, PDX_PROTOCOL_VERSION + 1);
+    cr_assert_str_eq(msg.u.hello.host, "host");
+    cr_assert_str_eq(msg.u.hello.transport, "tcp");
+    free(f);
+}
+
+/* --------------------------------------------------------------------- MEM */
+
+static void mem_body(bld_t *b, uint32_t count, uint32_t present, uint64_t addr, uint64_t len)
+{
+    put(b, count, 4);
+    for (uint32_t i = 0; i < present; i++) {
+        put(b, i, 4);
+        put(b, addr, 8);
+        put(b, len, 8);
+        put(b, 0x1234, 4);
+    }
+}
+
+Test(wire_bad, mem_counts_and_regions)
+{
+    bld_t b = {0};
+
+    mem_body(&b, 3, 3, 0x1000, 0x1000);
+    expect_ok(PDX_WIRE_MEM, &b);
+    mem_body(&b, 0, 0, 0, 0);
+    expect_ok(PDX_WIRE_MEM, &b);
+    mem_body(&b, 2, 3, 0x1000, 0x1000);
+    expect_proto(PDX_WIRE_MEM, &b, "disagrees");
+    mem_body(&b, 3, 2, 0x1000, 0x1000);
+    expect_proto(PDX_WIRE_MEM, &b, "disagrees");
+    mem_body(&b, PDX_WIRE_MAX_MEMS + 1, 1, 0x1000, 0x1000);
+    expect_proto(PDX_WIRE_MEM, &b, "above PDX_WIRE_MAX_MEMS");
+    mem_body(&b, UINT32_MAX, 0, 0, 0);
+    expect_proto(PDX_WIRE_MEM, &b, "above PDX_WIRE_MAX_MEMS");
+    mem_body(&b, PDX_WIRE_MAX_MEMS + 1, PDX_WIRE_MAX_MEMS + 1, 0x1000, 0x1000);
+    expect_proto(PDX_WIRE_MEM, &b, "bounds");   /* the body itself is too long */
+    mem_body(&b, 1, 1, 0x1000, 0);
+    expect_proto(PDX_WIRE_MEM, &b, "empty or wrapping");
+    mem_body(&b, 1, 1, UINT64_MAX - 10, 11);
+    expect_proto(PDX_WIRE_MEM, &b, "empty or wrapping");
+}
+
+/* ---------------------------------------------------------------------- EP */
+
+static void ep_body(bld_t *b, uint32_t shard, uint32_t addr_len, uint32_t present)
+{
+    put(b, shard, 4);
+    put(b, 1, 4);
+    put(b, addr_len, 4);
+    for (uint32_t i = 0; i < present; i++)
+        put(b, i, 1);
+}
+
+Test(wire_bad, ep_limits)
+{
+    bld_t b = {0};
+
+    ep_body(&b, 0, PDX_TP_ADDR_MAX, PDX_TP_ADDR_MAX);
+    expect_ok(PDX_WIRE_EP, &b);
+    ep_body(&b, 0, PDX_TP_ADDR_MAX + 1, PDX_TP_ADDR_MAX + 1);
+    expect_proto(PDX_WIRE_EP, &b, "bounds");
+    ep_body(&b, 0, PDX_TP_ADDR_MAX + 1, PDX_TP_ADDR_MAX);
+    expect_proto(PDX_WIRE_EP, &b, "above PDX_TP_ADDR_MAX");
+    ep_body(&b, 0, UINT32_MAX, 8);
+    expect_proto(PDX_WIRE_EP, &b, "above PDX_TP_ADDR_MAX");
+    ep_body(&b, 0, 10, 12);
+    expect_proto(PDX_WIRE_EP, &b, "disagrees");
+    ep_body(&b, 0, 10, 8);
+    expect_proto(PDX_WIRE_EP, &b, "disagrees");
+    ep_body(&b, PDX_WIRE_MAX_SHARDS, 4, 4);
+    expect_proto(PDX_WIRE_EP, &b, "shard");
+}
+
+/* -------------------------------------------------------------------- ROOM */
+
+typedef struct room_spec {
+    uint32_t nsenders, flags, aux_mem;
+    uint64_t aux_offset, aux_len;
+    uint32_t ngroups;             /* the field */
+    uint32_t nlists;              /* page lists present */
+    uint32_t count[3];            /* per list: the count field */
+    uint32_t present[3];          /* per list: pages present */
+} room_spec_t;
+
+static const room_spec_t room_ok = {2, PDX_WIRE_ROOM_AUX, 1, 64, 128, 3, 3, {4, 0, 2}, {4, 0, 2}};
+
+static void room_body(bld_t *b, const room_spec_t *s)
+{
+    put(b, 0x99, 8);
+    put(b, 1, 4);
+    put(b, s->nsenders, 4);
+    put(b, 1000, 4);
+    put(b, s->flags, 4);
+    put(b, s->aux_mem, 4);
+    put(b, s->aux_offset, 8);
+    put(b, s->aux_len, 8);
+    put(b, s->ngroups, 4);
+    for (uint32_t g = 0; g < s->nlists; g++) {
+        put(b, s->count[g], 4);
+        for (uint32_t i = 0; i < s->present[g]; i++)
+            put(b, i, 4);
+    }
+}
+
+static void room_case(bld_t *b, room_spec_t s, const char *reason)
+{
+    room_body(b, &s);
+    if (reason)
+        expect_proto(PDX_WIRE_ROOM, b, reason);
+    else
+        expect_ok(PDX_WIRE_ROOM, b);
+}
+
+Test(wire_bad, room_limits_and_counts)
+{
+    uint32_t half = PDX_WIRE_MAX_ROOM_PAGES / 2;
+    bld_t b = {0};
+    room_spec_t s;
+
+    room_case(&b, room_ok, NULL);
+    s = room_ok, s.flags = 0, s.aux_mem = 0, s.aux_offset = 0, s.aux_len = 0;
+    room_case(&b, s, NULL);
+    s = room_ok, s.ngroups = 0, s.nlists = 0;
+    room_case(&b, s, "bounds");   /* shorter than any ROOM */
+    s = room_ok, s.ngroups = 0;
+    room_case(&b, s, "group count outside");
+    s = room_ok, s.ngroups = PDX_LAYOUT_MAX_GROUPS + 1;
+    room_case(&b, s, "group count outside");
+    s = room_ok, s.nsenders = 0;
+    room_case(&b, s, "sender count");
+    s = room_ok, s.nsenders = PDX_WIRE_MAX_SENDERS + 1;
+    room_case(&b, s, "sender count");
+    s = room_ok, s.flags = 2;
+    room_case(&b, s, "unknown flags");
+    s = room_ok, s.flags = 0;
+    room_case(&b, s, "without its flag");
+    s = room_ok, s.aux_len = 0;
+    room_case(&b, s, "empty or wrapping");
+    s = room_ok, s.aux_offset = UINT64_MAX;
+    room_case(&b, s, "empty or wrapping");
+    s = room_ok, s.nlists = 2;
+    room_case(&b, s, "group count disagrees");
+    s = room_ok, s.count[2] = 3;
+    room_case(&b, s, "page count disagrees");
+    s = room_ok, s.count[0] = 3;   /* group 1's count is read from a page */
+    room_case(&b, s, "page count disagrees");
+    s = room_ok, s.count[2] = 1;
+    room_case(&b, s, "bytes after the last ROOM");
+    s = room_ok, s.count[1] = UINT32_MAX;
+    room_case(&b, s, "above PDX_WIRE_MAX_ROOM_PAGES");
+    /* Pages above the limit with every byte present (the frame itself fits). */
+    s = (room_spec_t){1, 0, 0, 0, 0, 2, 2, {half, half + 1}, {half, half + 1}};
+    room_case(&b, s, "above PDX_WIRE_MAX_ROOM_PAGES");
+    s.count[1] = s.present[1] = half;
+    room_case(&b, s, NULL);
+}
+
+/* ------------------------------------------------------------ ABORT, ERROR */
+
+/* room, status, a string length field and `present` bytes cycling through str[0..3). */
+static void rss_body(bld_t *b, int32_t status, const char str[3], size_t len_field,
+                     size_t present)
+{
+    put(b, 5, 8);
+    put(b, (uint32_t)status, 4);
+    put(b, len_field, 2);
+    for (size_t i = 0; i < present; i++)
+        put(b, (uint8_t)str[i % 3], 1);
+}
+
+Test(wire_bad, abort_and_error_limits)
+{
+    static const uint16_t types[] = {PDX_WIRE_ABORT, PDX_WIRE_ERROR};
+
+    for (size_t t = 0; t < PDX_ARRAY_SIZE(types); t++) {
+        bld_t b = {0};
+
+        rss_body(&b, PDX_ERR_ABORTED, "why", 256, 256);
+        expect_ok(types[t], &b);
+        rss_body(&b, PDX_OK, "why", 3, 3);
+        expect_proto(types[t], &b, "not an error");
+        rss_body(&b, 7, "why", 3, 3);
+        expect_proto(types[t], &b, "not an error");
+        rss_body(&b, PDX_ERR_IO, "why", 257, 257);
+        expect_proto(types[t], &b, "bounds");
+        rss_body(&b, PDX_ERR_IO, "why", 257, 256);
+        expect_proto(types[t], &b, "truncated string");
+        rss_body(&b, PDX_ERR_IO, "why", 4, 3);
+        expect_proto(types[t], &b, "truncated string");
+        rss_body(&b, PDX_ERR_IO, "why", 2, 3);
+        expect_proto(types[t], &b, "bytes after");
+        rss_body(&b, PDX_ERR_IO, "a\0b", 3, 3);
+        expect_proto(types[t], &b, "NUL byte");
+    }
+}
+
+/* ------------------------------------------------------------------ LAYOUT */
+
+typedef struct group_spec {
+    uint32_t flags, bpl, nb;
+    uint64_t npages;
+    uint32_t present;             /* buffers present */
+    uint64_t offset, bpp;
+} group_spec_t;
+
+typedef struct layout_spec {
+    uint32_t     ngroups, begin, end;
+    uint32_t     nlists;          /* groups present */
+    group_spec_t g[2];
+} layout_spec_t;
+
+/* Two layers, a K/V group and a group without layers. */
+static const layout_spec_t layout_ok = {
+    2, 10, 12, 2, {{0, 2, 4, 10, 4, 0, 4096}, {PDX_GROUP_NO_LAYERS, 3, 3, 5, 3, 64, 512}},
+};
+
+static void layout_case(layout_spec_t s, const char *reason)
+{
+    bld_t b = {0};
+
+    put(&b, 3, 4);
+    put(&b, s.ngroups, 4);
+    put(&b, s.begin, 4);
+    put(&b, s.end, 4);
+    for (uint32_t g = 0; g < s.nlists; g++) {
+        put(&b, s.g[g].flags, 4);
+        put(&b, s.g[g].bpl, 4);
+        put(&b, s.g[g].nb, 4);
+        put(&b, s.g[g].npages, 8);
+        for (uint32_t i = 0; i < s.g[g].present; i++) {
+            put(&b, i, 4);
+            put(&b, s.g[g].offset, 8);
+            put(&b, s.g[g].bpp, 8);
+        }
+    }
+    if (reason)
+        expect_proto(PDX_WIRE_LAYOUT, &b, reason);
+    else
+        expect_ok(PDX_WIRE_LAYOUT, &b);
+}
+
+Test(wire_bad, layout_counts_disagree_with_the_body)
+{
+    layout_spec_t s;
+
+    layout_case(layout_ok, NULL);
+    s = layout_ok, s.ngroups = 3;
+    layout_case(s, "group count disagrees");
+    s = layout_ok, s.ngroups = 1;
+    layout_case(s, "bytes after the last LAYOUT group");
+    s = layout_ok, s.g[1].present = 2;
+    layout_case(s, "buffer count disagrees");
+    s = layout_ok, s.g[1].nb = s.g[1].bpl = PDX_LAYOUT_MAX_BUFFERS;
+    layout_case(s, "buffer count disagrees");
+    s = layout_ok, s.g[0].present = 3;   /* group 1 starts inside group 0's buffers */
+    layout_case(s, "LAYOUT");
+    s = layout_ok, s.g[1].present = 4;
+    layout_case(s, "bytes after the last LAYOUT group");
+    s = layout_ok, s.g[0].nb = s.g[0].present = 5;
+    layout_case(s, "layers x buffers_per_layer");
+    s = layout_ok, s.g[0].bpl = 3;
+    layout_case(s, "layers x buffers_per_layer");
+    s = layout_ok, s.g[1].bpl = 2;
+    layout_case(s, "buffers_per_layer != nbuffers");
+}
+
+Test(wire_bad, layout_limits)
+{
+    layout_spec_t s;
+
+    s = layout_ok, s.ngroups = 0, s.nlists = 0;
+    layout_case(s, "bounds");   /* shorter than any LAYOUT */
+    s = layout_ok, s.ngroups = 0;
+    layout_case(s, "group count outside");
+    s = layout_ok, s.ngroups = PDX_LAYOUT_MAX_GROUPS + 1;
+    layout_case(s, "group count outside");
+    s = layout_ok, s.end = s.begin;
+    layout_case(s, "layer range");
+    s = layout_ok, s.end = s.begin - 1;
+    layout_case(s, "layer range");
+    s = layout_ok, s.begin = 0, s.end = PDX_LAYOUT_MAX_LAYERS + 1;
+    layout_case(s, "layer range");
+    s = layout_ok, s.g[1].nb = s.g[1].bpl = s.g[1].present = 0;
+    layout_case(s, "buffer count outside");
+    s = layout_ok, s.g[1].nb = s.g[1].bpl = s.g[1].present = PDX_LAYOUT_MAX_BUFFERS + 1;
+    layout_case(s, "buffer count outside");
+    s = layout_ok, s.g[0].npages = 0;
+    layout_case(s, "page count outside");
+    s = layout_ok, s.g[0].npages = 1ull << 32;
+    layout_case(s, "page count outside");
+    s = layout_ok, s.g[1].bpp = 0;
+    layout_case(s, "page size 0");
+    s = layout_ok, s.g[1].offset = UINT64_MAX - 100, s.g[1].bpp = 64;
+    layout_case(s, "overflows");
+    s = layout_ok, s.g[0].flags = 1u << 2;
+    layout_case(s, "unknown flags");
+}
+
+/* ---------------------------------------------------------------- encoders */
+
+Test(wire_bad, encoders_refuse_small_buffers)
+{
+    for (int which = 0; which < NFRAMES; which++) {
+        size_t size, len = 12345;
+        uint8_t *f = encode_sample(which, &size);
+        uint8_t *buf = malloc(size);
+
+        memset(buf, 0xab, size);
+        cr_assert_eq(encode_sample_into(which, buf, size - 1, &len), PDX_ERR_RANGE);
+        cr_assert_eq(encode_sample_into(which, NULL, 0, &len), PDX_ERR_RANGE);
+        cr_assert_eq(len, 12345, "size written on failure");
+        for (size_t i = 0; i < size; i++)
+            cr_assert_eq(buf[i], 0xab, "sample %d: byte %zu written on failure", which, i);
+        cr_assert_eq(encode_sample_into(which, buf, size, &len), PDX_OK);
+        cr_assert_eq(len, size);
+        cr_assert_arr_eq(buf, f, size);
+        free(buf);
+        free(f);
+    }
+}
+
+Test(wire_bad, encoders_refuse_bad_fields)
+{
+    uint8_t buf[1024];
+    size_t len;
+    pdx_wire_hello_t h;
+    pdx_wire_mem_entry_t e = {1, {0x1000, 0, 1}};
+    pdx_wire_ep_t ep = {0, 0, {PDX_TP_ADDR_MAX + 1, {0}}};
+    pdx_wire_room_t r;
+    pdx_pages_t pages[3];
+    pdx_wire_abort_t ab = {1, PDX_OK, "x"};
+    pdx_wire_error_t er = {1, PDX_ERR_IO, ""};
+    pdx_wire_notify_t n = sample_notify();
+    pdx_layout_t *l = sample_layout();
+    pdx_wire_layout_t lay = {1, l};
+
+    sample_hello(&h);
+    memset(h.host, 'h', PDX_WIRE_HOST_MAX + 1);
+    cr_assert_eq(pdx_wire_encode_hello(&h, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    sample_hello(&h);
+    h.nshards = 0;
+    cr_assert_eq(pdx_wire_encode_hello(&h, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    cr_assert_eq(pdx_wire_encode_mem(&(pdx_wire_mem_t){1, &e}, buf, sizeof(buf), &len),
+                 PDX_ERR_INVALID);
+    cr_assert_eq(pdx_wire_encode_mem(&(pdx_wire_mem_t){1, NULL}, buf, sizeof(buf), &len),
+                 PDX_ERR_INVALID);
+    cr_assert_eq(pdx_wire_encode_mem(&(pdx_wire_mem_t){PDX_WIRE_MAX_MEMS + 1, &e}, buf,
+                                     sizeof(buf), &len), PDX_ERR_INVALID);
+    cr_assert_eq(pdx_wire_encode_ep(&ep, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    l->groups[0].buffers_per_layer = 3;
+    cr_assert_eq(pdx_wire_encode_layout(&lay, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    l->groups[0].buffers_per_layer = 2;
+    l->groups[1].flags |= 1u << 5;
+    cr_assert_eq(pdx_wire_encode_layout(&lay, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    cr_assert_eq(pdx_wire_encode_layout(&(pdx_wire_layout_t){1, NULL}, buf, sizeof(buf), &len),
+                 PDX_ERR_INVALID);
+    sample_room(&r, pages, 1);
+    r.aux.len = 0;
+    cr_assert_eq(pdx_wire_encode_room(&r, pages, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    sample_room(&r, pages, 1);
+    r.ngroups = PDX_LAYOUT_MAX_GROUPS + 1;
+    cr_assert_eq(pdx_wire_encode_room(&r, pages, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    sample_room(&r, pages, 1);
+    pages[1].npages = 4;   /* pages NULL */
+    cr_assert_eq(pdx_wire_encode_room(&r, pages, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    cr_assert_eq(pdx_wire_encode_room(&r, NULL, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    cr_assert_eq(pdx_wire_encode_abort(&ab, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    memset(er.message, 'e', PDX_WIRE_REASON_MAX + 1);
+    cr_assert_eq(pdx_wire_encode_error(&er, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    n.flags = 1u << 7;
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    n = sample_notify(), n.flags = PDX_WIRE_NOTIFY_STATUS_ONLY;   /* count is not 0 */
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    n = sample_notify(), n.status = PDX_INPROGRESS;
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    n = sample_notify();
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, PDX_WIRE_NOTIFY_SIZE - 1, &len), PDX_ERR_RANGE);
+    pdx_layout_free(l);
+}
+
+/* ----------------------------------------------------------- mutated frames */
+
+#define FUZZ_SEED   0x70647877u   /* fixed: a failure names its seed and iteration */
+#define FUZZ_FRAMES 20000
+#define FUZZ_NOTIFY 5000
+
+static uint64_t rng(uint64_t *s)
+{
+    *s ^= *s >> 12;
+    *s ^= *s << 25;
+    *s ^= *s >> 27;
+    return *s * 0x2545f4914f6cdd1dull;
+}
+
+static void put_le32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++)
+        p[i] = (uint8_t)(v >> (8 * i));
+}
+
+/* Apply 1-4 mutations to p[0..*len) (capacity cap); the length may change. */
+static void mutate(uint64_t *s, uint8_t *p, size_t *len, size_t cap)
+{
+    static const uint32_t edits[] = {0, 1, 2, 3, 4, 12, 16, 255, 4096, 4097, 65535, 65536,
+                                     0x7fffffffu, 0x80000000u, 0xffffffffu, PDX_WIRE_MAX_FRAME};
+    int n = 1 + (int)(rng(s) % 4);
+
+    for (int m = 0; m < n && *len; m++) {
+        size_t at = rng(s) % *len;
+
+        switch (rng(s) % 6) {
+        case 0: p[at] ^= (uint8_t)(1u << (rng(s) % 8)); break;
+        case 1: p[at] = (uint8_t)rng(s); break;
+        case 2: /* a length or count field: the header's, or any 4 bytes */
+            if (rng(s) % 2 && *len >= PDX_WIRE_HEADER_SIZE)
+                at = 8;
+            if (at + 4 <= *len)
+                put_le32(p + at, edits[rng(s) % PDX_ARRAY_SIZE(edits)] +
+                                     (uint32_t)(rng(s) % 3) - 1);   /* the edit, +-1 */
+            break;
+        case 3: *len = rng(s) % *len; break;
+        case 4: {
+            size_t k = 1 + rng(s) % 16;
+
+            for (size_t i = 0; i < k && *len < cap; i++)
+                p[(*len)++] = (uint8_t)rng(s);
+            break;
+        }
+        case 5: p[at] = 0; break;
+        }
+    }
+}
+
+/* Re-encode a decoded message; the bytes must be those decoded. */
+static void assert_reencodes(const pdx_wire_msg_t *msg, const uint8_t *frame, size_t len,
+                             int it)
+{
+    uint8_t *buf = malloc(len + 1);
+    size_t out = 0;
+    pdx_status_t st = PDX_ERR_INVALID;
+    pdx_pages_t pages[PDX_LAYOUT_MAX_GROUPS];
+    uint32_t *idx[PDX_LAYOUT_MAX_GROUPS] = {0};
+
+    switch (msg->type) {
+    case PDX_WIRE_HELLO:
+        if (msg->u.hello.version != PDX_PROTOCOL_VERSION)
+            goto out; /* may carry appended fields */
+        st = pdx_wire_encode_hello(&msg->u.hello, buf, len + 1, &out);
+        break;
+    case PDX_WIRE_MEM: st = pdx_wire_encode_mem(&msg->u.mem, buf, len + 1, &out); break;
+    case PDX_WIRE_LAYOUT: st = pdx_wire_encode_layout(&msg->u.layout, buf, len + 1, &out); break;
+    case PDX_WIRE_EP: st = pdx_wire_encode_ep(&msg->u.ep, buf, len + 1, &out); break;
+    case PDX_WIRE_ROOM:
+        for (uint32_t g = 0; g < msg->u.room.ngroups; g++) {
+            idx[g] = malloc((msg->u.room.npages[g] + 1) * sizeof(uint32_t));
+            cr_assert_eq(pdx_wire_room_copy(&msg->u.room, g, idx[g], msg->u.room.npages[g]),
+                         PDX_OK);
+            pages[g] = (pdx_pages_t){idx[g], msg->u.room.npages[g]};
+        }
+        st = pdx_wire_encode_room(&msg->u.room, pages, buf, len + 1, &out);
+        break;
+    case PDX_WIRE_ABORT: st = pdx_wire_encode_abort(&msg->u.abort, buf, len + 1, &out); break;
+    case PDX_WIRE_ABORT_ACK:
+        st = pdx_wire_encode_abort_ack(&msg->u.abort_ack, buf, len + 1, &out);
+        break;
+    case PDX_WIRE_HEARTBEAT:
+        st = pdx_wire_encode_heartbeat(&msg->u.heartbeat, buf, len + 1, &out);
+        break;
+    case PDX_WIRE_ERROR: st = pdx_wire_encode_error(&msg->u.error, buf, len + 1, &out); break;
+    }
+    cr_assert_eq(st, PDX_OK, "seed 0x%x iteration %d: decoded %s does not re-encode", FUZZ_SEED,
+                 it, pdx_wire_type_str(msg->type));
+    cr_assert_eq(out, len, "seed 0x%x iteration %d: re-encoded size", FUZZ_SEED, it);
+    cr_assert_arr_eq(buf, frame, len, "seed 0x%x iteration %d: re-encoded bytes", FUZZ_SEED, it);
+out:
+    for (int g = 0; g < PDX_LAYOUT_MAX_GROUPS; g++)
+        free(idx[g]);
+    free(buf);
+}
+
+Test(wire_bad, mutated_frames)
+{
+    uint64_t s = FUZZ_SEED;
+    uint64_t errors_before = pdx_log_error_count();
+    uint8_t *samples[NFRAMES];
+    size_t sizes[NFRAMES], max = 0;
+    int ok = 0, proto = 0;
+
+    for (int i = 0; i < NFRAMES; i++) {
+        samples[i] = encode_sample(i, &sizes[i]);
+        max = PDX_MAX(max, sizes[i]);
+    }
+    for (int it = 0; it < FUZZ_FRAMES; it++) {
+        int which = (int)(rng(&s) % NFRAMES);
+        size_t len = sizes[which], cap = max + 64, need = 0;
+        uint8_t *work = malloc(cap), *p;
+        pdx_wire_header_t hdr;
+        pdx_wire_msg_t msg;
+        const char *why = NULL;
+        pdx_status_t st, peek;
+
+        memcpy(work, samples[which], len);
+        mutate(&s, work, &len, cap);
+        p = exact_copy(work, len);
+        st = pdx_wire_decode(p, len, &msg, &why);
+        peek = pdx_wire_peek(p, len, &hdr, &need, NULL);
+        cr_assert(st == PDX_OK || st == PDX_ERR_PROTO,
+                  "seed 0x%x iteration %d: decode returned %d", FUZZ_SEED, it, st);
+        cr_assert(peek == PDX_OK || peek == PDX_INPROGRESS || peek == PDX_ERR_PROTO,
+                  "seed 0x%x iteration %d: peek returned %d", FUZZ_SEED, it, peek);
+        if (st == PDX_OK) {
+            cr_assert(peek == PDX_OK && need == len, "seed 0x%x iteration %d", FUZZ_SEED, it);
+            assert_reencodes(&msg, p, len, it);
+            pdx_wire_msg_free(&msg);
+            ok++;
+        } else {
+            cr_assert(why, "seed 0x%x iteration %d: no reason", FUZZ_SEED, it);
+            proto++;
+        }
+        free(p);
+        free(work);
+    }
+    for (int i = 0; i < NFRAMES; i++)
+        free(samples[i]);
+    cr_log_info("seed 0x%x: %d mutated frames decoded, %d refused", FUZZ_SEED, ok, proto);
+    /* Both outcomes were reached: the mutations hit values and structure. */
+    cr_assert(ok > 100 && proto > 100, "seed 0x%x: %d decoded, %d refused", FUZZ_SEED, ok, proto);
+    cr_assert_eq(pdx_log_error_count(), errors_before, "wire must not log");
+}
+
+Test(wire_bad, mutated_notify_records)
+{
+    uint64_t s = FUZZ_SEED;
+    pdx_wire_notify_t n = sample_notify(), got;
+    uint8_t rec[PDX_WIRE_NOTIFY_SIZE + 16];
+    size_t size;
+    int ok = 0;
+
+    cr_assert_eq(pdx_wire_notify_encode(&n, rec, sizeof(rec), &size), PDX_OK);
+    for (int it = 0; it < FUZZ_NOTIFY; it++) {
+        uint8_t work[sizeof(rec)], *p;
+        size_t len = size;
+        pdx_status_t st;
+
+        memcpy(work, rec, size);
+        mutate(&s, work, &len, sizeof(work));
+        p = exact_copy(work, len);
+        st = pdx_wire_notify_decode(p, len, &got, NULL);
+        cr_assert(st == PDX_OK || st == PDX_ERR_PROTO, "seed 0x%x iteration %d: %d", FUZZ_SEED,
+                  it, st);
+        if (st == PDX_OK) {
+            uint8_t again[PDX_WIRE_NOTIFY_SIZE];
+            size_t n2;
+
+            cr_assert_eq(pdx_wire_notify_encode(&got, again, sizeof(again), &n2), PDX_OK,
+                         "seed 0x%x iteration %d", FUZZ_SEED, it);
+            cr_assert_arr_eq(again, p, PDX_WIRE_NOTIFY_SIZE, "seed 0x%x iteration %d", FUZZ_SEED,
+                             it);
+            ok++;
+        }
+        free(p);
+    }
+    cr_assert(ok > 0 && ok < FUZZ_NOTIFY, "seed 0x%x: %d of %d decoded", FUZZ_SEED, ok,
+              FUZZ_NOTIFY);
+}
