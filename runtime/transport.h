@@ -6,11 +6,15 @@
  *   posted after WRITEs is delivered after their data is placed.
  * - A WRITE completes (signaled) only after the receiver placed its bytes.
  *   Unsignaled WRs produce no completion on success; their send-queue slots
- *   are freed when a later signaled WR on the same ep completes. Failed WRs
- *   always produce a completion.
+ *   are freed when the completion of a later signaled WR on the same ep is
+ *   polled. Failed WRs always produce a completion. A CQ sized to the sum of
+ *   its eps' send and receive depths therefore never overflows.
  * - An ep in error (ep_fail, peer gone, deadline without progress) completes
- *   every outstanding WR with an error status: nothing is ever lost silently.
- * - Completions of all eps on a CQ are polled by one thread (the shard).
+ *   every outstanding WR and RECV with an error status: nothing is ever lost
+ *   silently.
+ * - One thread at a time posts on an ep (its shard); completions of all eps
+ *   on a CQ are polled by one thread (the shard).
+ * - After ep_destroy, cq_poll returns no completion of that ep.
  *
  * A transport sees nothing of runtime/ but this header (DESIGN.md §2).
  * Unsupported ops point at pdx_tp_unsupported_*(), never at NULL.
@@ -33,9 +37,11 @@ struct pdx_tp {
 };
 
 typedef struct pdx_tp_params {
-    const char *host;            /* local address to bind data listeners to */
-    uint32_t    progress_timeout_ms; /* an ep with WRs outstanding and no
-                                      * progress for this long goes to error */
+    const char *host;            /* local address for data listeners; peers must
+                                  * reach it (no wildcard) */
+    uint32_t    progress_timeout_ms; /* an ep not connected, or with WRs
+                                      * outstanding and no progress, for this
+                                      * long goes to error */
     uint64_t    max_msg_size;    /* largest single WRITE */
     const pdx_config_t *config;  /* transport-specific knobs (PDX_IB_*, ...) */
 } pdx_tp_params_t;
@@ -83,9 +89,10 @@ typedef enum pdx_tp_opcode {
 typedef struct pdx_tp_wc {
     uint64_t        wr_id;
     pdx_tp_ep_t    *ep;
-    pdx_status_t    status;     /* PDX_OK, or why the WR failed */
+    pdx_status_t    status;     /* PDX_OK, or why the WR failed (a SEND that
+                                 * found no posted RECV: PDX_ERR_PEER) */
     pdx_tp_opcode_t opcode;
-    uint32_t        byte_len;   /* RECV: bytes received */
+    uint32_t        byte_len;   /* RECV: bytes received; otherwise 0 */
 } pdx_tp_wc_t;
 
 /* The largest SEND payload: a notify record (wire.h) fits. */
@@ -100,6 +107,7 @@ struct pdx_transport_ops {
     const char *name;
 
     pdx_status_t (*open)(const pdx_tp_params_t *params, pdx_tp_t **tp_p);
+    /* Frees every ep, CQ and region still open on it; peers see PDX_ERR_PEER. */
     void         (*close)(pdx_tp_t *tp);
 
     pdx_status_t (*mr_reg)(pdx_tp_t *tp, void *base, size_t len, unsigned access,
@@ -125,7 +133,8 @@ struct pdx_transport_ops {
     /* Both sides call it with the other's address; WRs may be posted right
      * after it returns and run once the connection is up. */
     pdx_status_t (*ep_connect)(pdx_tp_ep_t *ep, const pdx_tp_addr_t *remote);
-    /* Move to error: every outstanding WR completes with `why`. */
+    /* Move to error: every outstanding WR completes with `why`. A transport
+     * may queue those completions before returning (tcp does) or later. */
     void         (*ep_fail)(pdx_tp_ep_t *ep, pdx_status_t why, const char *msg);
     /* Frees the ep; outstanding WRs are dropped without completions:
      * ep_fail and drain the CQ first to see them. */
@@ -134,7 +143,8 @@ struct pdx_transport_ops {
     const char  *(*ep_error)(const pdx_tp_ep_t *ep);
 
     /* Post n chained WRITEs at once. PDX_ERR_AGAIN (nothing posted) when the
-     * send queue lacks room for all n; PDX_ERR_PEER once the ep is in error. */
+     * send queue lacks room for all n now, PDX_ERR_INVALID when n exceeds its
+     * depth; PDX_ERR_PEER once the ep is in error. */
     pdx_status_t (*post_write)(pdx_tp_ep_t *ep, const pdx_tp_write_t *wr, uint32_t n);
     /* SEND of len <= PDX_TP_SEND_MAX bytes, copied before return (inline). */
     pdx_status_t (*post_send)(pdx_tp_ep_t *ep, uint64_t wr_id, const void *data, uint32_t len,

@@ -1,0 +1,326 @@
+/*
+ * tcp receive side, on the progress thread: frames in, placement, acks out.
+ *
+ * Headers and small frames are read in bulk into rxbuf; a WRITE's payload
+ * is read straight into its destination (readv: the rest of the payload,
+ * then a little of rxbuf for the next header), so large writes are not
+ * copied. A WRITE whose rkey or bounds do not check out is read and
+ * discarded, then answered with ERR {seq, PDX_ERR_RANGE} (only then: until
+ * the frame is read, the sender may still be writing it); the stream stays
+ * usable. A SEND lands in the next posted receive (none posted: the ep
+ * fails, as RNR retries would). After each pass over the socket one
+ * cumulative ACK covers every frame placed; an ERR always precedes the ACK
+ * that covers its frame. Control frames from the peer complete our WRs
+ * (tx.c). A header is parsed only with room for the control frames it may
+ * cause (its ERR, and an ACK queued while its payload drains).
+ */
+#include "tcp/tcp_internal.h"
+
+#include <errno.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#define TCP_RX_BUDGET (8u << 20)  /* bytes per ep per loop */
+#define TCP_RX_SPILL  (4u << 10)  /* rxbuf bytes read behind a large payload */
+#define TCP_RX_LARGE  (16u << 10) /* payloads from this size on are "large" */
+
+static void rx_proto_error(tcp_ep_t *ep, const tcp_hdr_t *h, const char *what)
+{
+    tcp_ep_set_error(ep, PDX_ERR_PROTO, true,
+                     "malformed frame from peer %s (type %u, seq %llu, len %llu): %s", ep->peer,
+                     h->type, (unsigned long long)h->seq, (unsigned long long)h->len, what);
+}
+
+static void rx_frame_done(tcp_ep_t *ep)
+{
+    switch (ep->rx_kind) {
+    case TCP_RX_WRITE:
+        tcp_mr_unref(ep->rx_mr, 1);
+        ep->rx_mr = NULL;
+        ep->rx_seq++;
+        break;
+    case TCP_RX_DISCARD: {
+        tcp_hdr_t err;
+
+        tcp_hdr_encode(&err, TCP_FR_ERR, (uint32_t)ep->rx_status, ep->rx_seq, 0, 0);
+        tcp_ctrl_push(ep, &err);
+        ep->ack_queued = ++ep->rx_seq;
+        break;
+    }
+    case TCP_RX_SEND: {
+        const tcp_rqe_t *r = &ep->rq[ep->rq_done & ep->rq_mask];
+        tcp_cqe_t e = {
+            .wc = {.wr_id = r->wr_id, .ep = tcp_ep_pub(ep), .status = PDX_OK,
+                   .opcode = PDX_TP_OP_RECV, .byte_len = (uint32_t)ep->rx_len},
+            .rq_slots = 1,
+        };
+
+        tcp_mr_unref(r->mr, 1);
+        ep->rq_done++;
+        ep->rx_seq++;
+        ep->rx_kind = TCP_RX_NONE;
+        tcp_cq_push(ep->cq, &e, 1);
+        return;
+    }
+    case TCP_RX_FAIL:
+        ep->rx_kind = TCP_RX_NONE;
+        ep->fail_msg[ep->rx_len] = '\0';
+        tcp_ep_set_error(ep, tcp_status_from_wire((uint32_t)ep->rx_status) == PDX_ERR_VERSION ?
+                                 PDX_ERR_VERSION : PDX_ERR_PEER,
+                         false, "peer %s failed the connection: %s", ep->peer, ep->fail_msg);
+        return;
+    case TCP_RX_NONE:
+        break;
+    }
+    ep->rx_kind = TCP_RX_NONE;
+}
+
+static void rx_write(tcp_ep_t *ep, const tcp_hdr_t *h)
+{
+    ep->rx_left = ep->rx_len = h->len;
+    if (tcp_mr_lookup(ep->tp, h->arg, h->addr, h->len, &ep->rx_mr, &ep->rx_dst) == PDX_OK) {
+        ep->rx_kind = TCP_RX_WRITE;
+        return;
+    }
+    pdx_warn("tcp: %s: WRITE %llu from peer %s of %llu bytes at 0x%llx is outside the region "
+             "of rkey 0x%x: skipped", ep->tp->name, (unsigned long long)h->seq, ep->peer,
+             (unsigned long long)h->len, (unsigned long long)h->addr, h->arg);
+    ep->rx_kind = TCP_RX_DISCARD;
+    ep->rx_status = PDX_ERR_RANGE;
+    ep->rx_dst = NULL;
+}
+
+static bool rx_send(tcp_ep_t *ep, const tcp_hdr_t *h)
+{
+    const tcp_rqe_t *r;
+
+    if (h->len > PDX_TP_SEND_MAX) {
+        rx_proto_error(ep, h, "SEND above the inline limit");
+        return false;
+    }
+    if (ep->rq_taken == atomic_load_explicit(&ep->rq_pub, memory_order_acquire)) {
+        tcp_ep_set_error(ep, PDX_ERR_PEER, true,
+                         "SEND %llu from peer %s found no receive posted (receiver not ready)",
+                         (unsigned long long)h->seq, ep->peer);
+        return false;
+    }
+    r = &ep->rq[ep->rq_taken & ep->rq_mask];
+    if (h->len > r->len) {
+        tcp_ep_set_error(ep, PDX_ERR_RANGE, true,
+                         "SEND of %llu bytes from peer %s does not fit the %u-byte receive",
+                         (unsigned long long)h->len, ep->peer, r->len);
+        return false;
+    }
+    ep->rq_taken++;
+    ep->rx_kind = TCP_RX_SEND;
+    ep->rx_dst = r->buf;
+    ep->rx_left = ep->rx_len = h->len;
+    return true;
+}
+
+static bool rx_hello(tcp_ep_t *ep, const tcp_hdr_t *h)
+{
+    if (h->seq != TCP_HELLO_MAGIC || h->addr != ep->remote.token || h->len != ep->token) {
+        rx_proto_error(ep, h, "HELLO from another endpoint");
+        return false;
+    }
+    if (h->arg != TCP_PROTO_VERSION) {
+        tcp_ep_set_error(ep, PDX_ERR_VERSION, true, "peer %s speaks tcp protocol %u, this side %u",
+                         ep->peer, h->arg, TCP_PROTO_VERSION);
+        return false;
+    }
+    ep->hello_due = false;
+    return true;
+}
+
+/* One header: false when the ep failed. */
+static bool rx_header(tcp_ep_t *ep, const tcp_hdr_t *h)
+{
+    if (ep->hello_due && h->type != TCP_FR_HELLO && h->type != TCP_FR_FAIL) {
+        rx_proto_error(ep, h, "expected HELLO first");
+        return false;
+    }
+    switch (h->type) {
+    case TCP_FR_HELLO:
+        if (!ep->hello_due) {
+            rx_proto_error(ep, h, "second HELLO");
+            return false;
+        }
+        return rx_hello(ep, h);
+    case TCP_FR_WRITE:
+        if (h->seq != ep->rx_seq) {
+            rx_proto_error(ep, h, "out of sequence");
+            return false;
+        }
+        rx_write(ep, h);
+        break;
+    case TCP_FR_SEND:
+        if (h->seq != ep->rx_seq) {
+            rx_proto_error(ep, h, "out of sequence");
+            return false;
+        }
+        if (!rx_send(ep, h))
+            return false;
+        break;
+    case TCP_FR_ACK:
+        if (tcp_tx_complete(ep, h->seq, PDX_OK) != PDX_OK) {
+            rx_proto_error(ep, h, "ACK of frames never sent");
+            return false;
+        }
+        return true;
+    case TCP_FR_ERR:
+        if (h->seq == UINT64_MAX ||
+            tcp_tx_complete(ep, h->seq + 1, tcp_status_from_wire(h->arg)) != PDX_OK) {
+            rx_proto_error(ep, h, "ERR for a frame never sent");
+            return false;
+        }
+        return true;
+    case TCP_FR_FAIL:
+        if (h->len > TCP_FAIL_MSG_MAX) {
+            rx_proto_error(ep, h, "FAIL reason too long");
+            return false;
+        }
+        ep->rx_kind = TCP_RX_FAIL;
+        ep->rx_status = (int32_t)h->arg;
+        ep->rx_dst = (uint8_t *)ep->fail_msg;
+        ep->rx_left = ep->rx_len = h->len;
+        break;
+    default:
+        rx_proto_error(ep, h, "unknown frame type");
+        return false;
+    }
+    if (ep->rx_left == 0)
+        rx_frame_done(ep);
+    return ep->state == TCP_EP_UP;
+}
+
+/* Take buffered bytes for the current payload. */
+static void rx_take(tcp_ep_t *ep)
+{
+    uint32_t take = (uint32_t)PDX_MIN((uint64_t)(ep->rx_have - ep->rx_off), ep->rx_left);
+
+    if (ep->rx_dst) {
+        memcpy(ep->rx_dst, ep->rxbuf + ep->rx_off, take);
+        ep->rx_dst += take;
+    }
+    ep->rx_off += take;
+    ep->rx_left -= take;
+    if (ep->rx_left == 0)
+        rx_frame_done(ep);
+}
+
+/* One read from the socket; its result as read(2) gives it. */
+static ssize_t rx_read(tcp_ep_t *ep)
+{
+    uint32_t avail = ep->rx_have - ep->rx_off;
+    ssize_t n;
+
+    if (ep->rx_kind != TCP_RX_NONE && ep->rx_dst) {
+        struct iovec iov[2] = {
+            {.iov_base = ep->rx_dst, .iov_len = ep->rx_left},
+            {.iov_base = ep->rxbuf,
+             .iov_len = ep->rx_left >= TCP_RX_LARGE ? TCP_RX_SPILL : TCP_RXBUF},
+        };
+
+        n = readv(ep->fd, iov, 2);
+        if (n <= 0)
+            return n;
+        ep->rx_off = ep->rx_have = 0;
+        if ((uint64_t)n < ep->rx_left) {
+            ep->rx_dst += n;
+            ep->rx_left -= (uint64_t)n;
+        } else {
+            ep->rx_have = (uint32_t)((uint64_t)n - ep->rx_left);
+            ep->rx_dst += ep->rx_left;
+            ep->rx_left = 0;
+            rx_frame_done(ep);
+        }
+        return n;
+    }
+    if (ep->rx_off) {
+        memmove(ep->rxbuf, ep->rxbuf + ep->rx_off, avail);
+        ep->rx_off = 0;
+        ep->rx_have = avail;
+    }
+    n = read(ep->fd, ep->rxbuf + avail, TCP_RXBUF - avail);
+    if (n > 0)
+        ep->rx_have += (uint32_t)n;
+    return n;
+}
+
+void tcp_rx_progress(tcp_ep_t *ep)
+{
+    size_t budget = TCP_RX_BUDGET;
+
+    while (ep->state == TCP_EP_UP) {
+        uint32_t avail = ep->rx_have - ep->rx_off;
+        ssize_t n;
+
+        if (ep->rx_kind != TCP_RX_NONE && avail) {
+            rx_take(ep);
+            continue;
+        }
+        if (ep->rx_kind == TCP_RX_NONE && avail >= TCP_HDR_LEN) {
+            tcp_hdr_t h;
+
+            if (!tcp_ctrl_room(ep))
+                break; /* resumes once tx drained the control queue */
+            tcp_hdr_decode(ep->rxbuf + ep->rx_off, &h);
+            ep->rx_off += TCP_HDR_LEN;
+            if (!rx_header(ep, &h))
+                return;
+            continue;
+        }
+        if (budget == 0)
+            break; /* rx_ready stays set: more next loop */
+        n = rx_read(ep);
+        if (n > 0) {
+            budget -= PDX_MIN(budget, (size_t)n);
+            continue;
+        }
+        if (n == 0) {
+            tcp_ep_set_error(ep, PDX_ERR_PEER, false, "peer %s closed the connection", ep->peer);
+            return;
+        }
+        if (errno == EINTR)
+            continue;
+        if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            ep->rx_ready = false;
+            break;
+        }
+        tcp_ep_set_error(ep, PDX_ERR_PEER, false, "receive from peer %s: %s", ep->peer,
+                         strerror(errno));
+        return;
+    }
+    if (ep->state == TCP_EP_UP && ep->rx_seq > ep->ack_queued) {
+        tcp_hdr_t ack;
+
+        tcp_hdr_encode(&ack, TCP_FR_ACK, 0, ep->rx_seq, 0, 0);
+        tcp_ctrl_push(ep, &ack);
+        ep->ack_queued = ep->rx_seq;
+    }
+}
+
+void tcp_rx_flush(tcp_ep_t *ep, pdx_status_t why, bool complete)
+{
+    uint64_t end = atomic_load_explicit(&ep->rq_pub, memory_order_acquire);
+
+    if (ep->rx_kind == TCP_RX_WRITE && ep->rx_mr)
+        tcp_mr_unref(ep->rx_mr, 1);
+    ep->rx_mr = NULL;
+    ep->rx_kind = TCP_RX_NONE;
+    ep->rx_left = 0;
+    for (uint64_t i = ep->rq_done; i < end; i++) {
+        const tcp_rqe_t *r = &ep->rq[i & ep->rq_mask];
+        tcp_cqe_t e = {
+            .wc = {.wr_id = r->wr_id, .ep = tcp_ep_pub(ep), .status = why,
+                   .opcode = PDX_TP_OP_RECV},
+            .rq_slots = 1,
+        };
+
+        tcp_mr_unref(r->mr, 1);
+        if (complete)
+            tcp_cq_push(ep->cq, &e, 1);
+    }
+    ep->rq_done = ep->rq_taken = end;
+}

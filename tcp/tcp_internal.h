@@ -1,0 +1,404 @@
+/*
+ * tcp transport internals: one stream socket per endpoint with RC-QP
+ * semantics (runtime/transport.h, DESIGN.md §8).
+ *
+ * Files, one object each:
+ *   tp.c     open/close, the progress thread (epoll loop), commands, pause
+ *   conn.c   connection setup (dial, accept, HELLO matching) and ep errors
+ *   ep.c     the endpoint API and the post path (owner thread)
+ *   tx.c     frames out, acks in -> send completions
+ *   rx.c     frames in, placement, acks out, receive completions
+ *   cq.c     completion queues
+ *   mr.c     registered regions, rkey table
+ *   proto.c  wire format: frame headers, endpoint addresses
+ *
+ * Threads and ownership:
+ * - The poster (the ep's owner thread, one at a time) writes SQ/RQ entries
+ *   past sq_pub/rq_pub and publishes them with a release store.
+ * - The progress thread of the tp owns every socket and all ep state below
+ *   "progress thread only"; it reads published entries and produces
+ *   completions.
+ * - The CQ's owner thread (cq_poll) frees SQ/RQ slots (sq_freed/rq_freed)
+ *   as it consumes completions, so an ep never has more completions
+ *   outstanding than its sq_depth + rq_depth and a CQ sized to the sum of
+ *   its eps' depths never overflows.
+ * - Setup calls (ep_create/connect/fail/destroy) hand a command to the
+ *   progress thread and wait for it with a deadline.
+ */
+#ifndef PDX_TCP_INTERNAL_H
+#define PDX_TCP_INTERNAL_H
+
+#include "log.h"
+#include "transport.h"
+#include "util.h"
+
+#include <pthread.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+
+#include "tcp/proto.h"
+
+#define TCP_DEFAULT_TIMEOUT_MS  10000u
+#define TCP_DEFAULT_MAX_MSG     (4ull << 20)
+#define TCP_MAX_DEPTH           65536u
+#define TCP_CMD_TIMEOUT_MS      5000u
+#define TCP_CTRL_MAX            64u        /* queued ACK/ERR/HELLO frames per ep */
+#define TCP_RXBUF               (64u << 10) /* header/small-frame buffer per ep */
+#define TCP_ERRMSG_MAX          256u
+
+typedef struct tcp_tp tcp_tp_t;
+typedef struct tcp_ep tcp_ep_t;
+typedef struct tcp_cq tcp_cq_t;
+typedef struct tcp_mr tcp_mr_t;
+typedef struct tcp_conn tcp_conn_t;
+
+/* What an epoll event's data.ptr points at. */
+typedef enum tcp_poll_kind {
+    TCP_POLL_LISTEN = 1,
+    TCP_POLL_WAKE   = 2,
+    TCP_POLL_EP     = 3,
+    TCP_POLL_CONN   = 4,
+} tcp_poll_kind_t;
+
+typedef struct tcp_pollable {
+    tcp_poll_kind_t kind;
+} tcp_pollable_t;
+
+/* ------------------------------------------------------------------ mr */
+
+typedef enum tcp_mem_kind {
+    TCP_MEM_HOST = 0,
+    /* GPU memory (hip/, later): placement reads into a pinned staging buffer
+     * and the ack waits for the host-to-device copy; see tcp_mr_lookup(). */
+} tcp_mem_kind_t;
+
+struct tcp_mr {
+    tcp_tp_t        *tp;
+    uint8_t         *base;
+    size_t           len;
+    unsigned         access;
+    uint32_t         rkey;
+    tcp_mem_kind_t   kind;
+    _Atomic uint32_t refs;   /* WRs and placements using the region */
+};
+
+#define TCP_MR_SLOT_BITS 12u
+#define TCP_MR_MAX       (1u << TCP_MR_SLOT_BITS)
+
+typedef struct tcp_mr_table {
+    pthread_mutex_t lock;
+    tcp_mr_t       *slot[TCP_MR_MAX];
+    uint32_t        gen[TCP_MR_MAX];
+    uint32_t        free_list[TCP_MR_MAX];
+    uint32_t        nfree;
+} tcp_mr_table_t;
+
+pdx_status_t tcp_mr_table_init(tcp_mr_table_t *table);
+void tcp_mr_table_fini(tcp_mr_table_t *table);
+/* Progress thread: find rkey, check access and [addr, addr + len) against the
+ * region and take a reference; PDX_ERR_RANGE when any check fails. */
+pdx_status_t tcp_mr_lookup(tcp_tp_t *tp, uint32_t rkey, uint64_t addr, uint64_t len,
+                           tcp_mr_t **mr_p, uint8_t **ptr_p);
+static inline void tcp_mr_unref(tcp_mr_t *mr, uint32_t n)
+{
+    atomic_fetch_sub_explicit(&mr->refs, n, memory_order_release);
+}
+
+pdx_status_t tcp_mr_reg(pdx_tp_t *tp, void *base, size_t len, unsigned access,
+                        pdx_tp_mr_t **mr_p);
+pdx_status_t tcp_mr_dereg(pdx_tp_mr_t *mr);
+void tcp_mr_remote(const pdx_tp_mr_t *mr, pdx_tp_rkey_t *rkey_p);
+
+/* ------------------------------------------------------------------ cq */
+
+typedef struct tcp_cqe {
+    pdx_tp_wc_t wc;
+    uint32_t    sq_slots;   /* SQ slots this completion frees */
+    uint32_t    rq_slots;
+} tcp_cqe_t;
+
+struct tcp_cq {
+    tcp_tp_t        *tp;
+    pthread_mutex_t  lock;      /* ring, reserved */
+    tcp_cqe_t       *ring;
+    uint32_t         depth;
+    uint32_t         reserved;  /* sum of sq + rq depths of its eps */
+    uint32_t         nep;
+    uint64_t         head;      /* next to poll */
+    uint64_t         tail;      /* next to fill */
+    _Atomic uint32_t count;     /* tail - head, read without the lock */
+    _Atomic int      armed;
+    int              efd;
+    tcp_cq_t        *next;      /* tp's list, under tp->obj_lock */
+    tcp_cq_t        *prev;
+};
+
+/* Progress thread (or a command it runs): append completions. */
+void tcp_cq_push(tcp_cq_t *cq, const tcp_cqe_t *cqe, uint32_t n);
+/* Capacity for an ep: PDX_ERR_FULL when depths exceed what is left. */
+pdx_status_t tcp_cq_reserve(tcp_cq_t *cq, uint32_t slots);
+/* Drop the ep's completions still queued and give back its capacity. */
+void tcp_cq_release(tcp_cq_t *cq, const tcp_ep_t *ep, uint32_t slots);
+void tcp_cq_free(tcp_cq_t *cq);
+
+pdx_status_t tcp_cq_create(pdx_tp_t *tp, uint32_t depth, pdx_tp_cq_t **cq_p);
+void tcp_cq_destroy(pdx_tp_cq_t *cq);
+int tcp_cq_poll(pdx_tp_cq_t *cq, pdx_tp_wc_t *wc, int max);
+pdx_status_t tcp_cq_arm(pdx_tp_cq_t *cq);
+int tcp_cq_fd(pdx_tp_cq_t *cq);
+void tcp_cq_ack(pdx_tp_cq_t *cq);
+
+/* ------------------------------------------------------------------ ep */
+
+/* A send-queue entry: frame header and inline payload are contiguous so a
+ * SEND goes out as one iovec. */
+typedef struct tcp_wqe {
+    tcp_hdr_t      hdr;                     /* little-endian, filled at post */
+    uint8_t        data[PDX_TP_SEND_MAX];   /* SEND payload */
+    uint64_t       wr_id;
+    tcp_mr_t      *mr;                      /* WRITE source region, else NULL */
+    const uint8_t *src;                     /* WRITE payload */
+    uint64_t       len;                     /* payload bytes */
+    uint32_t       frame_len;               /* bytes of hdr (+ SEND payload) */
+    uint8_t        opcode;                  /* pdx_tp_opcode_t */
+    bool           signaled;
+} tcp_wqe_t;
+
+_Static_assert(offsetof(tcp_wqe_t, data) == sizeof(tcp_hdr_t),
+               "a SEND's header and payload go out as one iovec");
+
+typedef struct tcp_rqe {
+    uint64_t  wr_id;
+    tcp_mr_t *mr;
+    uint8_t  *buf;
+    uint32_t  len;
+} tcp_rqe_t;
+
+typedef enum tcp_ep_state {
+    TCP_EP_NEW = 0,      /* created, ep_connect not called */
+    TCP_EP_DIALING,      /* nonblocking connect in progress */
+    TCP_EP_ACCEPTING,    /* waiting for the peer to dial us */
+    TCP_EP_UP,
+    TCP_EP_DEAD,         /* in error, socket closed */
+} tcp_ep_state_t;
+
+typedef enum tcp_rx_kind {
+    TCP_RX_NONE = 0,     /* between frames */
+    TCP_RX_WRITE,        /* placing a WRITE */
+    TCP_RX_DISCARD,      /* skipping a rejected WRITE's payload */
+    TCP_RX_SEND,         /* placing a SEND into a receive buffer */
+    TCP_RX_FAIL,         /* reading a FAIL frame's reason */
+} tcp_rx_kind_t;
+
+struct tcp_ep {
+    tcp_pollable_t   poll;
+    tcp_tp_t        *tp;
+    tcp_cq_t        *cq;
+    uint64_t         token;
+    uint32_t         sq_depth, rq_depth;
+    uint32_t         sq_mask, rq_mask;
+    tcp_wqe_t       *sq;
+    tcp_rqe_t       *rq;
+
+    /* poster only */
+    alignas(PDX_CACHELINE) uint64_t sq_head;
+    uint64_t         rq_head;
+
+    /* poster -> progress thread */
+    alignas(PDX_CACHELINE) _Atomic uint64_t sq_pub;
+    _Atomic uint64_t rq_pub;
+    /* CQ owner -> poster */
+    alignas(PDX_CACHELINE) _Atomic uint64_t sq_freed;
+    _Atomic uint64_t rq_freed;
+    /* progress thread -> anyone: 0 while healthy; errmsg is written once,
+     * before err is published */
+    _Atomic int      err;
+    char             errmsg[TCP_ERRMSG_MAX];
+
+    /* set by ep_connect before its command, then read-only */
+    _Atomic bool     connect_called;
+    tcp_addr_t       remote;
+    char             peer[64];      /* "host:port" of the remote tp */
+    bool             dialer;
+
+    /* progress thread only */
+    alignas(PDX_CACHELINE) tcp_ep_state_t state;
+    int              fd;
+    uint64_t         deadline_ns;   /* connection must be up by then */
+    uint64_t         progress_ns;   /* last ack progress (or first post) */
+    bool             writable;
+    bool             rx_ready;
+    bool             hello_due;     /* dialer: the peer's HELLO comes first */
+    bool             in_work;
+    tcp_ep_t        *work_next;
+    tcp_ep_t        *next, *prev;   /* tp->eps */
+
+    /* tx: WRs [sq_acked, sq_seen) are outstanding; [sq_sent, sq_seen) not
+     * fully written; tx_off bytes of frame sq_sent are */
+    uint64_t         sq_seen;
+    uint64_t         sq_sent;
+    uint64_t         sq_acked;
+    uint64_t         sq_cqe_upto;   /* slots before it are covered by CQEs */
+    uint64_t         tx_off;
+    tcp_hdr_t        ctrl_q[TCP_CTRL_MAX];   /* queued control frames */
+    uint32_t         ctrl_n;
+    tcp_hdr_t        tx_ctrl[TCP_CTRL_MAX];  /* committed, being written */
+    uint32_t         tx_ctrl_len, tx_ctrl_off;  /* bytes */
+
+    /* rx */
+    uint8_t         *rxbuf;
+    uint32_t         rx_off, rx_have;
+    tcp_rx_kind_t    rx_kind;
+    uint8_t         *rx_dst;
+    uint64_t         rx_left;
+    uint64_t         rx_len;
+    tcp_mr_t        *rx_mr;
+    int32_t          rx_status;      /* DISCARD: the ERR to send; FAIL: its status */
+    uint64_t         rx_seq;         /* next data frame expected */
+    uint64_t         ack_queued;     /* frames before it are covered */
+    uint64_t         rq_taken;       /* receives matched to SENDs */
+    uint64_t         rq_done;        /* receives completed */
+    char             fail_msg[TCP_FAIL_MSG_MAX + 1];
+};
+
+static inline tcp_ep_t *tcp_ep(pdx_tp_ep_t *ep)
+{
+    return (tcp_ep_t *)(void *)ep;
+}
+
+static inline pdx_tp_ep_t *tcp_ep_pub(tcp_ep_t *ep)
+{
+    return (pdx_tp_ep_t *)(void *)ep;
+}
+
+/* Room for the control frames one incoming frame can queue (an ERR and an ACK). */
+static inline bool tcp_ctrl_room(const tcp_ep_t *ep)
+{
+    return ep->ctrl_n + 2 <= TCP_CTRL_MAX;
+}
+
+/* Progress thread: the peer's "host:port" for messages. Before its CONNECT
+ * command ran, ep_connect may still be writing it. */
+static inline const char *tcp_ep_peer(const tcp_ep_t *ep)
+{
+    return ep->state == TCP_EP_NEW ? "(unconnected)" : ep->peer;
+}
+
+static inline uint64_t tcp_ep_outstanding(const tcp_ep_t *ep)
+{
+    return ep->sq_seen - ep->sq_acked;
+}
+
+pdx_status_t tcp_ep_create(pdx_tp_t *tp, pdx_tp_cq_t *cq, const pdx_tp_ep_attr_t *attr,
+                           pdx_tp_ep_t **ep_p);
+void tcp_ep_address(const pdx_tp_ep_t *ep, pdx_tp_addr_t *addr_p);
+pdx_status_t tcp_ep_connect(pdx_tp_ep_t *ep, const pdx_tp_addr_t *remote);
+void tcp_ep_fail(pdx_tp_ep_t *ep, pdx_status_t why, const char *msg);
+void tcp_ep_destroy(pdx_tp_ep_t *ep);
+const char *tcp_ep_error(const pdx_tp_ep_t *ep);
+pdx_status_t tcp_post_write(pdx_tp_ep_t *ep, const pdx_tp_write_t *wr, uint32_t n);
+pdx_status_t tcp_post_send(pdx_tp_ep_t *ep, uint64_t wr_id, const void *data, uint32_t len,
+                           unsigned flags);
+pdx_status_t tcp_post_recv(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,
+                           uint64_t offset, uint32_t len);
+/* Free an ep the progress thread no longer knows (destroy, tp close). */
+void tcp_ep_free(tcp_ep_t *ep);
+
+/* conn.c, progress thread */
+void tcp_ep_start(tcp_ep_t *ep);
+void tcp_ep_dialed(tcp_ep_t *ep);
+void tcp_ep_set_error(tcp_ep_t *ep, pdx_status_t why, bool tell_peer, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+void tcp_ep_detach(tcp_ep_t *ep);
+void tcp_conn_accept(tcp_tp_t *tp);
+void tcp_conn_event(tcp_conn_t *conn);
+void tcp_conn_sweep(tcp_tp_t *tp, uint64_t now);
+void tcp_conn_close_all(tcp_tp_t *tp);
+
+/* tx.c, progress thread */
+void tcp_tx_progress(tcp_ep_t *ep);
+bool tcp_tx_pending(const tcp_ep_t *ep);
+void tcp_ctrl_push(tcp_ep_t *ep, const tcp_hdr_t *hdr);
+pdx_status_t tcp_tx_complete(tcp_ep_t *ep, uint64_t end, pdx_status_t last);
+void tcp_tx_flush(tcp_ep_t *ep, pdx_status_t why, bool complete);
+
+/* rx.c, progress thread */
+void tcp_rx_progress(tcp_ep_t *ep);
+void tcp_rx_flush(tcp_ep_t *ep, pdx_status_t why, bool complete);
+
+/* ------------------------------------------------------------------ tp */
+
+typedef enum tcp_cmd_kind {
+    TCP_CMD_ADD = 1,
+    TCP_CMD_CONNECT,
+    TCP_CMD_FAIL,
+    TCP_CMD_DESTROY,
+} tcp_cmd_kind_t;
+
+typedef struct tcp_cmd {
+    tcp_cmd_kind_t  kind;
+    tcp_ep_t       *ep;
+    pdx_status_t    why;        /* FAIL */
+    const char     *msg;        /* FAIL */
+    pdx_status_t    result;
+    int             state;      /* 0 queued, 1 taken, 2 done */
+    struct tcp_cmd *next;
+} tcp_cmd_t;
+
+struct tcp_tp {
+    pdx_tp_t          base;
+    tcp_pollable_t    listen_poll;
+    tcp_pollable_t    wake_poll;
+    int               listen_fd;
+    int               epfd;
+    int               wake_fd;
+    tcp_addr_t        addr;           /* listener: family, ip, port */
+    char              name[64];       /* "host:port" */
+    uint32_t          timeout_ms;
+    uint64_t          max_msg_size;
+    pthread_t         thread;
+    bool              thread_started;
+
+    /* anyone -> progress thread */
+    alignas(PDX_CACHELINE) _Atomic int doorbell;  /* new posts somewhere */
+    _Atomic int       sleeping;       /* in epoll_wait: posts must write wake_fd */
+    _Atomic bool      stop;
+    _Atomic bool      paused;
+    _Atomic bool      cmd_pending;
+    pthread_mutex_t   cmd_lock;
+    pthread_cond_t    cmd_cond;
+    tcp_cmd_t        *cmd_head, *cmd_tail;
+
+    pthread_mutex_t   obj_lock;       /* cqs list */
+    tcp_cq_t         *cqs;
+    tcp_mr_table_t    mrs;
+
+    /* progress thread only */
+    alignas(PDX_CACHELINE) tcp_ep_t *eps;
+    tcp_ep_t         *work;
+    tcp_conn_t       *conns;
+    bool              rx_paused;
+};
+
+static inline tcp_tp_t *tcp_tp(pdx_tp_t *tp)
+{
+    return pdx_container_of(tp, tcp_tp_t, base);
+}
+
+/* Post path: tell the progress thread there is work; a syscall only when it
+ * sleeps. */
+void tcp_tp_kick(tcp_tp_t *tp);
+/* Run a command on the progress thread and wait for it (deadline). */
+pdx_status_t tcp_tp_command(tcp_tp_t *tp, tcp_cmd_t *cmd);
+/* Progress thread: queue ep for tx/rx work in this loop iteration. */
+void tcp_work_add(tcp_ep_t *ep);
+void tcp_work_remove(tcp_ep_t *ep);
+/* Progress thread: (un)register a socket with the tp's epoll. */
+pdx_status_t tcp_poll_add(tcp_tp_t *tp, int fd, tcp_pollable_t *p, uint32_t events);
+pdx_status_t tcp_poll_mod(tcp_tp_t *tp, int fd, tcp_pollable_t *p, uint32_t events);
+void tcp_poll_del(tcp_tp_t *tp, int fd);
+
+#endif

@@ -1,0 +1,222 @@
+/*
+ * tcp send side, on the progress thread: frames out of the SQ, acks in.
+ *
+ * The outgoing stream is control frames (HELLO, ACK, ERR), queued in
+ * ctrl_q and committed to tx_ctrl only at a data-frame boundary, and data
+ * frames taken in order from the SQ: a WRITE is its header then the payload
+ * straight from the registered source (one sendmsg gathers many frames); a
+ * SEND is its header and inline bytes. Partial writes resume where they
+ * stopped, so a peer that stops reading only leaves its own socket full.
+ *
+ * WRs complete when the peer acknowledges them (ACK: placed; ERR: this one
+ * failed), which is after placement: signaled ones and failed ones get a
+ * completion; each completion frees the SQ slots of the WRs it covers.
+ */
+#include "tcp/tcp_internal.h"
+
+#include <errno.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#define TCP_TX_IOV    64
+#define TCP_TX_BUDGET (8u << 20) /* bytes per ep per loop, then the others get a turn */
+#define TCP_CQE_BATCH 32
+
+typedef struct cqe_batch {
+    tcp_cqe_t e[TCP_CQE_BATCH];
+    uint32_t  n;
+} cqe_batch_t;
+
+static void batch_flush(tcp_cq_t *cq, cqe_batch_t *b)
+{
+    tcp_cq_push(cq, b->e, b->n);
+    b->n = 0;
+}
+
+/* Complete SQ entry i with status; it covers every slot not yet covered. */
+static void batch_add(tcp_ep_t *ep, cqe_batch_t *b, uint64_t i, pdx_status_t status)
+{
+    const tcp_wqe_t *w = &ep->sq[i & ep->sq_mask];
+    tcp_cqe_t *e = &b->e[b->n++];
+
+    e->wc.wr_id = w->wr_id;
+    e->wc.ep = tcp_ep_pub(ep);
+    e->wc.status = status;
+    e->wc.opcode = (pdx_tp_opcode_t)w->opcode;
+    e->wc.byte_len = 0;
+    e->sq_slots = (uint32_t)(i + 1 - ep->sq_cqe_upto);
+    e->rq_slots = 0;
+    ep->sq_cqe_upto = i + 1;
+    if (b->n == TCP_CQE_BATCH)
+        batch_flush(ep->cq, b);
+}
+
+void tcp_ctrl_push(tcp_ep_t *ep, const tcp_hdr_t *hdr)
+{
+    /* A newer cumulative ACK replaces a queued one. */
+    if (hdr->type == TCP_FR_ACK && ep->ctrl_n && ep->ctrl_q[ep->ctrl_n - 1].type == TCP_FR_ACK) {
+        ep->ctrl_q[ep->ctrl_n - 1] = *hdr;
+        return;
+    }
+    if (PDX_UNLIKELY(ep->ctrl_n == TCP_CTRL_MAX)) {
+        /* rx stops parsing before the queue can fill */
+        pdx_error("tcp: control queue of the endpoint to %s overflowed", ep->peer);
+        return;
+    }
+    ep->ctrl_q[ep->ctrl_n++] = *hdr;
+}
+
+bool tcp_tx_pending(const tcp_ep_t *ep)
+{
+    return ep->tx_ctrl_off < ep->tx_ctrl_len || ep->ctrl_n || ep->sq_sent < ep->sq_seen;
+}
+
+static uint64_t frame_bytes(const tcp_wqe_t *w)
+{
+    return w->frame_len + (w->opcode == PDX_TP_OP_WRITE ? w->len : 0);
+}
+
+/* Gather the unsent stream into iov; returns the entry count, *total_p bytes. */
+static int tx_gather(tcp_ep_t *ep, struct iovec *iov, size_t *total_p)
+{
+    uint64_t off = ep->tx_off;
+    size_t total = 0;
+    int niov = 0;
+
+    if (ep->tx_ctrl_off == ep->tx_ctrl_len && ep->ctrl_n && ep->tx_off == 0) {
+        memcpy(ep->tx_ctrl, ep->ctrl_q, ep->ctrl_n * sizeof(tcp_hdr_t));
+        ep->tx_ctrl_len = ep->ctrl_n * TCP_HDR_LEN;
+        ep->tx_ctrl_off = 0;
+        ep->ctrl_n = 0;
+    }
+    if (ep->tx_ctrl_off < ep->tx_ctrl_len) {
+        iov[niov].iov_base = (uint8_t *)ep->tx_ctrl + ep->tx_ctrl_off;
+        iov[niov++].iov_len = ep->tx_ctrl_len - ep->tx_ctrl_off;
+        total += ep->tx_ctrl_len - ep->tx_ctrl_off;
+    }
+    for (uint64_t i = ep->sq_sent; i < ep->sq_seen && niov <= TCP_TX_IOV - 2 &&
+                                   total < TCP_TX_BUDGET; i++, off = 0) {
+        tcp_wqe_t *w = &ep->sq[i & ep->sq_mask];
+
+        if (off < w->frame_len) {
+            iov[niov].iov_base = (uint8_t *)&w->hdr + off;
+            iov[niov++].iov_len = w->frame_len - off;
+            total += w->frame_len - off;
+        }
+        if (w->opcode == PDX_TP_OP_WRITE && w->len) {
+            uint64_t done = off > w->frame_len ? off - w->frame_len : 0;
+
+            iov[niov].iov_base = (void *)(uintptr_t)(w->src + done);
+            iov[niov++].iov_len = w->len - done;
+            total += w->len - done;
+        }
+    }
+    *total_p = total;
+    return niov;
+}
+
+/* Account for n bytes written. */
+static void tx_advance(tcp_ep_t *ep, size_t n)
+{
+    if (ep->tx_ctrl_off < ep->tx_ctrl_len) {
+        size_t take = PDX_MIN(n, (size_t)(ep->tx_ctrl_len - ep->tx_ctrl_off));
+
+        ep->tx_ctrl_off += (uint32_t)take;
+        n -= take;
+    }
+    while (n) {
+        const tcp_wqe_t *w = &ep->sq[ep->sq_sent & ep->sq_mask];
+        uint64_t rest = frame_bytes(w) - ep->tx_off;
+
+        if (n < rest) {
+            ep->tx_off += n;
+            return;
+        }
+        n -= rest;
+        ep->tx_off = 0;
+        ep->sq_sent++;
+    }
+}
+
+void tcp_tx_progress(tcp_ep_t *ep)
+{
+    size_t budget = TCP_TX_BUDGET;
+
+    while (ep->state == TCP_EP_UP && ep->writable) {
+        struct iovec iov[TCP_TX_IOV];
+        struct msghdr msg = {.msg_iov = iov};
+        size_t total;
+        ssize_t n;
+
+        msg.msg_iovlen = (size_t)tx_gather(ep, iov, &total);
+        if (msg.msg_iovlen == 0)
+            return;
+        n = sendmsg(ep->fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) {
+                ep->writable = false; /* EPOLLOUT brings it back */
+                return;
+            }
+            tcp_ep_set_error(ep, PDX_ERR_PEER, false, "send to peer %s: %s", ep->peer,
+                             strerror(errno));
+            return;
+        }
+        tx_advance(ep, (size_t)n);
+        if ((size_t)n < total) {
+            /* A short write means the socket buffer is full; the kernel then
+             * flags it so EPOLLOUT fires once room frees up. */
+            ep->writable = false;
+            return;
+        }
+        if ((size_t)n >= budget) {
+            tcp_work_add(ep); /* more next loop, after the other eps */
+            return;
+        }
+        budget -= (size_t)n;
+    }
+}
+
+pdx_status_t tcp_tx_complete(tcp_ep_t *ep, uint64_t end, pdx_status_t last)
+{
+    cqe_batch_t b;
+
+    if (end < ep->sq_acked || end > ep->sq_sent)
+        return PDX_ERR_PROTO;
+    b.n = 0;
+    for (uint64_t i = ep->sq_acked; i < end; i++) {
+        const tcp_wqe_t *w = &ep->sq[i & ep->sq_mask];
+        bool failed = last != PDX_OK && i == end - 1;
+
+        if (w->mr)
+            tcp_mr_unref(w->mr, 1); /* before the completion, so mr_dereg can follow it */
+        if (w->signaled || failed)
+            batch_add(ep, &b, i, failed ? last : PDX_OK);
+    }
+    batch_flush(ep->cq, &b);
+    if (end != ep->sq_acked) {
+        ep->sq_acked = end;
+        ep->progress_ns = pdx_now_ns();
+    }
+    return PDX_OK;
+}
+
+void tcp_tx_flush(tcp_ep_t *ep, pdx_status_t why, bool complete)
+{
+    uint64_t end = atomic_load_explicit(&ep->sq_pub, memory_order_acquire);
+    cqe_batch_t b;
+
+    b.n = 0;
+    for (uint64_t i = ep->sq_acked; i < end; i++) {
+        const tcp_wqe_t *w = &ep->sq[i & ep->sq_mask];
+
+        if (w->mr)
+            tcp_mr_unref(w->mr, 1);
+        if (complete)
+            batch_add(ep, &b, i, why);
+    }
+    batch_flush(ep->cq, &b);
+    ep->sq_acked = ep->sq_sent = ep->sq_seen = end;
+    ep->tx_off = 0;
+}
