@@ -15,6 +15,7 @@
 #define ABORT_FIXED  (8u + 4u + 2u)  /* ABORT and ERROR: room, status, string */
 #define ACK_FIXED    8u
 #define BEAT_FIXED   16u
+#define CREDIT_FIXED 12u
 
 #define NOTIFY_FLAGS (PDX_WIRE_NOTIFY_LAST | PDX_WIRE_NOTIFY_STATUS_ONLY)
 
@@ -40,6 +41,8 @@ static const struct {
     [PDX_WIRE_ABORT_ACK] = {"ABORT_ACK", ACK_FIXED, ACK_FIXED},
     [PDX_WIRE_HEARTBEAT] = {"HEARTBEAT", BEAT_FIXED, BEAT_FIXED},
     [PDX_WIRE_ERROR]     = {"ERROR", ABORT_FIXED, ABORT_FIXED + PDX_WIRE_REASON_MAX},
+    [PDX_WIRE_CREDIT]    = {"CREDIT", CREDIT_FIXED, CREDIT_FIXED},
+    [PDX_WIRE_READY]     = {"READY", 0, 0},
 };
 
 static bool type_known(uint32_t type)
@@ -368,6 +371,34 @@ pdx_status_t pdx_wire_encode_heartbeat(const pdx_wire_heartbeat_t *m, void *buf,
     return pdx_wire_encode_frame(PDX_WIRE_HEARTBEAT, put_heartbeat, m, NULL, buf, cap, size_p);
 }
 
+static void put_credit(pdx_wire_wr_t *w, const void *arg, const void *extra)
+{
+    const pdx_wire_credit_t *m = arg;
+
+    (void)extra;
+    pdx_wire_wr_u32(w, m->pair);
+    pdx_wire_wr_u32(w, m->index);
+    pdx_wire_wr_u32(w, m->count);
+}
+
+pdx_status_t pdx_wire_encode_credit(const pdx_wire_credit_t *m, void *buf, size_t cap,
+                                    size_t *size_p)
+{
+    if (!m)
+        return PDX_ERR_INVALID;
+    return pdx_wire_encode_frame(PDX_WIRE_CREDIT, put_credit, m, NULL, buf, cap, size_p);
+}
+
+static void put_nothing(pdx_wire_wr_t *w, const void *arg, const void *extra)
+{
+    (void)w; (void)arg; (void)extra;
+}
+
+pdx_status_t pdx_wire_encode_ready(void *buf, size_t cap, size_t *size_p)
+{
+    return pdx_wire_encode_frame(PDX_WIRE_READY, put_nothing, NULL, NULL, buf, cap, size_p);
+}
+
 /* ------------------------------------------------------------------ decode */
 
 pdx_status_t pdx_wire_decode(const void *buf, size_t len, pdx_wire_msg_t *msg_p,
@@ -425,6 +456,13 @@ pdx_status_t pdx_wire_decode(const void *buf, size_t len, pdx_wire_msg_t *msg_p,
     case PDX_WIRE_ERROR:
         st = get_room_status_str(&r, &msg.u.error.room, &msg.u.error.status,
                                  msg.u.error.message, why);
+        break;
+    case PDX_WIRE_CREDIT: /* peek checked the exact length */
+        msg.u.credit.pair = pdx_wire_rd_u32(&r);
+        msg.u.credit.index = pdx_wire_rd_u32(&r);
+        msg.u.credit.count = pdx_wire_rd_u32(&r);
+        break;
+    case PDX_WIRE_READY:
         break;
     default: /* peek rejected it */
         *why = "unknown message type";

@@ -22,7 +22,8 @@
  * it is too small, PDX_ERR_INVALID when the message breaks a limit the
  * decoder enforces, so whatever encodes also decodes.
  *
- * wire.c: frames, HELLO, EP, ABORT, ABORT_ACK, HEARTBEAT, ERROR, notify;
+ * wire.c: frames, HELLO, EP, ABORT, ABORT_ACK, HEARTBEAT, ERROR, CREDIT, READY,
+ * notify;
  * wire_desc.c: MEM, LAYOUT, ROOM; wire_buf.h: their byte readers/writers.
  */
 #ifndef PDX_WIRE_H
@@ -54,6 +55,8 @@ typedef enum pdx_wire_type {
     PDX_WIRE_ABORT_ACK = 7,
     PDX_WIRE_HEARTBEAT = 8,
     PDX_WIRE_ERROR     = 9,
+    PDX_WIRE_CREDIT    = 10,
+    PDX_WIRE_READY     = 11,
 } pdx_wire_type_t;
 
 typedef struct pdx_wire_header {
@@ -148,6 +151,18 @@ typedef struct pdx_wire_error {
     char         message[PDX_WIRE_REASON_MAX + 1];
 } pdx_wire_error_t;
 
+/*
+ * CREDIT: the receiver reposted `count` receive buffers on data endpoint
+ * (pair, index): the sender may send that many more notify records on it.
+ */
+typedef struct pdx_wire_credit {
+    uint32_t pair;
+    uint32_t index;
+    uint32_t count;
+} pdx_wire_credit_t;
+
+/* READY (no body): the sender has sent every handshake message. */
+
 /* A decoded frame. */
 typedef struct pdx_wire_msg {
     pdx_wire_type_t type;
@@ -161,6 +176,7 @@ typedef struct pdx_wire_msg {
         pdx_wire_abort_ack_t abort_ack;
         pdx_wire_heartbeat_t heartbeat;
         pdx_wire_error_t     error;
+        pdx_wire_credit_t    credit;
     } u;
 } pdx_wire_msg_t;
 
@@ -219,6 +235,9 @@ pdx_status_t pdx_wire_encode_abort(const pdx_wire_abort_t *m, void *buf, size_t 
                                    size_t *size_p);
 pdx_status_t pdx_wire_encode_abort_ack(const pdx_wire_abort_ack_t *m, void *buf, size_t cap,
                                        size_t *size_p);
+pdx_status_t pdx_wire_encode_credit(const pdx_wire_credit_t *m, void *buf, size_t cap,
+                                    size_t *size_p);
+pdx_status_t pdx_wire_encode_ready(void *buf, size_t cap, size_t *size_p);
 pdx_status_t pdx_wire_encode_heartbeat(const pdx_wire_heartbeat_t *m, void *buf, size_t cap,
                                        size_t *size_p);
 pdx_status_t pdx_wire_encode_error(const pdx_wire_error_t *m, void *buf, size_t cap,

@@ -234,6 +234,27 @@ Test(wire, abort_ack_heartbeat_error_round_trip)
     free(f);
 }
 
+Test(wire, credit_ready_round_trip)
+{
+    pdx_wire_msg_t msg;
+    uint8_t *f;
+    size_t len;
+
+    decode_sample(F_CREDIT, &msg, &f);
+    cr_assert_eq(msg.type, PDX_WIRE_CREDIT);
+    cr_assert_eq(msg.u.credit.pair, 7);
+    cr_assert_eq(msg.u.credit.index, 1);
+    cr_assert_eq(msg.u.credit.count, 0x80000001u);
+    free(f);
+
+    f = encode_sample(F_READY, &len);
+    cr_assert_eq(len, PDX_WIRE_HEADER_SIZE, "READY has no body");
+    free(f);
+    decode_sample(F_READY, &msg, &f);
+    cr_assert_eq(msg.type, PDX_WIRE_READY);
+    free(f);
+}
+
 Test(wire, notify_round_trip_and_bytes)
 {
     static const uint8_t want[PDX_WIRE_NOTIFY_SIZE] = {
@@ -321,7 +342,7 @@ Test(wire, bad_header)
     const char *why = NULL;
     static const struct { size_t at; uint8_t byte; const char *why; } edits[] = {
         {0, 'P', "magic"}, {3, 'W', "magic"},
-        {4, 0, "unknown message type"}, {4, 10, "unknown message type"},
+        {4, 0, "unknown message type"}, {4, 12, "unknown message type"},
         {5, 0xff, "unknown message type"}, {6, 1, "flags"}, {7, 0x80, "flags"},
         {8, 15, "bounds"}, {8, 17, "bounds"}, {11, 0xff, "bounds"},
     };

@@ -548,6 +548,8 @@ static void assert_reencodes(const pdx_wire_msg_t *msg, const uint8_t *frame, si
         st = pdx_wire_encode_heartbeat(&msg->u.heartbeat, buf, len + 1, &out);
         break;
     case PDX_WIRE_ERROR: st = pdx_wire_encode_error(&msg->u.error, buf, len + 1, &out); break;
+    case PDX_WIRE_CREDIT: st = pdx_wire_encode_credit(&msg->u.credit, buf, len + 1, &out); break;
+    case PDX_WIRE_READY: st = pdx_wire_encode_ready(buf, len + 1, &out); break;
     }
     cr_assert_eq(st, PDX_OK, "seed 0x%x iteration %d: decoded %s does not re-encode", FUZZ_SEED,
                  it, pdx_wire_type_str(msg->type));

@@ -150,6 +150,7 @@ pdx_status_t encode_sample_into(int which, void *buf, size_t cap, size_t *len_p)
     pdx_wire_abort_ack_t ack = {UINT64_MAX};
     pdx_wire_heartbeat_t beat = {77, 0x0123456789abcdefull};
     pdx_wire_error_t err = {0, PDX_ERR_RANGE, ""};
+    pdx_wire_credit_t credit = {7, 1, 0x80000001u};
     pdx_wire_mem_t mem = {3, (pdx_wire_mem_entry_t *)sample_mem_entries};
     pdx_status_t st = PDX_ERR_INVALID;
 
@@ -188,6 +189,12 @@ pdx_status_t encode_sample_into(int which, void *buf, size_t cap, size_t *len_p)
     case F_ERROR:
         memset(err.message, 'm', PDX_WIRE_REASON_MAX); /* the longest message */
         st = pdx_wire_encode_error(&err, buf, cap, len_p);
+        break;
+    case F_CREDIT:
+        st = pdx_wire_encode_credit(&credit, buf, cap, len_p);
+        break;
+    case F_READY:
+        st = pdx_wire_encode_ready(buf, cap, len_p);
         break;
     }
     return st;
