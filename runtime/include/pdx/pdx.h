@@ -294,6 +294,13 @@ PDX_API pdx_status_t pdx_layout_create(pdx_engine_t *engine, const pdx_layout_de
 PDX_API pdx_status_t pdx_peer_connect(pdx_engine_t *engine, const char *addr, int timeout_ms,
                                       uint32_t *peer_p);
 
+/*
+ * Wait at most timeout_ms for the next peer that connected to this engine
+ * (an incoming connection whose handshake finished) and return its handle;
+ * each incoming peer is returned once. PDX_ERR_TIMEOUT when none came.
+ */
+PDX_API pdx_status_t pdx_peer_accept(pdx_engine_t *engine, int timeout_ms, uint32_t *peer_p);
+
 /* ----------------------------------------------------------------- rooms */
 
 #define PDX_MAX_ROOM_PAGES (1u << 19) /* page indices of one pdx_expect, all groups */

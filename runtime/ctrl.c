@@ -1,0 +1,592 @@
+/*
+ * The control thread: one per engine.
+ *
+ * DESIGN
+ * - What the thread does: an epoll loop over the control listener, every
+ *   peer's control socket (edge-triggered) and an eventfd. It accepts
+ *   connections (a new peer in HELLO per connection), reads each peer's
+ *   bytes into its input buffer, frames them (pdx_wire_peek), decodes them
+ *   and dispatches every message (ctrl_msg.c: the handshake and everything
+ *   after it), writes queued output when a socket drains (EPOLLOUT), and
+ *   every PDX_SWEEP_MS runs the room deadline sweep, sends heartbeats to
+ *   READY peers and fails peers silent for CTRL_SILENT_BEATS periods. It
+ *   closes the socket of every FAILED peer and fails its data endpoints
+ *   (pdx_peer_reap).
+ * - What feeds it: the sockets; pdx_ctrl_wake() (a peer failed on another
+ *   thread and its socket must be closed); its own tick.
+ * - Locks: engine->lock (peer table), a peer's out_lock (its output) and
+ *   wait_lock (its state changes), one at a time, never across a wait.
+ * - Invariant: while it runs, only this thread reads control sockets and
+ *   input buffers, creates data endpoints, and closes control sockets. A
+ *   socket never blocks it (nonblocking; at most CTRL_READ_BUDGET bytes per
+ *   peer per round, then the other peers' turn), so one slow or dead peer
+ *   never stalls the others.
+ * - Stopping: engine->ctrl_stop packs CTRL_STOP (asked to stop), CTRL_GONE
+ *   (joined) and a count of pdx_ctrl_wake() calls in flight, so the eventfd
+ *   is closed only when no thread can still write it, and a peer failed
+ *   after the thread is gone is reaped by the thread that failed it.
+ */
+#include "ctrl.h"
+
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "log.h"
+
+#define CTRL_STOP         PDX_CTRL_STOP
+#define CTRL_GONE         2u
+#define CTRL_WAKER        4u              /* one pdx_ctrl_wake() in flight */
+#define CTRL_EVENTS       64
+#define CTRL_BACKLOG      128
+#define CTRL_JOIN_MS      10000u
+#define CTRL_READ_BUDGET  (1u << 20)      /* bytes per peer per round */
+#define CTRL_SILENT_BEATS 5u              /* heartbeat periods without a byte */
+#define CTRL_FREE_SLOTS   8u              /* below this many, spare peers are reclaimed */
+#define CTRL_TAG_LISTEN   UINT32_MAX      /* epoll data: else fd << 32 | peer id */
+#define CTRL_TAG_WAKE     (UINT32_MAX - 1)
+
+typedef struct ctrl_ctx {
+    pdx_engine_t *e;
+    bool          more[PDX_MAX_PEERS];   /* input left unread: budget spent */
+    pdx_peer_t   *spare[PDX_MAX_PEERS];  /* objects of peers gone before HELLO */
+    uint32_t      nspare;
+    bool          accept_retry;          /* accept stopped on an error */
+    uint64_t      next_sweep, next_beat, beat_seq;
+} ctrl_ctx_t;
+
+/* ------------------------------------------------------------- addresses */
+
+pdx_status_t pdx_ctrl_split_addr(const char *addr, char *host, size_t hostlen, char *port,
+                                 size_t portlen)
+{
+    const char *colon = strrchr(addr, ':');
+    const char *h = addr;
+    size_t hlen;
+
+    if (!colon || !colon[1] || strlen(colon + 1) >= portlen ||
+        strspn(colon + 1, "0123456789") != strlen(colon + 1))
+        return PDX_ERR_INVALID;
+    hlen = (size_t)(colon - addr);
+    if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']') {
+        h++;
+        hlen -= 2;
+    }
+    if (hlen >= hostlen)
+        return PDX_ERR_INVALID;
+    memcpy(host, h, hlen);
+    host[hlen] = '\0';
+    strcpy(port, colon + 1);
+    return PDX_OK;
+}
+
+void pdx_ctrl_format_addr(const struct sockaddr *sa, char *buf, size_t len)
+{
+    char host[NI_MAXHOST], port[NI_MAXSERV];
+    socklen_t sl = sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                             : sizeof(struct sockaddr_in);
+
+    if (getnameinfo(sa, sl, host, sizeof(host), port, sizeof(port),
+                    NI_NUMERICHOST | NI_NUMERICSERV)) {
+        snprintf(buf, len, "?");
+        return;
+    }
+    snprintf(buf, len, sa->sa_family == AF_INET6 ? "[%s]:%s" : "%s:%s", host, port);
+}
+
+/* ------------------------------------------------------------------ wake */
+
+static void wake_write(pdx_engine_t *e)
+{
+    uint64_t one = 1;
+
+    if (e->ctrl_wake_fd >= 0 && write(e->ctrl_wake_fd, &one, sizeof(one)) < 0 &&
+        errno != EAGAIN)
+        pdx_error("control thread: eventfd write: %s", strerror(errno));
+}
+
+bool pdx_ctrl_kick(pdx_engine_t *e)
+{
+    uint32_t v = atomic_fetch_add(&e->ctrl_stop, CTRL_WAKER);
+
+    if (!(v & CTRL_GONE))
+        wake_write(e);
+    atomic_fetch_sub(&e->ctrl_stop, CTRL_WAKER);
+    return !(v & CTRL_GONE);
+}
+
+void pdx_ctrl_wake(pdx_engine_t *e)
+{
+    pdx_ctrl_kick(e);
+}
+
+pdx_status_t pdx_ctrl_watch(pdx_engine_t *e, pdx_peer_t *peer)
+{
+    struct epoll_event ev = {
+        .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+        .data.u64 = (uint64_t)(uint32_t)peer->fd << 32 | peer->id,
+    };
+
+    if (epoll_ctl(e->ctrl_epfd, EPOLL_CTL_ADD, peer->fd, &ev) < 0) {
+        pdx_error("control connection with %s: epoll add: %s", peer->addr, strerror(errno));
+        return PDX_ERR_IO;
+    }
+    return PDX_OK;
+}
+
+/* ----------------------------------------------------------------- input */
+
+/* Frame, decode and dispatch every whole frame in the input buffer. */
+static void parse_input(pdx_engine_t *e, pdx_peer_t *peer)
+{
+    size_t off = 0;
+
+    while (atomic_load_explicit(&peer->state, memory_order_acquire) != PDX_PEER_FAILED) {
+        const char *why = "?";
+        pdx_wire_header_t hdr;
+        pdx_wire_msg_t msg;
+        pdx_status_t st;
+        size_t need;
+
+        st = pdx_wire_peek(peer->in + off, peer->in_len - off, &hdr, &need, &why);
+        if (st == PDX_INPROGRESS)
+            break;
+        if (st != PDX_OK) {
+            pdx_ctrl_fail(peer, PDX_ERR_PROTO, "malformed frame from %s: %s", peer->addr, why);
+            return;
+        }
+        st = pdx_wire_decode(peer->in + off, need, &msg, &why);
+        if (st != PDX_OK) {
+            pdx_ctrl_fail(peer, st, "bad %s from %s: %s", pdx_wire_type_str(hdr.type),
+                          peer->addr, why);
+            return;
+        }
+        pdx_ctrl_on_msg(e, peer, &msg); /* a ROOM points into peer->in until here */
+        pdx_wire_msg_free(&msg);
+        off += need;
+    }
+    if (off) {
+        memmove(peer->in, peer->in + off, peer->in_len - off);
+        peer->in_len -= off;
+    }
+}
+
+/* Read until the socket is empty or the budget is spent: true if input is left. */
+static bool read_peer(pdx_engine_t *e, pdx_peer_t *peer)
+{
+    size_t budget = CTRL_READ_BUDGET;
+
+    while (atomic_load_explicit(&peer->state, memory_order_acquire) != PDX_PEER_FAILED) {
+        /* A partial frame is shorter than PDX_WIRE_MAX_FRAME: there is room. */
+        ssize_t n = recv(peer->fd, peer->in + peer->in_len, PDX_WIRE_MAX_FRAME - peer->in_len,
+                         MSG_DONTWAIT);
+
+        if (n > 0) {
+            peer->in_len += (size_t)n;
+            peer->last_heard_ns = pdx_now_ns();
+            parse_input(e, peer);
+            if ((size_t)n >= budget)
+                return true;
+            budget -= (size_t)n;
+        } else if (n == 0) {
+            pdx_peer_fail(peer, PDX_ERR_PEER, "peer %s closed the control connection",
+                          peer->addr);
+        } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
+            return false;
+        } else if (errno != EINTR) {
+            pdx_peer_fail(peer, PDX_ERR_PEER, "control connection to %s: %s", peer->addr,
+                          strerror(errno));
+        }
+    }
+    return false;
+}
+
+/* ------------------------------------------------------------------ reap */
+
+/* Close FAILED peers' sockets and fail their endpoints. */
+static void reap_failed(ctrl_ctx_t *ctx)
+{
+    pdx_engine_t *e = ctx->e;
+
+    for (uint32_t i = 0; i < PDX_MAX_PEERS; i++) {
+        pdx_peer_t *peer = pdx_peer_get(e, i);
+
+        if (!peer || peer->fd < 0 ||
+            atomic_load_explicit(&peer->state, memory_order_acquire) != PDX_PEER_FAILED)
+            continue;
+        if (epoll_ctl(e->ctrl_epfd, EPOLL_CTL_DEL, peer->fd, NULL) < 0)
+            pdx_debug("control connection with %s: epoll del: %s", peer->addr, strerror(errno));
+        pdx_peer_reap(peer);
+        ctx->more[i] = false;
+    }
+}
+
+/*
+ * A FAILED peer keeps its slot (its state and error stay readable) until
+ * slots run short. Then an incoming peer that failed before its HELLO was
+ * accepted (a probe, a version refusal), and so is known to nothing but the
+ * table, leaves it; its object is kept for the next connection. Probes
+ * therefore cannot fill the table.
+ */
+static void reclaim_slots(ctrl_ctx_t *ctx, uint32_t want)
+{
+    pdx_engine_t *e = ctx->e;
+    uint32_t free_slots = 0;
+
+    pthread_mutex_lock(&e->lock);
+    for (uint32_t i = 0; i < PDX_MAX_PEERS; i++)
+        free_slots += !atomic_load_explicit(&e->peers[i], memory_order_relaxed);
+    for (uint32_t i = 0; i < PDX_MAX_PEERS && free_slots < want; i++) {
+        pdx_peer_t *peer = atomic_load_explicit(&e->peers[i], memory_order_relaxed);
+
+        if (!peer || peer->outgoing || peer->desc_sent || peer->fd >= 0 ||
+            ctx->nspare == PDX_MAX_PEERS ||
+            atomic_load_explicit(&peer->state, memory_order_acquire) != PDX_PEER_FAILED)
+            continue;
+        atomic_store_explicit(&e->peers[i], NULL, memory_order_release);
+        ctx->spare[ctx->nspare++] = peer;
+        free_slots++;
+    }
+    pthread_mutex_unlock(&e->lock);
+}
+
+/* ---------------------------------------------------------------- accept */
+
+static void accept_all(ctrl_ctx_t *ctx)
+{
+    pdx_engine_t *e = ctx->e;
+
+    ctx->accept_retry = false;
+    for (;;) {
+        struct sockaddr_storage ss;
+        socklen_t sl = sizeof(ss);
+        char addr[PDX_NAME_MAX];
+        pdx_peer_t *reuse, *peer;
+        int fd;
+
+        fd = accept4(e->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK) {
+                /* Out of fds, say: try again at the next sweep. */
+                pdx_error("control listener %s: accept: %s", e->address, strerror(errno));
+                ctx->accept_retry = true;
+            }
+            return;
+        }
+        pdx_ctrl_format_addr((struct sockaddr *)&ss, addr, sizeof(addr));
+        reclaim_slots(ctx, 1);
+        reuse = ctx->nspare ? ctx->spare[--ctx->nspare] : NULL;
+        if (pdx_peer_open(e, fd, false, addr, reuse, &peer) != PDX_OK) {
+            if (reuse)
+                ctx->spare[ctx->nspare++] = reuse;
+            close(fd);
+            continue;
+        }
+        ctx->more[peer->id] = false;
+        if (pdx_ctrl_watch(e, peer) != PDX_OK) {
+            pdx_peer_fail(peer, PDX_ERR_IO, "cannot watch the connection from %s", addr);
+            continue;
+        }
+        pdx_debug("control connection from %s is peer %u", addr, peer->id);
+    }
+}
+
+/* ----------------------------------------------------------------- sweep */
+
+static void sweep(ctrl_ctx_t *ctx, uint64_t now)
+{
+    pdx_engine_t *e = ctx->e;
+    uint64_t period = (uint64_t)e->cfg.heartbeat_ms * 1000000u;
+    uint8_t beat[PDX_WIRE_HEADER_SIZE + 32];
+    size_t beat_len = 0;
+
+    pdx_rooms_sweep(e, now);
+    if (now >= ctx->next_beat) {
+        pdx_wire_heartbeat_t m = {.seq = ++ctx->beat_seq, .time_ns = now};
+
+        ctx->next_beat = now + period;
+        if (pdx_wire_encode_heartbeat(&m, beat, sizeof(beat), &beat_len) != PDX_OK)
+            beat_len = 0;
+    }
+    for (uint32_t i = 0; i < PDX_MAX_PEERS; i++) {
+        pdx_peer_t *peer = pdx_peer_get(e, i);
+        uint64_t heard;
+        int state;
+
+        if (!peer)
+            continue;
+        state = atomic_load_explicit(&peer->state, memory_order_acquire);
+        if (state == PDX_PEER_FAILED)
+            continue;
+        heard = peer->last_heard_ns;
+        if (now > heard && now - heard > CTRL_SILENT_BEATS * period) {
+            pdx_peer_fail(peer, PDX_ERR_PEER, "peer %s silent for %llu ms", peer->addr,
+                          (unsigned long long)((now - heard) / 1000000u));
+            continue;
+        }
+        /* A full output skips a beat: the peer is not reading us. */
+        if (beat_len && state == PDX_PEER_READY)
+            pdx_peer_send(peer, beat, beat_len);
+        /* Normally EPOLLOUT flushes; this catches anything it left. */
+        if (pdx_peer_output_pending(peer))
+            pdx_peer_flush(peer);
+    }
+    reclaim_slots(ctx, CTRL_FREE_SLOTS);
+    if (ctx->accept_retry)
+        accept_all(ctx);
+    ctx->next_sweep = now + PDX_SWEEP_MS * 1000000ull;
+}
+
+/* ------------------------------------------------------------------ loop */
+
+static void handle_event(ctrl_ctx_t *ctx, const struct epoll_event *ev)
+{
+    pdx_engine_t *e = ctx->e;
+    uint32_t id = (uint32_t)ev->data.u64;
+    pdx_peer_t *peer;
+
+    if (id == CTRL_TAG_LISTEN) {
+        accept_all(ctx);
+        return;
+    }
+    if (id == CTRL_TAG_WAKE) {
+        uint64_t v;
+
+        if (read(e->ctrl_wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+            pdx_error("control thread: eventfd read: %s", strerror(errno));
+        return;
+    }
+    peer = pdx_peer_get(e, id);
+    if (!peer || peer->fd != (int)(ev->data.u64 >> 32) ||
+        atomic_load_explicit(&peer->state, memory_order_acquire) == PDX_PEER_FAILED)
+        return; /* a closed socket's last event */
+    if (ev->events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR))
+        ctx->more[id] = true;
+    if (ev->events & EPOLLOUT)
+        pdx_peer_flush(peer);
+}
+
+static void *ctrl_main(void *arg)
+{
+    struct epoll_event evs[CTRL_EVENTS];
+    ctrl_ctx_t *ctx = arg;
+    pdx_engine_t *e = ctx->e;
+
+    pthread_setname_np(pthread_self(), "pdx-ctrl");
+    while (!(atomic_load(&e->ctrl_stop) & CTRL_STOP)) {
+        uint64_t now = pdx_now_ns();
+        bool more = false;
+        int timeout = 0, n;
+
+        for (uint32_t i = 0; i < PDX_MAX_PEERS && !more; i++)
+            more = ctx->more[i];
+        if (!more && now < ctx->next_sweep)
+            timeout = (int)((ctx->next_sweep - now + 999999u) / 1000000u);
+        n = epoll_wait(e->ctrl_epfd, evs, CTRL_EVENTS, timeout);
+        if (n < 0) {
+            if (errno != EINTR) {
+                pdx_error("control thread: epoll_wait: %s", strerror(errno));
+                usleep(PDX_SWEEP_MS * 1000u); /* do not spin on a broken epoll */
+            }
+            n = 0;
+        }
+        for (int i = 0; i < n; i++)
+            handle_event(ctx, &evs[i]);
+        for (uint32_t i = 0; i < PDX_MAX_PEERS; i++) {
+            pdx_peer_t *peer;
+
+            if (!ctx->more[i])
+                continue;
+            peer = pdx_peer_get(e, i);
+            ctx->more[i] = peer && peer->fd >= 0 && read_peer(e, peer);
+        }
+        reap_failed(ctx);
+        now = pdx_now_ns();
+        if (now >= ctx->next_sweep)
+            sweep(ctx, now);
+    }
+    while (ctx->nspare)
+        pdx_peer_destroy(ctx->spare[--ctx->nspare]);
+    free(ctx);
+    return NULL;
+}
+
+/* ------------------------------------------------------------ start/stop */
+
+static pdx_status_t ctrl_listen(pdx_engine_t *e)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
+                             .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
+    char host[PDX_NAME_MAX], port[16];
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    struct addrinfo *res;
+    unsigned port_num;
+    int rc, one = 1;
+
+    if (pdx_ctrl_split_addr(e->cfg.listen, host, sizeof(host), port, sizeof(port)) != PDX_OK) {
+        pdx_error("PDX_LISTEN=%s is not host:port", e->cfg.listen);
+        return PDX_ERR_INVALID;
+    }
+    rc = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
+    if (rc) {
+        pdx_error("PDX_LISTEN=%s: %s", e->cfg.listen, gai_strerror(rc));
+        return PDX_ERR_INVALID;
+    }
+    e->listen_fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (e->listen_fd < 0) {
+        pdx_error("control listener %s: socket: %s", e->cfg.listen, strerror(errno));
+        goto err_res;
+    }
+    if (setsockopt(e->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0)
+        pdx_debug("control listener %s: SO_REUSEADDR: %s", e->cfg.listen, strerror(errno));
+    if (bind(e->listen_fd, res->ai_addr, res->ai_addrlen) < 0 ||
+        listen(e->listen_fd, CTRL_BACKLOG) < 0 ||
+        getsockname(e->listen_fd, (struct sockaddr *)&ss, &sl) < 0) {
+        pdx_error("cannot listen on %s: %s", e->cfg.listen, strerror(errno));
+        goto err_close;
+    }
+    freeaddrinfo(res);
+    port_num = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
+                                        : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    /* Peers dial e->host: for a wildcard listener (0.0.0.0) engine.c
+     * advertises 127.0.0.1 for now, so multi-host deployments must set
+     * PDX_LISTEN to an address the peers can reach. */
+    snprintf(e->address, sizeof(e->address),
+             strchr(e->host, ':') && e->host[0] != '[' ? "[%s]:%u" : "%s:%u", e->host, port_num);
+    return PDX_OK;
+
+err_close:
+    close(e->listen_fd);
+    e->listen_fd = -1;
+err_res:
+    freeaddrinfo(res);
+    return PDX_ERR_IO;
+}
+
+static pdx_status_t ctrl_add(pdx_engine_t *e, int fd, uint32_t tag, uint32_t events)
+{
+    struct epoll_event ev = {.events = events, .data.u64 = tag};
+
+    if (epoll_ctl(e->ctrl_epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        pdx_error("control thread: epoll add: %s", strerror(errno));
+        return PDX_ERR_IO;
+    }
+    return PDX_OK;
+}
+
+pdx_status_t pdx_ctrl_start(pdx_engine_t *e)
+{
+    ctrl_ctx_t *ctx;
+    sigset_t all, old;
+    pdx_status_t st;
+    int rc;
+
+    atomic_store(&e->ctrl_stop, 0);
+    e->protocol_version = pdx_protocol_version;
+    ctx = calloc(1, sizeof(*ctx));
+    if (!ctx) {
+        pdx_error("out of memory for the control thread");
+        return PDX_ERR_NOMEM;
+    }
+    ctx->e = e;
+    ctx->next_sweep = pdx_now_ns();
+    ctx->next_beat = ctx->next_sweep + (uint64_t)e->cfg.heartbeat_ms * 1000000u;
+    st = ctrl_listen(e);
+    if (st != PDX_OK)
+        goto err_ctx;
+    st = PDX_ERR_IO;
+    e->ctrl_epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (e->ctrl_epfd < 0) {
+        pdx_error("control thread: epoll_create1: %s", strerror(errno));
+        goto err_listen;
+    }
+    e->ctrl_wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (e->ctrl_wake_fd < 0) {
+        pdx_error("control thread: eventfd: %s", strerror(errno));
+        goto err_epoll;
+    }
+    if (ctrl_add(e, e->listen_fd, CTRL_TAG_LISTEN, EPOLLIN | EPOLLET) != PDX_OK ||
+        ctrl_add(e, e->ctrl_wake_fd, CTRL_TAG_WAKE, EPOLLIN) != PDX_OK)
+        goto err_wake;
+    /* The thread takes no signals: the caller's handlers stay the caller's. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = pthread_create(&e->ctrl_thread, NULL, ctrl_main, ctx);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc) {
+        pdx_error("cannot start the control thread: %s", strerror(rc));
+        goto err_wake;
+    }
+    pdx_debug("control listener on %s (advertised as %s)", e->cfg.listen, e->address);
+    return PDX_OK;
+
+err_wake:
+    close(e->ctrl_wake_fd);
+    e->ctrl_wake_fd = -1;
+err_epoll:
+    close(e->ctrl_epfd);
+    e->ctrl_epfd = -1;
+err_listen:
+    close(e->listen_fd);
+    e->listen_fd = -1;
+err_ctx:
+    free(ctx);
+    return st;
+}
+
+void pdx_ctrl_stop(pdx_engine_t *e)
+{
+    bool close_wake = true;
+    uint64_t deadline;
+    struct timespec ts;
+    int rc;
+
+    if (!e || e->ctrl_wake_fd < 0 || (atomic_fetch_or(&e->ctrl_stop, CTRL_STOP) & CTRL_STOP))
+        return;
+    wake_write(e);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += CTRL_JOIN_MS / 1000;
+    rc = pthread_timedjoin_np(e->ctrl_thread, NULL, &ts);
+    if (rc) {
+        /* Closing its fds under a running thread would be worse than the leak. */
+        pdx_error("control thread did not stop within %u ms: %s", CTRL_JOIN_MS, strerror(rc));
+        return;
+    }
+    /* seq_cst: a peer failed from here on is reaped by its failer; one
+     * failed before is FAILED in the loop below. */
+    atomic_fetch_or(&e->ctrl_stop, CTRL_GONE);
+    deadline = pdx_deadline_ns(1000);
+    while (atomic_load(&e->ctrl_stop) >= CTRL_WAKER) {
+        if (pdx_now_ns() > deadline) {
+            pdx_error("control thread stopped but a wakeup is still in flight; "
+                      "its eventfd is left open");
+            close_wake = false;
+            break;
+        }
+        sched_yield();
+    }
+    for (uint32_t i = 0; i < PDX_MAX_PEERS; i++) {
+        pdx_peer_t *peer = pdx_peer_get(e, i);
+
+        if (peer && atomic_load(&peer->state) == PDX_PEER_FAILED)
+            pdx_peer_reap(peer);
+    }
+    if (close_wake) {
+        close(e->ctrl_wake_fd);
+        e->ctrl_wake_fd = -1;
+    }
+    close(e->ctrl_epfd);
+    close(e->listen_fd);
+    e->ctrl_epfd = e->listen_fd = -1;
+}

@@ -1,0 +1,88 @@
+/*
+ * Internal to the control channel: peer.c (peer objects, output, failure,
+ * pdx_peer_connect), ctrl.c (the control thread, listener, input framing,
+ * sweep) and ctrl_msg.c (handshake and message dispatch). The rest of the
+ * engine uses the interface in engine.h.
+ */
+#ifndef PDX_CTRL_H
+#define PDX_CTRL_H
+
+#include <sys/socket.h>
+
+#include "engine.h"
+
+/* Endpoints per (pair, peer) that a peer may ask for: the PDX_QPS_PER_PEER bound. */
+#define PDX_PEER_MAX_QPS 64u
+
+/* engine->ctrl_stop bit: pdx_ctrl_stop() has begun (ctrl.c owns the others). */
+#define PDX_CTRL_STOP 1u
+
+/* ------------------------------------------------------------------ ctrl.c */
+
+/*
+ * Wake the control thread. False when it has stopped for good (the caller
+ * then does the thread's part itself); true otherwise.
+ */
+bool pdx_ctrl_kick(pdx_engine_t *e);
+
+/* Watch a new peer's socket (any thread, after the peer is in the table). */
+pdx_status_t pdx_ctrl_watch(pdx_engine_t *e, pdx_peer_t *peer);
+
+/* "host:port" or "[v6]:port" -> host (brackets removed) and port. */
+pdx_status_t pdx_ctrl_split_addr(const char *addr, char *host, size_t hostlen, char *port,
+                                 size_t portlen);
+
+/* The numeric "host:port" of a socket address. */
+void pdx_ctrl_format_addr(const struct sockaddr *sa, char *buf, size_t len);
+
+/* -------------------------------------------------------------- ctrl_msg.c */
+
+/* Handle one decoded frame from a peer (control thread). */
+void pdx_ctrl_on_msg(pdx_engine_t *e, pdx_peer_t *peer, pdx_wire_msg_t *msg);
+
+/* Tell the peer why (ERROR, room 0, best effort), then fail it. */
+void pdx_ctrl_fail(pdx_peer_t *peer, pdx_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* ------------------------------------------------------------------ peer.c */
+
+/*
+ * Put a connected socket in a free slot of the peer table as a peer in
+ * HELLO. `reuse` (may be NULL) is a spare peer object to fill instead of
+ * allocating one; on failure the caller keeps it. The socket is the peer's
+ * from PDX_OK on; on failure the caller still owns it.
+ */
+pdx_status_t pdx_peer_open(pdx_engine_t *e, int fd, bool outgoing, const char *addr,
+                           pdx_peer_t *reuse, pdx_peer_t **peer_p);
+
+/*
+ * Once per FAILED peer: push what output the socket takes without waiting,
+ * close it, and fail every data endpoint with the peer's status. Runs on the
+ * control thread, or on any thread once that has stopped. False when the
+ * peer was reaped already.
+ */
+bool pdx_peer_reap(pdx_peer_t *peer);
+
+/* Send what the socket takes now (control thread: EPOLLOUT, sweep). */
+void pdx_peer_flush(pdx_peer_t *peer);
+
+/* True while output waits for the socket. */
+bool pdx_peer_output_pending(pdx_peer_t *peer);
+
+/* HELLO with the engine's protocol version, identity, shards and transport;
+ * `last`: queued like pdx_peer_queue_last() (a refusal: an ERROR follows). */
+pdx_status_t pdx_peer_send_hello(pdx_peer_t *peer, bool last);
+
+/*
+ * MEM with every registered region, then one LAYOUT per layout. From here on
+ * pdx_peer_broadcast_*() send new ones to this peer too.
+ */
+pdx_status_t pdx_peer_send_descs(pdx_peer_t *peer);
+
+/* Queue a frame even on a FAILED peer (the reap pushes it out); no errors. */
+void pdx_peer_queue_last(pdx_peer_t *peer, const void *frame, size_t len);
+
+/* HELLO -> READY and wake pdx_peer_connect(); false if the peer FAILED. */
+bool pdx_peer_set_ready(pdx_peer_t *peer);
+
+#endif

@@ -1,0 +1,449 @@
+/*
+ * ctrl_msg: what the control thread does with each message from a peer:
+ * the handshake, descriptors, credits, and handing room messages to
+ * rooms_ctl.c. Everything here runs on the control thread (ctrl.c).
+ *
+ * Handshake, connector C (called pdx_peer_connect) and acceptor A; both
+ * engines run this code, the peer's `outgoing` says which side we are:
+ *
+ *   C -> A  HELLO                          (pdx_peer_connect)
+ *   A -> C  HELLO, MEM, LAYOUT...          (A on HELLO)
+ *   C -> A  MEM, LAYOUT..., EP x npairs*qps, READY   (C on HELLO: deps created)
+ *   A -> C  EP x npairs*qps, READY         (A on READY: deps created, connected;
+ *                                           A is READY)
+ *   C: on each EP, connect that dep; on READY, C is READY.
+ *
+ * npairs = max(both shard counts); qps is the connector's PDX_QPS_PER_PEER.
+ * The acceptor holds the EPs until READY, so it learns qps before it sizes
+ * its deps (npairs x qps on both sides). A HELLO of another protocol
+ * version, or of another transport, is answered with our HELLO and an
+ * ERROR (room 0) and fails the peer with PDX_ERR_VERSION (resp.
+ * PDX_ERR_UNSUPPORTED), on both sides.
+ *
+ * Any malformed, unknown or out-of-place message fails the peer with
+ * PDX_ERR_PROTO, after an ERROR that tells it why. MEM and LAYOUT may come
+ * at any time after HELLO.
+ */
+#include "ctrl.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+void pdx_ctrl_fail(pdx_peer_t *peer, pdx_status_t status, const char *fmt, ...)
+{
+    pdx_wire_error_t m = {.room = 0, .status = status < 0 ? status : PDX_ERR_PEER};
+    uint8_t frame[PDX_WIRE_HEADER_SIZE + 16 + PDX_WIRE_REASON_MAX];
+    char msg[PDX_ERRMSG_MAX];
+    size_t len;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    snprintf(m.message, sizeof(m.message), "%s", msg);
+    if (atomic_load(&peer->state) != PDX_PEER_FAILED &&
+        pdx_wire_encode_error(&m, frame, sizeof(frame), &len) == PDX_OK)
+        pdx_peer_queue_last(peer, frame, len);
+    pdx_peer_fail(peer, m.status, "%s", msg);
+}
+
+static void out_of_place(pdx_peer_t *peer, pdx_wire_type_t type, const char *when)
+{
+    pdx_ctrl_fail(peer, PDX_ERR_PROTO, "%s from %s %s", pdx_wire_type_str(type), peer->addr,
+                  when);
+}
+
+/* A send the handshake needs; false (peer failed) if it did not go out. */
+static bool hs_sent(pdx_peer_t *peer, pdx_status_t st, const char *what)
+{
+    if (st == PDX_OK)
+        return true;
+    pdx_ctrl_fail(peer, st, "handshake with %s: %s not sent: %s", peer->addr, what,
+                  pdx_status_str(st));
+    return false;
+}
+
+static pdx_status_t send_ready(pdx_peer_t *peer)
+{
+    uint8_t frame[PDX_WIRE_HEADER_SIZE];
+    pdx_status_t st;
+    size_t len;
+
+    st = pdx_wire_encode_ready(frame, sizeof(frame), &len);
+    if (st == PDX_OK)
+        st = pdx_peer_send(peer, frame, len);
+    if (st == PDX_OK)
+        peer->ready_sent = true;
+    return st;
+}
+
+static pdx_status_t send_ep(pdx_engine_t *e, pdx_peer_t *peer, const pdx_dep_t *dep)
+{
+    pdx_wire_ep_t m = {.shard = dep->pair, .index = dep->index};
+    uint8_t frame[PDX_WIRE_HEADER_SIZE + 16 + PDX_TP_ADDR_MAX];
+    pdx_status_t st;
+    size_t len;
+
+    e->ops->ep_address(dep->ep, &m.addr);
+    st = pdx_wire_encode_ep(&m, frame, sizeof(frame), &len);
+    return st == PDX_OK ? pdx_peer_send(peer, frame, len) : st;
+}
+
+/* Size peer->deps for npairs x qps (published before any dep is created). */
+static bool alloc_deps(pdx_peer_t *peer, uint32_t qps)
+{
+    pdx_dep_t *deps = calloc((size_t)peer->npairs * qps, sizeof(*deps));
+
+    if (!deps) {
+        pdx_ctrl_fail(peer, PDX_ERR_NOMEM, "out of memory for %u x %u endpoints of %s",
+                      peer->npairs, qps, peer->addr);
+        return false;
+    }
+    peer->qps = qps;
+    peer->deps = deps;
+    return true;
+}
+
+/* Create data endpoint (k, q) on our shard k % nshards; connect it if remote is set. */
+static bool make_dep(pdx_engine_t *e, pdx_peer_t *peer, uint32_t k, uint32_t q,
+                     const pdx_tp_addr_t *remote)
+{
+    pdx_dep_t *dep = &peer->deps[k * peer->qps + q];
+    pdx_status_t st;
+
+    dep->peer = peer;
+    dep->pair = k;
+    dep->index = q;
+    st = pdx_shard_add_dep(&e->shards[k % e->nshards], dep);
+    if (st == PDX_OK && remote)
+        st = pdx_dep_connect(dep, remote);
+    if (st != PDX_OK) {
+        pdx_ctrl_fail(peer, st, "data endpoint %u/%u with %s: %s", k, q, peer->addr,
+                      pdx_status_str(st));
+        return false;
+    }
+    return hs_sent(peer, send_ep(e, peer, dep), "EP");
+}
+
+/* ---------------------------------------------------------------- HELLO */
+
+static void on_hello(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_hello_t *h)
+{
+    uint64_t id = 0;
+
+    if (h->version != e->protocol_version || strcmp(h->transport, e->ops->name) != 0) {
+        bool version = h->version != e->protocol_version;
+
+        if (!peer->outgoing)
+            pdx_peer_send_hello(peer, true); /* so it can say what we speak */
+        if (version)
+            pdx_ctrl_fail(peer, PDX_ERR_VERSION, "peer %s speaks protocol version %u, this "
+                          "engine %u", peer->addr, h->version, e->protocol_version);
+        else
+            pdx_ctrl_fail(peer, PDX_ERR_UNSUPPORTED, "peer %s uses transport %s, this "
+                          "engine %s", peer->addr, h->transport, e->ops->name);
+        return;
+    }
+    for (int i = 7; i >= 0; i--)
+        id = id << 8 | h->id[i];
+    peer->remote_id = id;
+    peer->remote_shards = h->nshards;
+    peer->npairs = PDX_MAX(e->nshards, h->nshards);
+    pdx_debug("HELLO from %s: engine %016llx on %s, %u shards", peer->addr,
+              (unsigned long long)id, h->host, h->nshards);
+
+    if (!peer->outgoing) {
+        /* Acceptor: answer, then wait for the connector's EPs and READY. */
+        if (hs_sent(peer, pdx_peer_send_hello(peer, false), "HELLO"))
+            hs_sent(peer, pdx_peer_send_descs(peer), "descriptors");
+        return;
+    }
+    /* Connector: descriptors, one EP per data endpoint, READY. */
+    if (!hs_sent(peer, pdx_peer_send_descs(peer), "descriptors") ||
+        !alloc_deps(peer, e->cfg.qps_per_peer))
+        return;
+    for (uint32_t k = 0; k < peer->npairs; k++)
+        for (uint32_t q = 0; q < peer->qps; q++)
+            if (!make_dep(e, peer, k, q, NULL))
+                return;
+    hs_sent(peer, send_ready(peer), "READY");
+}
+
+/* ------------------------------------------------------------- EP, READY */
+
+/* Acceptor: hold the connector's EPs until its READY says how many. */
+static void on_ep_offer(pdx_peer_t *peer, const pdx_wire_ep_t *m)
+{
+    uint32_t cap = peer->npairs * PDX_PEER_MAX_QPS;
+
+    if (peer->ready_received) {
+        out_of_place(peer, PDX_WIRE_EP, "after READY");
+        return;
+    }
+    if (m->shard >= peer->npairs || m->index >= PDX_PEER_MAX_QPS || peer->neps_in == cap) {
+        pdx_ctrl_fail(peer, PDX_ERR_PROTO, "EP %u/%u from %s outside %u pairs x %u endpoints",
+                      m->shard, m->index, peer->addr, peer->npairs, PDX_PEER_MAX_QPS);
+        return;
+    }
+    if (!peer->eps_in) {
+        peer->eps_in = malloc((size_t)cap * sizeof(*peer->eps_in));
+        if (!peer->eps_in) {
+            pdx_ctrl_fail(peer, PDX_ERR_NOMEM, "out of memory for the EPs of %s", peer->addr);
+            return;
+        }
+    }
+    peer->eps_in[peer->neps_in++] = *m;
+}
+
+/* Acceptor: the connector's EPs are all here: check them, create ours, answer. */
+static void on_ready_acceptor(pdx_engine_t *e, pdx_peer_t *peer)
+{
+    uint32_t qps = 0, n;
+    uint8_t *seen;
+
+    if (peer->ready_received) {
+        out_of_place(peer, PDX_WIRE_READY, "twice");
+        return;
+    }
+    for (uint32_t i = 0; i < peer->neps_in; i++)
+        qps = PDX_MAX(qps, peer->eps_in[i].index + 1);
+    n = peer->npairs * qps;
+    if (n == 0 || peer->neps_in != n) {
+        pdx_ctrl_fail(peer, PDX_ERR_PROTO, "READY from %s after %u EPs for %u pairs x %u "
+                      "endpoints", peer->addr, peer->neps_in, peer->npairs, qps);
+        return;
+    }
+    seen = calloc(n, 1);
+    if (!seen) {
+        pdx_ctrl_fail(peer, PDX_ERR_NOMEM, "out of memory for the EPs of %s", peer->addr);
+        return;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        const pdx_wire_ep_t *m = &peer->eps_in[i];
+
+        if (seen[m->shard * qps + m->index]++) {
+            free(seen);
+            pdx_ctrl_fail(peer, PDX_ERR_PROTO, "EP %u/%u from %s twice", m->shard, m->index,
+                          peer->addr);
+            return;
+        }
+    }
+    free(seen);
+    if (!alloc_deps(peer, qps))
+        return;
+    for (uint32_t i = 0; i < n; i++)
+        if (!make_dep(e, peer, peer->eps_in[i].shard, peer->eps_in[i].index,
+                      &peer->eps_in[i].addr))
+            return;
+    free(peer->eps_in);
+    peer->eps_in = NULL;
+    peer->ready_received = true;
+    if (!hs_sent(peer, send_ready(peer), "READY"))
+        return;
+    if (pdx_peer_set_ready(peer))
+        pdx_info("peer %s (%u) connected: %u pairs x %u endpoints", peer->addr, peer->id,
+                 peer->npairs, peer->qps);
+}
+
+/* Connector: the acceptor's address of one of our deps. */
+static void on_ep_reply(pdx_peer_t *peer, const pdx_wire_ep_t *m)
+{
+    pdx_dep_t *dep;
+    pdx_status_t st;
+
+    if (!peer->deps || peer->ready_received) {
+        out_of_place(peer, PDX_WIRE_EP, peer->deps ? "after READY" : "before our EPs");
+        return;
+    }
+    if (m->shard >= peer->npairs || m->index >= peer->qps) {
+        pdx_ctrl_fail(peer, PDX_ERR_PROTO, "EP %u/%u from %s outside %u pairs x %u endpoints",
+                      m->shard, m->index, peer->addr, peer->npairs, peer->qps);
+        return;
+    }
+    dep = &peer->deps[m->shard * peer->qps + m->index];
+    if (atomic_load(&dep->connected)) {
+        pdx_ctrl_fail(peer, PDX_ERR_PROTO, "EP %u/%u from %s twice", m->shard, m->index,
+                      peer->addr);
+        return;
+    }
+    st = pdx_dep_connect(dep, &m->addr);
+    if (st != PDX_OK) {
+        pdx_ctrl_fail(peer, st, "data endpoint %u/%u with %s: %s", m->shard, m->index,
+                      peer->addr, pdx_status_str(st));
+        return;
+    }
+    peer->neps_in++;
+}
+
+static void on_ready_connector(pdx_peer_t *peer)
+{
+    if (!peer->ready_sent || peer->ready_received) {
+        out_of_place(peer, PDX_WIRE_READY, peer->ready_received ? "twice" : "before ours");
+        return;
+    }
+    if (peer->neps_in != peer->npairs * peer->qps) {
+        pdx_ctrl_fail(peer, PDX_ERR_PROTO, "READY from %s after %u of %u EPs", peer->addr,
+                      peer->neps_in, peer->npairs * peer->qps);
+        return;
+    }
+    peer->ready_received = true;
+    pdx_peer_set_ready(peer); /* pdx_peer_connect() logs it */
+}
+
+/* ------------------------------------------------------------ descriptors */
+
+static void on_mem(pdx_peer_t *peer, const pdx_wire_mem_t *m)
+{
+    for (uint32_t i = 0; i < m->count; i++) {
+        const pdx_wire_mem_entry_t *ent = &m->entries[i];
+        pdx_remote_mem_t *rm;
+
+        if (ent->mem >= PDX_MAX_MEMS) {
+            pdx_ctrl_fail(peer, PDX_ERR_PROTO, "MEM from %s names region %u (limit %u)",
+                          peer->addr, ent->mem, PDX_MAX_MEMS);
+            return;
+        }
+        rm = &peer->mems[ent->mem];
+        if (atomic_load_explicit(&rm->valid, memory_order_relaxed)) {
+            if (!memcmp(&rm->rkey, &ent->rkey, sizeof(rm->rkey)))
+                continue; /* sent twice around our snapshot: the same */
+            /* The id was deregistered and registered again: the new one
+             * precedes any room that names it on this connection. */
+            pdx_debug("region %u of %s replaced", ent->mem, peer->addr);
+            atomic_store_explicit(&rm->valid, 0, memory_order_release);
+        }
+        rm->rkey = ent->rkey;
+        atomic_store_explicit(&rm->valid, 1, memory_order_release);
+    }
+}
+
+static bool layout_equal(const pdx_layout_t *a, const pdx_layout_t *b)
+{
+    if (a->ngroups != b->ngroups || a->layer_begin != b->layer_begin ||
+        a->layer_end != b->layer_end)
+        return false;
+    for (uint32_t g = 0; g < a->ngroups; g++) {
+        const pdx_group_t *ga = &a->groups[g], *gb = &b->groups[g];
+
+        if (ga->flags != gb->flags || ga->buffers_per_layer != gb->buffers_per_layer ||
+            ga->nbuffers != gb->nbuffers || ga->npages != gb->npages)
+            return false;
+        for (uint32_t i = 0; i < ga->nbuffers; i++)
+            if (ga->buffers[i].mem != gb->buffers[i].mem ||
+                ga->buffers[i].offset != gb->buffers[i].offset ||
+                ga->buffers[i].bytes_per_page != gb->buffers[i].bytes_per_page)
+                return false;
+    }
+    return true;
+}
+
+static void on_layout(pdx_peer_t *peer, pdx_wire_layout_t *m)
+{
+    pdx_layout_t *old;
+
+    if (m->id >= PDX_MAX_LAYOUTS) {
+        pdx_ctrl_fail(peer, PDX_ERR_PROTO, "LAYOUT from %s has id %u (limit %u)", peer->addr,
+                      m->id, PDX_MAX_LAYOUTS);
+        return;
+    }
+    old = atomic_load_explicit(&peer->layouts[m->id], memory_order_relaxed);
+    if (old) {
+        /* Layouts are never replaced: shards may be reading this one. */
+        if (!layout_equal(old, m->layout))
+            pdx_ctrl_fail(peer, PDX_ERR_PROTO, "LAYOUT %u from %s changed", m->id, peer->addr);
+        return;
+    }
+    atomic_store_explicit(&peer->layouts[m->id], m->layout, memory_order_release);
+    m->layout = NULL; /* the peer owns it now */
+}
+
+/* ----------------------------------------------------------------- others */
+
+static void on_credit(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_credit_t *m)
+{
+    pdx_dep_t *dep;
+
+    if (!peer->deps || m->pair >= peer->npairs || m->index >= peer->qps ||
+        m->count > PDX_NOTIFY_RQ) {
+        pdx_ctrl_fail(peer, PDX_ERR_PROTO, "CREDIT of %u for endpoint %u/%u from %s outside "
+                      "%u pairs x %u endpoints", m->count, m->pair, m->index, peer->addr,
+                      peer->npairs, peer->qps);
+        return;
+    }
+    dep = &peer->deps[m->pair * peer->qps + m->index];
+    atomic_fetch_add(&dep->credits, (int32_t)m->count);
+    pdx_shard_wake(&e->shards[m->pair % e->nshards]);
+}
+
+void pdx_ctrl_on_msg(pdx_engine_t *e, pdx_peer_t *peer, pdx_wire_msg_t *msg)
+{
+    bool ready = atomic_load_explicit(&peer->state, memory_order_acquire) == PDX_PEER_READY;
+
+    if (msg->type == PDX_WIRE_ERROR && msg->u.error.room == 0) {
+        pdx_peer_fail(peer, msg->u.error.status, "peer %s reported: %s", peer->addr,
+                      msg->u.error.message);
+        return;
+    }
+    if (peer->remote_shards == 0 && msg->type != PDX_WIRE_HELLO) {
+        out_of_place(peer, msg->type, "before HELLO");
+        return;
+    }
+    switch (msg->type) {
+    case PDX_WIRE_HELLO:
+        if (peer->remote_shards)
+            out_of_place(peer, msg->type, "twice");
+        else
+            on_hello(e, peer, &msg->u.hello);
+        return;
+    case PDX_WIRE_MEM:
+        on_mem(peer, &msg->u.mem);
+        return;
+    case PDX_WIRE_LAYOUT:
+        on_layout(peer, &msg->u.layout);
+        return;
+    case PDX_WIRE_EP:
+        if (peer->outgoing)
+            on_ep_reply(peer, &msg->u.ep);
+        else
+            on_ep_offer(peer, &msg->u.ep);
+        return;
+    case PDX_WIRE_READY:
+        if (peer->outgoing)
+            on_ready_connector(peer);
+        else
+            on_ready_acceptor(e, peer);
+        return;
+    case PDX_WIRE_HEARTBEAT: /* reading it reset last_heard_ns */
+        return;
+    case PDX_WIRE_CREDIT:
+        on_credit(e, peer, &msg->u.credit);
+        return;
+    default:
+        break;
+    }
+    if (!ready) {
+        out_of_place(peer, msg->type, "before READY");
+        return;
+    }
+    switch (msg->type) {
+    case PDX_WIRE_ROOM:
+        pdx_rooms_on_room_msg(e, peer, &msg->u.room);
+        return;
+    case PDX_WIRE_ABORT:
+        pdx_rooms_on_abort(e, peer, &msg->u.abort);
+        return;
+    case PDX_WIRE_ABORT_ACK:
+        pdx_rooms_on_abort_ack(e, peer, msg->u.abort_ack.room);
+        return;
+    case PDX_WIRE_ERROR:
+        pdx_rooms_on_error(e, peer, &msg->u.error);
+        return;
+    default:
+        out_of_place(peer, msg->type, "(not a control message)");
+        return;
+    }
+}

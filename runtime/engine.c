@@ -1,0 +1,401 @@
+/*
+ * Engine lifecycle, registered memory, layouts and statistics.
+ *
+ * Create order: config, transport, room table, shards (not started), the
+ * control thread (listener bound), then the shard workers. Destroy runs it
+ * backwards: no new control messages, every room still in flight failed
+ * with a message, workers stopped, endpoints and peers freed, memory
+ * deregistered, transport closed.
+ */
+#include "engine.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+
+#include "config.h"
+#include "log.h"
+
+static pdx_status_t pick_transport(pdx_engine_t *e)
+{
+    const char *name = e->cfg.transport;
+
+    if (strcmp(name, "auto") == 0 || strcmp(name, "tcp") == 0) {
+        e->ops = &pdx_tcp_ops;
+        return PDX_OK;
+    }
+    pdx_error("PDX_TRANSPORT=%s: this build has no rdma transport yet; use tcp", name);
+    return PDX_ERR_UNSUPPORTED;
+}
+
+/* The host part of PDX_LISTEN, as peers should reach this engine. */
+static void pick_host(pdx_engine_t *e)
+{
+    const char *colon = strrchr(e->cfg.listen, ':');
+    size_t len = colon ? (size_t)(colon - e->cfg.listen) : strlen(e->cfg.listen);
+
+    if (len == 0 || len > PDX_WIRE_HOST_MAX ||
+        (len == 7 && strncmp(e->cfg.listen, "0.0.0.0", 7) == 0)) {
+        /* A wildcard listener: advertise loopback until an address is set
+         * with PDX_LISTEN (multi-host deployments must set it). */
+        strcpy(e->host, "127.0.0.1");
+        return;
+    }
+    memcpy(e->host, e->cfg.listen, len);
+    e->host[len] = '\0';
+}
+
+static pdx_status_t rooms_init(pdx_engine_t *e)
+{
+    pdx_status_t st = pdx_room_table_init(&e->rooms, e->cfg.rooms);
+
+    if (st != PDX_OK)
+        return st;
+    e->ext = calloc(e->rooms.capacity, sizeof(*e->ext));
+    e->held = calloc(PDX_MAX(e->cfg.held_notifies, 1), sizeof(*e->held));
+    if (!e->ext || !e->held) {
+        free(e->ext);
+        free(e->held);
+        pdx_room_table_fini(&e->rooms);
+        return PDX_ERR_NOMEM;
+    }
+    for (uint32_t i = 0; i < e->rooms.capacity; i++) {
+        pthread_mutex_init(&e->ext[i].lock, NULL);
+        e->ext[i].head_cell = e->ext[i].tail_cell = UINT32_MAX;
+    }
+    pthread_mutex_init(&e->held_lock, NULL);
+    return PDX_OK;
+}
+
+static void rooms_fini(pdx_engine_t *e)
+{
+    for (uint32_t i = 0; i < e->rooms.capacity; i++) {
+        pdx_room_ext_t *ext = &e->ext[i];
+
+        for (uint32_t d = 0; d < PDX_MAX_DESTS; d++)
+            free(ext->dests[d].pages);
+        free(ext->senders);
+        free(ext->last_left);
+        pthread_mutex_destroy(&ext->lock);
+    }
+    pthread_mutex_destroy(&e->held_lock);
+    free(e->held);
+    free(e->ext);
+    pdx_room_table_fini(&e->rooms);
+}
+
+/* Fail every room still in flight: the engine is going away. */
+static void fail_all_rooms(pdx_engine_t *e)
+{
+    for (uint32_t i = 0; i < e->rooms.capacity; i++) {
+        pdx_room_obj_t *obj = &e->rooms.objs[i];
+        uint64_t id = atomic_load(&obj->id);
+        int32_t state;
+
+        if (pdx_room_read(obj, id, &state) && state != PDX_ROOM_SUCCESS &&
+            state != PDX_ROOM_FAILED && pdx_room_fail(obj, PDX_ERR_ABORTED,
+                                                      "engine destroyed with the room in flight"))
+            atomic_fetch_add(&e->stats.rooms_failed, 1);
+    }
+}
+
+pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p)
+{
+    pthread_condattr_t cattr;
+    pdx_tp_params_t params;
+    pdx_engine_t *e;
+    char err[256];
+    pdx_status_t st;
+    uint32_t started = 0;
+
+    if (!engine_p)
+        return PDX_ERR_INVALID;
+    e = calloc(1, sizeof(*e));
+    if (!e)
+        return PDX_ERR_NOMEM;
+    e->listen_fd = e->ctrl_epfd = e->ctrl_wake_fd = -1;
+    st = pdx_config_resolve(cfg, &e->cfg);
+    if (st != PDX_OK)
+        goto err_free; /* the variable was named when it was parsed */
+    st = pdx_config_check(&e->cfg, err, sizeof(err));
+    if (st != PDX_OK) {
+        pdx_error("%s", err);
+        goto err_free;
+    }
+    pdx_log_set_level(e->cfg.log_level);
+    if (getrandom(e->id, sizeof(e->id), 0) != (ssize_t)sizeof(e->id)) {
+        pdx_error("getrandom: %s", strerror(errno));
+        st = PDX_ERR_IO;
+        goto err_free;
+    }
+    for (int i = 7; i >= 0; i--)
+        e->sender_id = e->sender_id << 8 | e->id[i];
+    pick_host(e);
+    pthread_mutex_init(&e->lock, NULL);
+    pthread_mutex_init(&e->accept_lock, NULL);
+    pthread_condattr_init(&cattr);
+    pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
+    pthread_cond_init(&e->accept_cond, &cattr);
+    pthread_condattr_destroy(&cattr);
+
+    st = pick_transport(e);
+    if (st != PDX_OK)
+        goto err_lock;
+    params = (pdx_tp_params_t){.host = e->host, .progress_timeout_ms = e->cfg.transfer_timeout_ms,
+                               .max_msg_size = e->cfg.max_msg_size, .config = &e->cfg};
+    st = e->ops->open(&params, &e->tp);
+    if (st != PDX_OK)
+        goto err_lock;
+    st = rooms_init(e);
+    if (st != PDX_OK)
+        goto err_close_tp;
+
+    e->nshards = e->cfg.shards;
+    e->shards = calloc(e->nshards, sizeof(*e->shards));
+    if (!e->shards) {
+        st = PDX_ERR_NOMEM;
+        goto err_rooms;
+    }
+    for (uint32_t i = 0; i < e->nshards; i++) {
+        st = pdx_shard_init(e, &e->shards[i], i);
+        if (st != PDX_OK) {
+            while (i-- > 0)
+                pdx_shard_fini(&e->shards[i]);
+            goto err_free_shards;
+        }
+    }
+    st = pdx_ctrl_start(e);
+    if (st != PDX_OK)
+        goto err_fini_shards;
+    for (; started < e->nshards; started++) {
+        st = pdx_shard_start(&e->shards[started]);
+        if (st != PDX_OK)
+            goto err_stop;
+    }
+    pdx_info("engine %016llx listening on %s (transport %s, %u shards)",
+             (unsigned long long)e->sender_id, e->address, e->ops->name, e->nshards);
+    *engine_p = e;
+    return PDX_OK;
+
+err_stop:
+    while (started-- > 0)
+        pdx_shard_stop(&e->shards[started]);
+    pdx_ctrl_stop(e);
+err_fini_shards:
+    for (uint32_t i = 0; i < e->nshards; i++)
+        pdx_shard_fini(&e->shards[i]);
+err_free_shards:
+    free(e->shards);
+err_rooms:
+    rooms_fini(e);
+err_close_tp:
+    e->ops->close(e->tp);
+err_lock:
+    pthread_cond_destroy(&e->accept_cond);
+    pthread_mutex_destroy(&e->accept_lock);
+    pthread_mutex_destroy(&e->lock);
+err_free:
+    free(e);
+    return st;
+}
+
+void pdx_engine_destroy(pdx_engine_t *e)
+{
+    if (!e)
+        return;
+    pdx_ctrl_stop(e);
+    fail_all_rooms(e);
+    for (uint32_t i = 0; i < e->nshards; i++)
+        pdx_shard_stop(&e->shards[i]);
+    for (uint32_t i = 0; i < e->nshards; i++)
+        pdx_shard_fini(&e->shards[i]);
+    for (uint32_t i = 0; i < PDX_MAX_PEERS; i++) {
+        pdx_peer_t *peer = atomic_load(&e->peers[i]);
+
+        if (peer)
+            pdx_peer_destroy(peer);
+    }
+    for (uint32_t i = 0; i < PDX_MAX_LAYOUTS; i++)
+        pdx_layout_free(e->layouts[i]);
+    for (uint32_t i = 0; i < PDX_MAX_MEMS; i++)
+        if (e->mems[i].used)
+            e->ops->mr_dereg(e->mems[i].mr);
+    e->ops->close(e->tp);
+    rooms_fini(e);
+    free(e->shards);
+    pthread_cond_destroy(&e->accept_cond);
+    pthread_mutex_destroy(&e->accept_lock);
+    pthread_mutex_destroy(&e->lock);
+    free(e);
+}
+
+const char *pdx_engine_address(const pdx_engine_t *e)
+{
+    return e ? e->address : "";
+}
+
+/* ------------------------------------------------------------------ memory */
+
+pdx_status_t pdx_mem_register(pdx_engine_t *e, void *base, size_t len, uint32_t *mem_p)
+{
+    pdx_status_t st;
+    uint32_t id;
+
+    if (!e || !base || len == 0 || !mem_p)
+        return PDX_ERR_INVALID;
+    pthread_mutex_lock(&e->lock);
+    for (id = 0; id < PDX_MAX_MEMS && e->mems[id].used; id++)
+        ;
+    if (id == PDX_MAX_MEMS) {
+        pthread_mutex_unlock(&e->lock);
+        pdx_error("pdx_mem_register: all %d regions in use", PDX_MAX_MEMS);
+        return PDX_ERR_FULL;
+    }
+    /* Without the GPU layer every pointer is treated as host memory. */
+    st = e->ops->mr_reg(e->tp, base, len,
+                        PDX_TP_ACCESS_LOCAL_WRITE | PDX_TP_ACCESS_REMOTE_WRITE, &e->mems[id].mr);
+    if (st != PDX_OK) {
+        pthread_mutex_unlock(&e->lock);
+        return st;
+    }
+    e->ops->mr_remote(e->mems[id].mr, &e->mems[id].rkey);
+    e->mems[id].base = base;
+    e->mems[id].len = len;
+    atomic_store(&e->mems[id].users, 0);
+    e->mems[id].used = true;
+    pthread_mutex_unlock(&e->lock);
+    pdx_peer_broadcast_mem(e, id);
+    *mem_p = id;
+    return PDX_OK;
+}
+
+pdx_status_t pdx_mem_deregister(pdx_engine_t *e, uint32_t mem)
+{
+    pdx_status_t st;
+
+    if (!e || mem >= PDX_MAX_MEMS)
+        return PDX_ERR_INVALID;
+    pthread_mutex_lock(&e->lock);
+    if (!e->mems[mem].used) {
+        st = PDX_ERR_NOT_FOUND;
+    } else if (atomic_load(&e->mems[mem].users) > 0) {
+        pdx_error("pdx_mem_deregister: region %u is still used by a layout", mem);
+        st = PDX_ERR_STATE;
+    } else {
+        st = e->ops->mr_dereg(e->mems[mem].mr);
+        if (st == PDX_OK)
+            memset(&e->mems[mem], 0, sizeof(e->mems[mem]));
+    }
+    pthread_mutex_unlock(&e->lock);
+    return st;
+}
+
+pdx_status_t pdx_engine_mem_lookup(pdx_engine_t *e, uint32_t mem, pdx_mem_t **mem_p)
+{
+    if (mem >= PDX_MAX_MEMS || !e->mems[mem].used)
+        return PDX_ERR_NOT_FOUND;
+    *mem_p = &e->mems[mem];
+    return PDX_OK;
+}
+
+/* ------------------------------------------------------------------ layouts */
+
+/* Every buffer's pages must lie inside its registered region. */
+static pdx_status_t layout_check_mems(pdx_engine_t *e, const pdx_layout_t *l)
+{
+    for (uint32_t g = 0; g < l->ngroups; g++) {
+        const pdx_group_t *grp = &l->groups[g];
+
+        for (uint32_t b = 0; b < grp->nbuffers; b++) {
+            const pdx_buffer_t *buf = &grp->buffers[b];
+            uint64_t end = buf->offset + grp->npages * buf->bytes_per_page;
+
+            if (buf->mem >= PDX_MAX_MEMS || !e->mems[buf->mem].used) {
+                pdx_error("pdx_layout_create: group %u buffer %u: memory %u is not registered",
+                          g, b, buf->mem);
+                return PDX_ERR_NOT_FOUND;
+            }
+            if (end > e->mems[buf->mem].len) {
+                pdx_error("pdx_layout_create: group %u buffer %u: %llu pages of %llu bytes at "
+                          "offset %llu pass the end of memory %u (%zu bytes)", g, b,
+                          (unsigned long long)grp->npages,
+                          (unsigned long long)buf->bytes_per_page,
+                          (unsigned long long)buf->offset, buf->mem, e->mems[buf->mem].len);
+                return PDX_ERR_RANGE;
+            }
+        }
+    }
+    return PDX_OK;
+}
+
+pdx_status_t pdx_layout_create(pdx_engine_t *e, const pdx_layout_desc_t *desc, uint32_t *layout_p)
+{
+    pdx_layout_t *layout;
+    char err[256];
+    pdx_status_t st;
+    uint32_t id;
+
+    if (!e || !desc || !layout_p)
+        return PDX_ERR_INVALID;
+    st = pdx_layout_from_desc(desc, &layout, err, sizeof(err));
+    if (st != PDX_OK) {
+        pdx_error("pdx_layout_create: %s", err);
+        return st;
+    }
+    pthread_mutex_lock(&e->lock);
+    st = layout_check_mems(e, layout);
+    if (st == PDX_OK && e->nlayouts == PDX_MAX_LAYOUTS) {
+        pdx_error("pdx_layout_create: all %d layouts in use", PDX_MAX_LAYOUTS);
+        st = PDX_ERR_FULL;
+    }
+    if (st != PDX_OK) {
+        pthread_mutex_unlock(&e->lock);
+        pdx_layout_free(layout);
+        return st;
+    }
+    for (uint32_t g = 0; g < layout->ngroups; g++)
+        for (uint32_t b = 0; b < layout->groups[g].nbuffers; b++)
+            atomic_fetch_add(&e->mems[layout->groups[g].buffers[b].mem].users, 1);
+    id = e->nlayouts++;
+    e->layouts[id] = layout;
+    pthread_mutex_unlock(&e->lock);
+    pdx_peer_broadcast_layout(e, id);
+    *layout_p = id;
+    return PDX_OK;
+}
+
+const pdx_layout_t *pdx_engine_layout(pdx_engine_t *e, uint32_t id)
+{
+    /* Layouts are never freed before the engine: a reader that got the id
+     * after pdx_layout_create returned sees the pointer. */
+    return id < PDX_MAX_LAYOUTS ? e->layouts[id] : NULL;
+}
+
+/* ------------------------------------------------------------------- stats */
+
+pdx_status_t pdx_engine_stats(pdx_engine_t *e, pdx_stats_t *stats_p)
+{
+    pdx_stats_t s = {0};
+
+    if (!e || !stats_p)
+        return PDX_ERR_INVALID;
+    for (uint32_t i = 0; i < e->nshards; i++) {
+        const pdx_shard_stats_t *st = &e->shards[i].stats;
+        uint32_t hw = atomic_load_explicit(&e->shards[i].ring.high_water, memory_order_relaxed);
+
+        s.bytes_sent += atomic_load_explicit(&st->bytes_sent, memory_order_relaxed);
+        s.writes_posted += atomic_load_explicit(&st->writes_posted, memory_order_relaxed);
+        s.chunks_sent += atomic_load_explicit(&st->chunks_sent, memory_order_relaxed);
+        s.notifies_sent += atomic_load_explicit(&st->notifies_sent, memory_order_relaxed);
+        s.notifies_received += atomic_load_explicit(&st->notifies_received, memory_order_relaxed);
+        s.worker_wakeups += atomic_load_explicit(&st->wakeups, memory_order_relaxed);
+        s.ring_high_water = PDX_MAX(s.ring_high_water, hw);
+    }
+    s.rooms_success = atomic_load_explicit(&e->stats.rooms_success, memory_order_relaxed);
+    s.rooms_failed = atomic_load_explicit(&e->stats.rooms_failed, memory_order_relaxed);
+    s.send_again = atomic_load_explicit(&e->stats.send_again, memory_order_relaxed);
+    *stats_p = s;
+    return PDX_OK;
+}

@@ -1,0 +1,357 @@
+/*
+ * The engine's internal structures, shared by engine.c (lifecycle, memory,
+ * layouts, stats), peer.c and ctrl.c (control channel), shard.c (workers)
+ * and rooms.c (room-side API and control messages about rooms).
+ *
+ * Threads:
+ * - API threads: any thread calling pdx_*.
+ * - The control thread (ctrl.c): listener, control connections, handshakes,
+ *   control messages, heartbeats, the deadline sweep. It owns every peer's
+ *   socket and input buffer.
+ * - N shard workers (shard.c): each owns a submission ring's consumer side,
+ *   a CQ, the data endpoints assigned to it and the sending state of the
+ *   rooms that hash to it.
+ *
+ * Locks (never two at once, none on a shard's post path):
+ * - engine->lock: the memory, layout and peer tables (setup calls).
+ * - peer->out_lock: a peer's output buffer (any thread appends a frame).
+ * - ext->lock: a room's receive-side bookkeeping and its metadata list.
+ * - the room table's own mutex (insert/remove).
+ */
+#ifndef PDX_ENGINE_H
+#define PDX_ENGINE_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+
+#include "layout.h"
+#include "plan.h"
+#include "ring.h"
+#include "room.h"
+#include "transport.h"
+#include "util.h"
+#include "wire.h"
+
+#define PDX_MAX_PEERS       64
+#define PDX_MAX_MEMS        1024
+#define PDX_MAX_LAYOUTS     64
+#define PDX_MAX_DESTS       8      /* decode ranks one prefill room sends to */
+#define PDX_NOTIFY_RQ       64     /* receive buffers per data endpoint */
+#define PDX_CREDIT_BATCH    16     /* reposts returned per CREDIT message */
+#define PDX_SWEEP_MS        10     /* control thread tick: deadlines, heartbeats */
+#define PDX_PEER_OUT_MAX    (8u << 20) /* bytes queued per control connection */
+#define PDX_ERRMSG_MAX      PDX_ROOM_ERR_MAX
+
+typedef struct pdx_peer  pdx_peer_t;
+typedef struct pdx_shard pdx_shard_t;
+typedef struct pdx_dep   pdx_dep_t;
+
+/* ----------------------------------------------------------------- memory */
+
+typedef struct pdx_mem {
+    bool             used;
+    void            *base;
+    size_t           len;
+    pdx_tp_mr_t     *mr;
+    pdx_tp_rkey_t    rkey;
+    _Atomic uint32_t users;       /* layouts and rooms referring to it */
+} pdx_mem_t;
+
+/* A peer's memory and layouts, written by the control thread, read by shards:
+ * an entry is filled, then published with a release store of `valid`. */
+typedef struct pdx_remote_mem {
+    _Atomic uint32_t valid;
+    pdx_tp_rkey_t    rkey;
+} pdx_remote_mem_t;
+
+/* ------------------------------------------------------------ data endpoints */
+
+/* One entry per WR posted on a data endpoint, indexed by seq % sq_depth. */
+typedef struct pdx_ledger_entry {
+    pdx_room_obj_t *room;         /* NULL: no room (a padding entry) */
+    uint64_t        room_id;
+} pdx_ledger_entry_t;
+
+/*
+ * A data endpoint: one RC connection of pair `pair`, queue `index`, owned by
+ * one shard. wr_id = (uint64_t)local index in the shard's dep table << 48 |
+ * seq (WRITE/SEND, low 47 bits) or 1 << 47 | receive slot (RECV).
+ */
+struct pdx_dep {
+    pdx_tp_ep_t        *ep;
+    pdx_peer_t         *peer;
+    pdx_shard_t        *shard;
+    uint32_t            pair, index;
+    uint32_t            slot;          /* index in shard->deps */
+    _Atomic uint32_t    connected;     /* both addresses known, ep_connect done */
+    _Atomic uint32_t    failed;
+    /* shard only */
+    uint32_t            sq_depth;
+    uint64_t            posted;        /* WRs posted so far (next seq) */
+    uint64_t            completed;     /* WRs known complete */
+    uint32_t            unsignaled;    /* WRs since the last signaled one */
+    pdx_ledger_entry_t *ledger;
+    uint32_t            reposted;      /* receives reposted, not yet credited */
+    /* notify credits: receives the peer has posted for us */
+    _Atomic int32_t     credits;
+    /* receive buffers for notify records */
+    pdx_tp_mr_t        *rx_mr;
+    uint8_t            *rx_buf;        /* PDX_NOTIFY_RQ * PDX_TP_SEND_MAX */
+};
+
+/* ------------------------------------------------------------------ peers */
+
+typedef enum pdx_peer_state {
+    PDX_PEER_HELLO = 0,   /* connected, handshake under way */
+    PDX_PEER_READY,       /* handshake done both ways */
+    PDX_PEER_FAILED,      /* closed, version mismatch, silent: see err */
+} pdx_peer_state_t;
+
+struct pdx_peer {
+    pdx_engine_t       *engine;
+    uint32_t            id;            /* index in engine->peers */
+    int                 fd;
+    bool                outgoing;      /* we called pdx_peer_connect */
+    bool                accepted;      /* returned by pdx_peer_accept (accept_lock) */
+    _Atomic int         state;         /* pdx_peer_state_t */
+    pdx_status_t        status;        /* why FAILED (written before state) */
+    char                err[PDX_ERRMSG_MAX];
+    char                addr[PDX_NAME_MAX];
+    /* the peer's HELLO */
+    uint64_t            remote_id;     /* its sender identity */
+    uint32_t            remote_shards;
+    /* its memory and layouts (control thread writes, shards read) */
+    pdx_remote_mem_t    mems[PDX_MAX_MEMS];
+    pdx_layout_t *_Atomic layouts[PDX_MAX_LAYOUTS];
+    /* data endpoints: npairs x qps; pair k is our shard k % nshards */
+    uint32_t            npairs, qps;
+    pdx_dep_t          *deps;          /* npairs * qps, NULL until HELLO */
+    /* control thread only */
+    uint8_t            *in;            /* PDX_WIRE_MAX_FRAME */
+    size_t              in_len;
+    uint64_t            last_heard_ns;
+    bool                ready_sent, ready_received;
+    pdx_wire_ep_t      *eps_in;        /* acceptor: the connector's EPs until READY */
+    uint32_t            neps_in;       /* EPs received */
+    /* under engine->lock: our MEM/LAYOUT snapshot went out; broadcasts follow it */
+    bool                desc_sent;
+    /* output: any thread appends whole frames under out_lock */
+    pthread_mutex_t     out_lock;
+    uint8_t            *out;           /* PDX_PEER_OUT_MAX */
+    size_t              out_head, out_len;
+    /* pdx_peer_connect waits here for READY or FAILED */
+    pthread_mutex_t     wait_lock;
+    pthread_cond_t      wait_cond;
+};
+
+/* ------------------------------------------------------------------ rooms */
+
+/* Where one prefill room's chunks go: one decode rank's pdx_expect(). */
+typedef struct pdx_dest {
+    pdx_peer_t         *peer;
+    uint32_t            layout;        /* the peer's layout id */
+    uint32_t            nsenders;
+    uint32_t            ngroups;
+    uint32_t            npages[PDX_LAYOUT_MAX_GROUPS];
+    uint32_t            cursor[PDX_LAYOUT_MAX_GROUPS]; /* next unused page (shard) */
+    uint32_t           *pages;         /* all groups back to back */
+    bool                has_aux;
+    pdx_region_t        aux;           /* the peer's mem id, offset, len */
+} pdx_dest_t;
+
+/*
+ * Engine data of a room, parallel to the room table's objects
+ * (engine->ext[obj - rooms.objs]). Fields marked (shard) belong to the
+ * room's shard; the rest are written under ext->lock or are atomics.
+ */
+typedef struct pdx_room_ext {
+    pthread_mutex_t  lock;             /* first: pdx_release clears what follows */
+    _Atomic uint64_t deadline_ns;      /* 0: none; bootstrap (prefill) or expect (decode) */
+    _Atomic uint64_t xfer_deadline_ns; /* prefill: first chunk + transfer timeout */
+    pdx_peer_t *_Atomic ack_peer;      /* prefill: owes this peer an ABORT_ACK */
+    _Atomic uint32_t inflight;         /* WRs posted, not completed */
+    _Atomic uint32_t queued;           /* chunks in the shard's ring for it */
+    _Atomic uint32_t fenced;           /* decode: nothing more can land */
+    _Atomic bool     decode;           /* expected here (receiver); set once */
+    _Atomic uint32_t last_queued;      /* prefill: pdx_send had PDX_SEND_LAST */
+    /* prefill: destinations, published by ndests (release) */
+    pdx_dest_t       dests[PDX_MAX_DESTS];
+    _Atomic uint32_t ndests;
+    /* prefill (shard) */
+    uint32_t         head_cell, tail_cell; /* FIFO of ring cells, UINT32_MAX: none */
+    _Atomic bool     active;           /* on the shard's active list (shard writes) */
+    uint32_t         next_active;
+    uint32_t         seq;              /* chunks sent */
+    uint32_t         dest_at;          /* destination being planned */
+    bool             planning;         /* plan below is live */
+    pdx_plan_t       plan;
+    pdx_pages_t      plan_src[PDX_LAYOUT_MAX_GROUPS];
+    pdx_pages_t      plan_dst[PDX_LAYOUT_MAX_GROUPS];
+    uint32_t         rr;               /* endpoint striping cursor */
+    uint32_t         wrs;              /* WRs posted for this chunk and destination */
+    bool             last_sent;        /* the last chunk's notifies are posted: SUCCESS
+                                        * once inflight reaches 0 */
+    /* decode (under lock) */
+    pdx_peer_t      *peers[PDX_MAX_DESTS]; /* peers it expects data from */
+    uint32_t         npeers;
+    uint32_t         nsenders;         /* expected, over all peers */
+    uint32_t         nseen;            /* senders with a LAST notify so far */
+    uint32_t         ndone;            /* senders whose last chunk arrived */
+    uint64_t        *senders;          /* [nsenders]: ids of done senders */
+    uint32_t        *last_left;        /* [nsenders]: LAST notifies still due */
+    uint32_t         acks;             /* ABORT_ACKs or gone peers, after a failure */
+} pdx_room_ext_t;
+
+/* A notify that arrived before its room's pdx_expect (bounded). */
+typedef struct pdx_held_notify {
+    pdx_wire_notify_t notify;
+    uint64_t          at_ns;
+} pdx_held_notify_t;
+
+/* ----------------------------------------------------------------- shards */
+
+typedef struct pdx_shard_stats {
+    _Atomic uint64_t bytes_sent, writes_posted, chunks_sent, notifies_sent, notifies_received;
+    _Atomic uint64_t wakeups;
+} pdx_shard_stats_t;
+
+struct pdx_shard {
+    pdx_engine_t      *engine;
+    uint32_t           index;
+    pthread_t          thread;
+    bool               running;        /* thread started and not yet joined */
+    _Atomic uint32_t   stop;
+    pdx_ring_t         ring;
+    uint32_t          *cell_next;      /* per ring cell: next cell of its room */
+    int                wake_fd;        /* eventfd: new chunks, metadata, credits */
+    _Atomic uint32_t   sleeping;
+    int                epfd;
+    pdx_tp_cq_t       *cq;
+    /* data endpoints this shard owns (control thread adds, shard reads) */
+    pdx_dep_t *_Atomic deps[PDX_MAX_PEERS * 8];
+    _Atomic uint32_t   ndeps;
+    /* shard only: rooms with queued chunks */
+    uint32_t           active_head;    /* room obj index, UINT32_MAX: none */
+    pdx_shard_stats_t  stats;
+};
+
+/* ----------------------------------------------------------------- engine */
+
+typedef struct pdx_engine_stats_acc {
+    _Atomic uint64_t rooms_success, rooms_failed, send_again;
+} pdx_engine_stats_acc_t;
+
+struct pdx_engine {
+    pdx_config_t               cfg;
+    const pdx_transport_ops_t *ops;
+    pdx_tp_t                  *tp;
+    uint8_t                    id[PDX_WIRE_ID_SIZE];
+    uint64_t                   sender_id;   /* notify identity: from id */
+    char                       host[PDX_WIRE_HOST_MAX + 1];
+    char                       address[PDX_NAME_MAX]; /* host:port */
+
+    pthread_mutex_t            lock;
+    pdx_mem_t                  mems[PDX_MAX_MEMS];
+    pdx_layout_t              *layouts[PDX_MAX_LAYOUTS];
+    uint32_t                   nlayouts;
+    pdx_peer_t *_Atomic        peers[PDX_MAX_PEERS];
+    pthread_mutex_t            accept_lock;  /* pdx_peer_accept waits for incoming peers */
+    pthread_cond_t             accept_cond;
+
+    pdx_room_table_t           rooms;
+    pdx_room_ext_t            *ext;         /* [rooms.capacity] */
+    pthread_mutex_t            held_lock;
+    pdx_held_notify_t         *held;        /* [cfg.held_notifies] */
+    uint32_t                   nheld;
+
+    uint32_t                   nshards;
+    pdx_shard_t               *shards;
+
+    /* control thread */
+    pthread_t                  ctrl_thread;
+    _Atomic uint32_t           ctrl_stop;
+    int                        listen_fd;
+    int                        ctrl_epfd;
+    int                        ctrl_wake_fd;
+    uint32_t                   protocol_version; /* pdx_protocol_version at start */
+
+    pdx_engine_stats_acc_t     stats;
+};
+
+/* ------------------------------------------------------------- interfaces */
+
+static inline pdx_room_ext_t *pdx_room_ext(pdx_engine_t *e, const pdx_room_obj_t *obj)
+{
+    return &e->ext[obj - e->rooms.objs];
+}
+
+static inline pdx_shard_t *pdx_room_shard(pdx_engine_t *e, uint64_t room)
+{
+    return &e->shards[pdx_hash64(room ^ 0x5bd1e995ull) % e->nshards];
+}
+
+/* engine.c */
+pdx_status_t pdx_engine_mem_lookup(pdx_engine_t *e, uint32_t mem, pdx_mem_t **mem_p);
+const pdx_layout_t *pdx_engine_layout(pdx_engine_t *e, uint32_t id);
+
+/* ctrl.c: the control thread */
+pdx_status_t pdx_ctrl_start(pdx_engine_t *e);
+void pdx_ctrl_stop(pdx_engine_t *e);
+void pdx_ctrl_wake(pdx_engine_t *e);
+
+/* PDX_PROTOCOL_VERSION; an engine speaks the value this has when it is
+ * created (tests change it to make an engine speak another version). */
+extern uint32_t pdx_protocol_version;
+
+/* peer.c: control connections */
+/* Append a whole frame to the peer's output (any thread). PDX_ERR_AGAIN when
+ * the bounded buffer lacks room, PDX_ERR_PEER once the peer failed. */
+pdx_status_t pdx_peer_send(pdx_peer_t *peer, const void *frame, size_t len);
+pdx_status_t pdx_peer_send_credit(pdx_peer_t *peer, uint32_t pair, uint32_t index, uint32_t count);
+/* Tell every peer that has our descriptors about a new region / layout (call
+ * without engine->lock: it takes it). */
+void pdx_peer_broadcast_mem(pdx_engine_t *e, uint32_t mem);
+void pdx_peer_broadcast_layout(pdx_engine_t *e, uint32_t layout);
+pdx_peer_t *pdx_peer_get(pdx_engine_t *e, uint32_t id);
+/* Fail a peer: close it, fail its endpoints and the rooms that need it. */
+void pdx_peer_fail(pdx_peer_t *peer, pdx_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Engine teardown, after every thread stopped and pdx_shard_fini(): frees the
+ * peer and its deps array (the eps in it belong to their shards). */
+void pdx_peer_destroy(pdx_peer_t *peer);
+
+/* shard.c: workers */
+pdx_status_t pdx_shard_init(pdx_engine_t *e, pdx_shard_t *s, uint32_t index);
+pdx_status_t pdx_shard_start(pdx_shard_t *s);
+void pdx_shard_stop(pdx_shard_t *s);
+void pdx_shard_fini(pdx_shard_t *s);
+void pdx_shard_wake(pdx_shard_t *s);
+/*
+ * Handshake steps for a data endpoint, called by the control thread:
+ * pdx_shard_add_dep() creates dep->ep on this shard's CQ and its receive
+ * buffers (dep->peer, pair, index already set); pdx_dep_connect() connects it
+ * to the peer's address, posts its receives, sets its notify credits to
+ * PDX_NOTIFY_RQ and publishes it to the shard (connected = 1, release).
+ */
+pdx_status_t pdx_shard_add_dep(pdx_shard_t *s, pdx_dep_t *dep);
+pdx_status_t pdx_dep_connect(pdx_dep_t *dep, const pdx_tp_addr_t *remote);
+
+/* rooms.c: room-side control messages and deadlines */
+void pdx_rooms_on_room_msg(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_room_t *m);
+void pdx_rooms_on_abort(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_abort_t *m);
+void pdx_rooms_on_abort_ack(pdx_engine_t *e, pdx_peer_t *peer, uint64_t room);
+void pdx_rooms_on_error(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_error_t *m);
+/* A notify record arrived (shard thread). */
+void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notify_t *n);
+/* Fail rooms whose deadline passed (control thread, every PDX_SWEEP_MS). */
+void pdx_rooms_sweep(pdx_engine_t *e, uint64_t now_ns);
+/* The peer is gone: fail every room that needs it. */
+void pdx_rooms_peer_gone(pdx_engine_t *e, pdx_peer_t *peer);
+/* Fail a room (any thread), count it, tell its peers; false if terminal. */
+bool pdx_rooms_fail(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_status_t status, const char *fmt,
+                    ...) __attribute__((format(printf, 4, 5)));
+/* Room reached SUCCESS (count it). */
+void pdx_rooms_succeed(pdx_engine_t *e, pdx_room_obj_t *obj);
+
+#endif

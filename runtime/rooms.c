@@ -1,0 +1,480 @@
+/*
+ * The room-side API: pdx_send, pdx_expect, pdx_poll, pdx_room_error,
+ * pdx_abort, pdx_release; failing and completing rooms.
+ *
+ * A room lives in the room table (room.c) with its engine data in
+ * engine->ext (engine.h). API threads create rooms and queue chunks; the
+ * control thread adds destinations (rooms_ctl.c); the room's shard sends.
+ * Nothing here blocks: a full ring or a full control buffer is
+ * PDX_ERR_AGAIN.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "log.h"
+#include "rooms.h"
+
+static uint32_t timeout_or(int timeout_ms, uint32_t dflt)
+{
+    return timeout_ms > 0 ? (uint32_t)timeout_ms : dflt;
+}
+
+/* ------------------------------------------------------------ fail, succeed */
+
+bool pdx_rooms_fail(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_status_t status, const char *fmt,
+                    ...)
+{
+    pdx_room_ext_t *ext = pdx_room_ext(e, obj);
+    pdx_peer_t *peers[PDX_MAX_DESTS];
+    uint32_t npeers = 0;
+    uint64_t id = atomic_load(&obj->id);
+    char msg[PDX_ROOM_ERR_MAX];
+    uint8_t frame[PDX_WIRE_HEADER_SIZE + 64 + PDX_WIRE_REASON_MAX];
+    size_t len = 0;
+    bool decode;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (!pdx_room_fail(obj, status, "%s", msg))
+        return false;
+    atomic_fetch_add_explicit(&e->stats.rooms_failed, 1, memory_order_relaxed);
+    pdx_warn("room %llu failed: %s (%s)", (unsigned long long)id, msg, pdx_status_str(status));
+
+    pthread_mutex_lock(&ext->lock);
+    decode = ext->decode;
+    if (decode) {
+        for (uint32_t i = 0; i < ext->npeers; i++)
+            peers[npeers++] = ext->peers[i];
+    } else {
+        uint32_t n = atomic_load_explicit(&ext->ndests, memory_order_acquire);
+
+        for (uint32_t i = 0; i < n; i++)
+            peers[npeers++] = ext->dests[i].peer;
+    }
+    pthread_mutex_unlock(&ext->lock);
+
+    /* Decode asks each sender to stop (and confirm: the abort fence);
+     * prefill tells each destination why its data will not come. */
+    if (decode) {
+        pdx_wire_abort_t m = {.room = id, .status = status};
+
+        snprintf(m.reason, sizeof(m.reason), "%s", msg);
+        pdx_wire_encode_abort(&m, frame, sizeof(frame), &len);
+    } else {
+        pdx_wire_error_t m = {.room = id, .status = status};
+
+        snprintf(m.message, sizeof(m.message), "%s", msg);
+        pdx_wire_encode_error(&m, frame, sizeof(frame), &len);
+    }
+    for (uint32_t i = 0; i < npeers; i++)
+        if (pdx_peer_send(peers[i], frame, len) != PDX_OK && decode)
+            pdx_rooms_ack(e, obj, peers[i]); /* it cannot be asked: count it as gone */
+    if (!decode)
+        pdx_shard_wake(pdx_room_shard(e, id));
+    return true;
+}
+
+void pdx_rooms_succeed(pdx_engine_t *e, pdx_room_obj_t *obj)
+{
+    if (pdx_room_advance(obj, PDX_ROOM_SUCCESS))
+        atomic_fetch_add_explicit(&e->stats.rooms_success, 1, memory_order_relaxed);
+}
+
+void pdx_rooms_ack(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_peer_t *peer)
+{
+    pdx_room_ext_t *ext = pdx_room_ext(e, obj);
+
+    pthread_mutex_lock(&ext->lock);
+    for (uint32_t i = 0; i < ext->npeers; i++) {
+        if (ext->peers[i] == peer) {
+            /* Each peer counts once: swap it out of the list. */
+            ext->peers[i] = ext->peers[--ext->npeers];
+            ext->acks++;
+            break;
+        }
+    }
+    if (ext->npeers == 0)
+        atomic_store_explicit(&ext->fenced, 1, memory_order_release);
+    pthread_mutex_unlock(&ext->lock);
+}
+
+/* -------------------------------------------------------------------- send */
+
+static pdx_status_t check_region(pdx_engine_t *e, const pdx_region_t *r, const char *what)
+{
+    pdx_mem_t *mem;
+
+    if (pdx_engine_mem_lookup(e, r->mem, &mem) != PDX_OK) {
+        pdx_error("%s: memory %u is not registered", what, r->mem);
+        return PDX_ERR_NOT_FOUND;
+    }
+    if (r->len == 0 || r->offset > mem->len || r->len > mem->len - r->offset) {
+        pdx_error("%s: %llu bytes at offset %llu pass the end of memory %u (%zu bytes)", what,
+                  (unsigned long long)r->len, (unsigned long long)r->offset, r->mem, mem->len);
+        return PDX_ERR_RANGE;
+    }
+    return PDX_OK;
+}
+
+static pdx_status_t check_gate(const pdx_gate_t *gate)
+{
+    switch (gate->kind) {
+    case PDX_GATE_NONE:
+        return PDX_OK;
+    case PDX_GATE_WORD:
+        if (gate->word)
+            return PDX_OK;
+        pdx_error("pdx_send: a word gate needs a word");
+        return PDX_ERR_INVALID;
+    case PDX_GATE_EVENT:
+        pdx_error("pdx_send: event gates need the GPU layer, which this build lacks");
+        return PDX_ERR_UNSUPPORTED;
+    }
+    pdx_error("pdx_send: unknown gate kind %d", (int)gate->kind);
+    return PDX_ERR_INVALID;
+}
+
+/* The room of a pdx_send: found, or created BOOTSTRAPPING. */
+static pdx_status_t send_room(pdx_engine_t *e, pdx_room_t room, pdx_room_obj_t **obj_p)
+{
+    pdx_room_obj_t *obj = pdx_room_lookup(&e->rooms, room);
+    pdx_status_t st;
+
+    if (!obj) {
+        st = pdx_room_insert(&e->rooms, room, PDX_ROOM_BOOTSTRAPPING, &obj);
+        if (st == PDX_OK) {
+            atomic_store(&pdx_room_ext(e, obj)->deadline_ns,
+                         pdx_deadline_ns(e->cfg.bootstrap_timeout_ms));
+        } else if (st != PDX_ERR_EXISTS) { /* EXISTS: its metadata came meanwhile */
+            pdx_error("pdx_send: room %llu: the room table is full (PDX_ROOMS=%u)",
+                      (unsigned long long)room, e->cfg.rooms);
+            return st;
+        }
+    }
+    if (pdx_room_ext(e, obj)->decode) {
+        pdx_error("pdx_send: room %llu is expected here (decode side)", (unsigned long long)room);
+        return PDX_ERR_STATE;
+    }
+    *obj_p = obj;
+    return PDX_OK;
+}
+
+pdx_status_t pdx_send(pdx_engine_t *e, pdx_room_t room, uint32_t layout_id,
+                      const pdx_pages_t *src, const pdx_gate_t *gate, const pdx_region_t *aux,
+                      unsigned flags)
+{
+    const pdx_layout_t *layout;
+    pdx_chunk_t chunk = {0};
+    pdx_room_obj_t *obj;
+    pdx_room_ext_t *ext;
+    pdx_shard_t *shard;
+    pdx_status_t st;
+    int32_t state;
+
+    if (!e || !src || (flags & ~PDX_SEND_LAST))
+        return PDX_ERR_INVALID;
+    layout = pdx_engine_layout(e, layout_id);
+    if (!layout) {
+        pdx_error("pdx_send: room %llu: unknown layout %u", (unsigned long long)room, layout_id);
+        return PDX_ERR_NOT_FOUND;
+    }
+    if (gate && (st = check_gate(gate)) != PDX_OK)
+        return st;
+    if (aux && (!(flags & PDX_SEND_LAST) || (st = check_region(e, aux, "pdx_send aux")) != PDX_OK))
+        return aux && !(flags & PDX_SEND_LAST) ? PDX_ERR_INVALID : st;
+    for (uint32_t g = 0; g < layout->ngroups; g++)
+        if (src[g].npages && !src[g].pages)
+            return PDX_ERR_INVALID;
+
+    st = send_room(e, room, &obj);
+    if (st != PDX_OK)
+        return st;
+    ext = pdx_room_ext(e, obj);
+    state = pdx_room_state(obj);
+    if (state == PDX_ROOM_FAILED || state == PDX_ROOM_SUCCESS ||
+        atomic_load(&ext->last_queued)) {
+        pdx_error("pdx_send: room %llu is %s", (unsigned long long)room,
+                  state == PDX_ROOM_FAILED ? "failed" : "complete");
+        return PDX_ERR_STATE;
+    }
+
+    chunk.room = room;
+    chunk.layout = layout_id;
+    chunk.flags = flags;
+    chunk.ngroups = layout->ngroups;
+    if (aux) {
+        chunk.has_aux = 1;
+        chunk.aux = *aux;
+    }
+    if (gate)
+        chunk.gate = *gate;
+    chunk.submit_ns = pdx_now_ns();
+
+    shard = pdx_room_shard(e, room);
+    atomic_fetch_add(&ext->queued, 1);
+    st = pdx_ring_push(&shard->ring, &chunk, src);
+    if (st != PDX_OK) {
+        atomic_fetch_sub(&ext->queued, 1);
+        if (st == PDX_ERR_AGAIN)
+            atomic_fetch_add_explicit(&e->stats.send_again, 1, memory_order_relaxed);
+        else
+            pdx_error("pdx_send: room %llu: a chunk that can never fit the ring (PDX_RING_PAGES)",
+                      (unsigned long long)room);
+        return st;
+    }
+    if (flags & PDX_SEND_LAST)
+        atomic_store(&ext->last_queued, 1);
+    if (atomic_load(&ext->xfer_deadline_ns) == 0)
+        atomic_store(&ext->xfer_deadline_ns, pdx_deadline_ns(e->cfg.transfer_timeout_ms));
+    pdx_shard_wake(shard);
+    return PDX_OK;
+}
+
+pdx_status_t pdx_gate_arm(pdx_engine_t *e, void *hip_stream, pdx_gate_t *gate_p)
+{
+    (void)hip_stream;
+    (void)gate_p;
+    if (!e)
+        return PDX_ERR_INVALID;
+    pdx_error("pdx_gate_arm: stream gates need the GPU layer, which this build lacks");
+    return PDX_ERR_UNSUPPORTED;
+}
+
+/* ------------------------------------------------------------------ expect */
+
+static pdx_status_t check_dst(const pdx_layout_t *layout, const pdx_pages_t *dst,
+                              uint64_t *total_p)
+{
+    uint64_t total = 0;
+
+    for (uint32_t g = 0; g < layout->ngroups; g++) {
+        if (dst[g].npages && !dst[g].pages)
+            return PDX_ERR_INVALID;
+        for (uint32_t i = 0; i < dst[g].npages; i++) {
+            if (dst[g].pages[i] >= layout->groups[g].npages) {
+                pdx_error("pdx_expect: group %u: page %u at position %u is out of range "
+                          "(%llu pages)", g, dst[g].pages[i], i,
+                          (unsigned long long)layout->groups[g].npages);
+                return PDX_ERR_RANGE;
+            }
+        }
+        total += dst[g].npages;
+    }
+    if (total > PDX_MAX_ROOM_PAGES) {
+        pdx_error("pdx_expect: %llu pages, at most %u", (unsigned long long)total,
+                  PDX_MAX_ROOM_PAGES);
+        return PDX_ERR_INVALID;
+    }
+    *total_p = total;
+    return PDX_OK;
+}
+
+/* Record that `peer` will send for the decode room (under ext->lock). */
+static pdx_status_t expect_peer(pdx_room_ext_t *ext, pdx_peer_t *peer, uint32_t nsenders)
+{
+    uint32_t n = ext->nsenders + nsenders;
+    uint64_t *senders;
+    uint32_t *left;
+
+    if (ext->npeers == PDX_MAX_DESTS || n > PDX_MAX_SENDERS)
+        return PDX_ERR_FULL;
+    senders = realloc(ext->senders, n * sizeof(*senders));
+    if (!senders)
+        return PDX_ERR_NOMEM;
+    ext->senders = senders;
+    left = realloc(ext->last_left, n * sizeof(*left));
+    if (!left)
+        return PDX_ERR_NOMEM;
+    ext->last_left = left;
+    ext->peers[ext->npeers++] = peer;
+    ext->nsenders = n;
+    return PDX_OK;
+}
+
+static pdx_status_t send_room_msg(pdx_peer_t *peer, const pdx_wire_room_t *m,
+                                  const pdx_pages_t *dst, uint64_t total)
+{
+    size_t cap = PDX_WIRE_HEADER_SIZE + 256 + PDX_LAYOUT_MAX_GROUPS * 8 + total * 4, len;
+    uint8_t *frame = malloc(cap);
+    pdx_status_t st;
+
+    if (!frame)
+        return PDX_ERR_NOMEM;
+    st = pdx_wire_encode_room(m, dst, frame, cap, &len);
+    if (st == PDX_OK)
+        st = pdx_peer_send(peer, frame, len);
+    free(frame);
+    return st;
+}
+
+pdx_status_t pdx_expect(pdx_engine_t *e, uint32_t peer_id, pdx_room_t room, uint32_t layout_id,
+                        const pdx_pages_t *dst, const pdx_region_t *aux, uint32_t nsenders,
+                        int timeout_ms)
+{
+    uint32_t timeout = 0;
+    const pdx_layout_t *layout;
+    pdx_wire_room_t m = {0};
+    pdx_room_obj_t *obj;
+    pdx_room_ext_t *ext;
+    pdx_peer_t *peer;
+    uint64_t total;
+    pdx_status_t st;
+    bool created;
+
+    if (!e || !dst || nsenders == 0 || nsenders > PDX_MAX_SENDERS)
+        return PDX_ERR_INVALID;
+    timeout = timeout_or(timeout_ms, e->cfg.transfer_timeout_ms);
+    peer = pdx_peer_get(e, peer_id);
+    if (!peer || atomic_load(&peer->state) != PDX_PEER_READY) {
+        pdx_error("pdx_expect: room %llu: peer %u is %s", (unsigned long long)room, peer_id,
+                  peer ? "not connected" : "unknown");
+        return peer ? PDX_ERR_PEER : PDX_ERR_NOT_FOUND;
+    }
+    layout = pdx_engine_layout(e, layout_id);
+    if (!layout) {
+        pdx_error("pdx_expect: room %llu: unknown layout %u", (unsigned long long)room, layout_id);
+        return PDX_ERR_NOT_FOUND;
+    }
+    st = check_dst(layout, dst, &total);
+    if (st == PDX_OK && aux)
+        st = check_region(e, aux, "pdx_expect aux");
+    if (st != PDX_OK)
+        return st;
+
+    st = pdx_room_insert(&e->rooms, room, PDX_ROOM_WAITING, &obj);
+    created = st == PDX_OK;
+    if (st != PDX_OK && st != PDX_ERR_EXISTS) {
+        pdx_error("pdx_expect: room %llu: the room table is full (PDX_ROOMS=%u)",
+                  (unsigned long long)room, e->cfg.rooms);
+        return st;
+    }
+    ext = pdx_room_ext(e, obj);
+    pthread_mutex_lock(&ext->lock);
+    if (!created && !ext->decode) {
+        st = PDX_ERR_STATE;  /* a prefill room of the same id */
+    } else {
+        ext->decode = true;
+        st = expect_peer(ext, peer, nsenders);
+    }
+    pthread_mutex_unlock(&ext->lock);
+    if (st != PDX_OK) {
+        pdx_error("pdx_expect: room %llu: %s", (unsigned long long)room,
+                  st == PDX_ERR_STATE ? "the id is in use by a room sent from here"
+                                      : "too many peers or senders for one room");
+        if (created)
+            pdx_room_remove(&e->rooms, room);
+        return st;
+    }
+    if (created)
+        atomic_store(&ext->deadline_ns, pdx_deadline_ns(timeout));
+
+    m.room = room;
+    m.layout = layout_id;
+    m.nsenders = nsenders;
+    m.timeout_ms = timeout;
+    m.ngroups = layout->ngroups;
+    if (aux) {
+        m.flags = PDX_WIRE_ROOM_AUX;
+        m.aux = *aux;
+    }
+    st = send_room_msg(peer, &m, dst, total);
+    if (st != PDX_OK) {
+        pdx_rooms_fail(e, obj, st, "could not send the room's metadata to %s: %s", peer->addr,
+                       pdx_status_str(st));
+        return st;
+    }
+    pdx_rooms_apply_held(e, obj);
+    return PDX_OK;
+}
+
+/* -------------------------------------------------------------- both sides */
+
+pdx_room_state_t pdx_poll(pdx_engine_t *e, pdx_room_t room)
+{
+    return pdx_room_poll(&e->rooms, room);
+}
+
+pdx_status_t pdx_room_error(pdx_engine_t *e, pdx_room_t room, char *buf, size_t len)
+{
+    pdx_room_obj_t *obj;
+
+    if (!e || !buf || len == 0)
+        return PDX_ERR_INVALID;
+    obj = pdx_room_lookup(&e->rooms, room);
+    if (!obj) {
+        snprintf(buf, len, "room %llu is not in the table", (unsigned long long)room);
+        return PDX_ERR_NOT_FOUND;
+    }
+    if (pdx_room_state(obj) != PDX_ROOM_FAILED) {
+        snprintf(buf, len, "room %llu has not failed", (unsigned long long)room);
+        return PDX_ERR_STATE;
+    }
+    snprintf(buf, len, "%s: %s", pdx_status_str(obj->fail_status), obj->fail_msg);
+    return PDX_OK;
+}
+
+pdx_status_t pdx_abort(pdx_engine_t *e, pdx_room_t room)
+{
+    pdx_room_obj_t *obj;
+
+    if (!e)
+        return PDX_ERR_INVALID;
+    obj = pdx_room_lookup(&e->rooms, room);
+    if (!obj)
+        return PDX_ERR_NOT_FOUND;
+    pdx_rooms_fail(e, obj, PDX_ERR_ABORTED, "aborted by the caller");
+    return PDX_OK;
+}
+
+/* Nothing of the room can still be written, here or into here. */
+static bool fenced(pdx_room_obj_t *obj, pdx_room_ext_t *ext)
+{
+    /* queued before active before inflight: the shard adds to inflight
+     * before it gives up a chunk (queued) and leaves the list (active). */
+    if (atomic_load(&ext->queued) || atomic_load(&ext->active) || atomic_load(&ext->inflight))
+        return false;
+    if (!ext->decode || pdx_room_state(obj) == PDX_ROOM_SUCCESS)
+        return true;
+    return atomic_load_explicit(&ext->fenced, memory_order_acquire);
+}
+
+/* Back to the state of a fresh slot; the room is out of the table. */
+static void ext_reset(pdx_room_ext_t *ext)
+{
+    for (uint32_t d = 0; d < PDX_MAX_DESTS; d++)
+        free(ext->dests[d].pages);
+    free(ext->senders);
+    free(ext->last_left);
+    memset((char *)ext + sizeof(ext->lock), 0, sizeof(*ext) - sizeof(ext->lock));
+    ext->head_cell = ext->tail_cell = UINT32_MAX;
+}
+
+pdx_status_t pdx_release(pdx_engine_t *e, pdx_room_t room)
+{
+    pdx_room_obj_t *obj;
+    pdx_room_ext_t *ext;
+    int32_t state;
+
+    if (!e)
+        return PDX_ERR_INVALID;
+    obj = pdx_room_lookup(&e->rooms, room);
+    if (!obj)
+        return PDX_ERR_NOT_FOUND;
+    ext = pdx_room_ext(e, obj);
+    state = pdx_room_state(obj);
+    if (state != PDX_ROOM_SUCCESS && state != PDX_ROOM_FAILED)
+        pdx_rooms_fail(e, obj, PDX_ERR_ABORTED, "released before it was done");
+    if (!fenced(obj, ext))
+        return PDX_INPROGRESS;
+    /* Clear the engine data while the id still owns the slot: once removed,
+     * an insert may hand the slot to another room at once. */
+    pthread_mutex_lock(&ext->lock);
+    ext_reset(ext);
+    pthread_mutex_unlock(&ext->lock);
+    return pdx_room_remove(&e->rooms, room) == PDX_OK ? PDX_OK : PDX_ERR_NOT_FOUND;
+}

@@ -1,0 +1,337 @@
+/*
+ * Control messages about rooms, notify records, deadlines and gone peers.
+ *
+ * Called from the control thread (ROOM, ABORT, ABORT_ACK, ERROR, the sweep,
+ * a gone peer) and from shards (notify records). Room bookkeeping that
+ * several threads touch is under ext->lock; no function here is called with
+ * it held, and pdx_rooms_fail() is always called without it.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine.h"
+#include "log.h"
+#include "rooms.h"
+
+static void send_room_error(pdx_peer_t *peer, uint64_t room, pdx_status_t status,
+                            const char *msg)
+{
+    uint8_t frame[PDX_WIRE_HEADER_SIZE + 64 + PDX_WIRE_REASON_MAX];
+    pdx_wire_error_t m = {.room = room, .status = status};
+    size_t len;
+
+    pdx_warn("room %llu from %s refused: %s", (unsigned long long)room, peer->addr, msg);
+    snprintf(m.message, sizeof(m.message), "%s", msg);
+    if (pdx_wire_encode_error(&m, frame, sizeof(frame), &len) == PDX_OK)
+        pdx_peer_send(peer, frame, len);
+}
+
+static void send_abort_ack(pdx_peer_t *peer, uint64_t room)
+{
+    uint8_t frame[PDX_WIRE_HEADER_SIZE + 8];
+    pdx_wire_abort_ack_t m = {.room = room};
+    size_t len;
+
+    if (pdx_wire_encode_abort_ack(&m, frame, sizeof(frame), &len) == PDX_OK)
+        pdx_peer_send(peer, frame, len);
+}
+
+/* --------------------------------------------------- metadata (prefill side) */
+
+/* Copy a decoded ROOM into a destination; its pages point into the frame. */
+static pdx_status_t dest_fill(pdx_dest_t *d, pdx_peer_t *peer, const pdx_wire_room_t *m,
+                              const pdx_layout_t *layout)
+{
+    uint64_t total = 0;
+    uint32_t *p;
+
+    if (m->ngroups != layout->ngroups)
+        return PDX_ERR_INVALID;
+    for (uint32_t g = 0; g < m->ngroups; g++)
+        total += m->npages[g];
+    d->pages = malloc(PDX_MAX(total, 1) * sizeof(*d->pages));
+    if (!d->pages)
+        return PDX_ERR_NOMEM;
+    p = d->pages;
+    for (uint32_t g = 0; g < m->ngroups; g++) {
+        pdx_wire_room_copy(m, g, p, m->npages[g]);
+        d->npages[g] = m->npages[g];
+        d->cursor[g] = 0;
+        p += m->npages[g];
+    }
+    d->peer = peer;
+    d->layout = m->layout;
+    d->nsenders = m->nsenders;
+    d->ngroups = m->ngroups;
+    d->has_aux = m->flags & PDX_WIRE_ROOM_AUX;
+    d->aux = m->aux;
+    return PDX_OK;
+}
+
+void pdx_rooms_on_room_msg(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_room_t *m)
+{
+    const pdx_layout_t *layout = atomic_load_explicit(
+        &peer->layouts[m->layout < PDX_MAX_LAYOUTS ? m->layout : 0], memory_order_acquire);
+    const char *why = NULL;
+    pdx_room_obj_t *obj;
+    pdx_room_ext_t *ext;
+    pdx_status_t st;
+    int32_t state;
+    uint32_t n;
+
+    if (m->layout >= PDX_MAX_LAYOUTS || !layout) {
+        send_room_error(peer, m->room, PDX_ERR_NOT_FOUND, "its layout was never described");
+        return;
+    }
+    st = pdx_room_insert(&e->rooms, m->room, PDX_ROOM_WAITING, &obj);
+    if (st != PDX_OK && st != PDX_ERR_EXISTS) {
+        send_room_error(peer, m->room, st, "the prefill room table is full");
+        return;
+    }
+    ext = pdx_room_ext(e, obj);
+    pthread_mutex_lock(&ext->lock);
+    state = pdx_room_state(obj);
+    n = atomic_load(&ext->ndests);
+    if (atomic_load(&ext->decode))
+        why = "the id is expected on this side too";
+    else if (state == PDX_ROOM_FAILED || state == PDX_ROOM_SUCCESS)
+        why = "the room is already over on the prefill side";
+    else if (state == PDX_ROOM_TRANSFERRING)
+        why = "its metadata came after the transfer started";
+    else if (n == PDX_MAX_DESTS)
+        why = "too many decode ranks for one room";
+    else if ((st = dest_fill(&ext->dests[n], peer, m, layout)) != PDX_OK)
+        why = st == PDX_ERR_NOMEM ? "out of memory" : "its groups do not match its layout";
+    else
+        atomic_store_explicit(&ext->ndests, n + 1, memory_order_release);
+    pthread_mutex_unlock(&ext->lock);
+    if (why) {
+        send_room_error(peer, m->room, st != PDX_OK && st != PDX_ERR_EXISTS ? st : PDX_ERR_STATE,
+                        why);
+        return;
+    }
+    pdx_room_advance(obj, PDX_ROOM_WAITING);
+    pdx_shard_wake(pdx_room_shard(e, m->room));
+}
+
+void pdx_rooms_on_abort(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_abort_t *m)
+{
+    pdx_room_obj_t *obj = pdx_room_lookup(&e->rooms, m->room);
+    pdx_room_ext_t *ext;
+
+    if (!obj || atomic_load(&pdx_room_ext(e, obj)->decode)) {
+        send_abort_ack(peer, m->room); /* nothing of it is in flight from here */
+        return;
+    }
+    ext = pdx_room_ext(e, obj);
+    pdx_rooms_fail(e, obj, PDX_ERR_ABORTED, "aborted by %s: %s", peer->addr, m->reason);
+    /* The sweep answers once nothing of the room is queued or in flight. */
+    atomic_store(&ext->ack_peer, peer);
+}
+
+void pdx_rooms_on_abort_ack(pdx_engine_t *e, pdx_peer_t *peer, uint64_t room)
+{
+    pdx_room_obj_t *obj = pdx_room_lookup(&e->rooms, room);
+
+    if (obj && atomic_load(&pdx_room_ext(e, obj)->decode))
+        pdx_rooms_ack(e, obj, peer);
+}
+
+void pdx_rooms_on_error(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_error_t *m)
+{
+    pdx_room_obj_t *obj = pdx_room_lookup(&e->rooms, m->room);
+
+    if (obj)
+        pdx_rooms_fail(e, obj, m->status < 0 ? m->status : PDX_ERR_PEER, "%s reported: %s",
+                       peer->addr, m->message);
+}
+
+/* ----------------------------------------------------- notifies (decode side) */
+
+static void hold(pdx_engine_t *e, const pdx_wire_notify_t *n)
+{
+    pthread_mutex_lock(&e->held_lock);
+    if (e->nheld < e->cfg.held_notifies) {
+        e->held[e->nheld++] = (pdx_held_notify_t){*n, pdx_now_ns()};
+        n = NULL;
+    }
+    pthread_mutex_unlock(&e->held_lock);
+    if (n)
+        pdx_warn("room %llu: notify dropped, %u already held (PDX_HELD_NOTIFIES)",
+                 (unsigned long long)n->room, e->cfg.held_notifies);
+}
+
+void pdx_rooms_apply_held(pdx_engine_t *e, pdx_room_obj_t *obj)
+{
+    uint64_t id = atomic_load(&obj->id);
+    pdx_held_notify_t *mine = NULL;
+    uint32_t nmine = 0, kept = 0;
+
+    pthread_mutex_lock(&e->held_lock);
+    for (uint32_t i = 0; i < e->nheld; i++) {
+        if (e->held[i].notify.room == id) {
+            if (!mine)
+                mine = malloc(e->nheld * sizeof(*mine));
+            if (mine) {
+                mine[nmine++] = e->held[i];
+                continue;
+            }
+        }
+        e->held[kept++] = e->held[i];
+    }
+    e->nheld = kept;
+    pthread_mutex_unlock(&e->held_lock);
+    for (uint32_t i = 0; i < nmine; i++)
+        pdx_rooms_on_notify(e, NULL, &mine[i].notify);
+    free(mine);
+}
+
+/* Count a LAST notify under ext->lock; true once every sender is done. */
+static bool count_last(pdx_room_ext_t *ext, const pdx_wire_notify_t *n, const char **why)
+{
+    uint32_t i;
+
+    for (i = 0; i < ext->nseen && ext->senders[i] != n->sender; i++)
+        ;
+    if (i == ext->nseen) {
+        if (ext->nseen == ext->nsenders) {
+            *why = "a last chunk from more senders than expected";
+            return false;
+        }
+        ext->senders[i] = n->sender;
+        ext->last_left[i] = PDX_MAX(n->count, 1u);
+        ext->nseen++;
+    }
+    if (ext->last_left[i] == 0) {
+        *why = "a sender's last chunk was announced twice";
+        return false;
+    }
+    if (--ext->last_left[i] == 0)
+        ext->ndone++;
+    return ext->ndone == ext->nsenders;
+}
+
+void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notify_t *n)
+{
+    pdx_room_obj_t *obj = pdx_room_lookup(&e->rooms, n->room);
+    const char *why = NULL;
+    pdx_room_ext_t *ext;
+    bool done = false;
+
+    (void)peer;
+    if (!obj || !atomic_load(&pdx_room_ext(e, obj)->decode)) {
+        hold(e, n);
+        return;
+    }
+    ext = pdx_room_ext(e, obj);
+    if (n->status != PDX_OK) {
+        pdx_rooms_fail(e, obj, n->status, "sender %016llx failed its chunk %u",
+                       (unsigned long long)n->sender, n->seq);
+        return;
+    }
+    pdx_room_advance(obj, PDX_ROOM_TRANSFERRING);
+    if (!(n->flags & PDX_WIRE_NOTIFY_LAST))
+        return;
+    pthread_mutex_lock(&ext->lock);
+    done = count_last(ext, n, &why);
+    pthread_mutex_unlock(&ext->lock);
+    if (why)
+        pdx_rooms_fail(e, obj, PDX_ERR_PROTO, "%s (sender %016llx)", why,
+                       (unsigned long long)n->sender);
+    else if (done)
+        pdx_rooms_succeed(e, obj); /* tcp places data before the notify: visible */
+}
+
+/* ------------------------------------------------------------- deadlines */
+
+static void sweep_room(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_room_ext_t *ext, uint64_t id,
+                       int32_t state, uint64_t now)
+{
+    pdx_peer_t *ack = atomic_load(&ext->ack_peer);
+    uint64_t dl = atomic_load(&ext->deadline_ns), xd = atomic_load(&ext->xfer_deadline_ns);
+
+    if (ack && !atomic_load(&ext->queued) && !atomic_load(&ext->active) &&
+        !atomic_load(&ext->inflight) &&
+        atomic_compare_exchange_strong(&ext->ack_peer, &ack, NULL))
+        send_abort_ack(ack, id);
+    if (state == PDX_ROOM_SUCCESS || state == PDX_ROOM_FAILED)
+        return;
+    if (atomic_load(&ext->decode)) {
+        if (dl && now > dl)
+            pdx_rooms_fail(e, obj, PDX_ERR_TIMEOUT, "the transfer did not complete by the "
+                           "pdx_expect deadline");
+    } else if (state == PDX_ROOM_BOOTSTRAPPING && dl && now > dl) {
+        pdx_rooms_fail(e, obj, PDX_ERR_TIMEOUT, "no metadata from decode within "
+                       "PDX_BOOTSTRAP_TIMEOUT_MS=%u ms", e->cfg.bootstrap_timeout_ms);
+    } else if (xd && now > xd) {
+        pdx_rooms_fail(e, obj, PDX_ERR_TIMEOUT, "not done within PDX_TRANSFER_TIMEOUT_MS=%u ms "
+                       "of its first chunk", e->cfg.transfer_timeout_ms);
+    }
+}
+
+void pdx_rooms_sweep(pdx_engine_t *e, uint64_t now)
+{
+    uint64_t held_limit = (uint64_t)e->cfg.bootstrap_timeout_ms * 1000000ull;
+    uint32_t kept = 0, dropped = 0;
+
+    for (uint32_t i = 0; i < e->rooms.capacity; i++) {
+        pdx_room_obj_t *obj = &e->rooms.objs[i];
+        uint64_t id = atomic_load_explicit(&obj->id, memory_order_relaxed);
+        int32_t state;
+
+        if (pdx_room_read(obj, id, &state))
+            sweep_room(e, obj, &e->ext[i], id, state, now);
+    }
+    pthread_mutex_lock(&e->held_lock);
+    for (uint32_t i = 0; i < e->nheld; i++) {
+        if (now - e->held[i].at_ns > held_limit)
+            dropped++;
+        else
+            e->held[kept++] = e->held[i];
+    }
+    e->nheld = kept;
+    pthread_mutex_unlock(&e->held_lock);
+    if (dropped)
+        pdx_warn("%u held notifies expired: no pdx_expect for their rooms", dropped);
+}
+
+/* ------------------------------------------------------------- gone peers */
+
+static bool room_needs(pdx_room_ext_t *ext, const pdx_peer_t *peer)
+{
+    bool needs = false;
+
+    pthread_mutex_lock(&ext->lock);
+    if (atomic_load(&ext->decode)) {
+        for (uint32_t i = 0; i < ext->npeers; i++)
+            needs |= ext->peers[i] == peer;
+    } else {
+        uint32_t n = atomic_load_explicit(&ext->ndests, memory_order_acquire);
+
+        for (uint32_t i = 0; i < n; i++)
+            needs |= ext->dests[i].peer == peer;
+    }
+    pthread_mutex_unlock(&ext->lock);
+    return needs;
+}
+
+void pdx_rooms_peer_gone(pdx_engine_t *e, pdx_peer_t *peer)
+{
+    for (uint32_t i = 0; i < e->rooms.capacity; i++) {
+        pdx_room_obj_t *obj = &e->rooms.objs[i];
+        pdx_room_ext_t *ext = &e->ext[i];
+        uint64_t id = atomic_load_explicit(&obj->id, memory_order_relaxed);
+        pdx_peer_t *ack = peer;
+        int32_t state;
+
+        if (!pdx_room_read(obj, id, &state))
+            continue;
+        atomic_compare_exchange_strong(&ext->ack_peer, &ack, NULL);
+        if (!room_needs(ext, peer))
+            continue;
+        pdx_rooms_fail(e, obj, PDX_ERR_PEER, "peer %s is gone: %s", peer->addr, peer->err);
+        if (atomic_load(&ext->decode))
+            pdx_rooms_ack(e, obj, peer); /* its endpoints are in error: nothing lands */
+    }
+}

@@ -1,0 +1,593 @@
+/*
+ * Shard workers: one thread per shard moves the chunks of the rooms that
+ * hash to it onto the wire.
+ *
+ * DESIGN
+ * - What the thread does: it pops chunks from its submission ring into the
+ *   FIFO of their room and keeps rooms with chunks on an active list; for
+ *   each active room it works the head chunk only (gate, plan, post the
+ *   writes striped over the room's endpoints, aux, notifies), so a closed
+ *   gate, missing metadata or a full send queue never holds up another room.
+ *   It polls its one completion queue: write completions retire ledger
+ *   entries (a room whose last chunk's WRs all completed becomes SUCCESS),
+ *   error completions fail the rooms of the failed WRs and the endpoint's
+ *   peer; notify receives go to pdx_rooms_on_notify, are reposted and
+ *   returned to the sender as credits (shard_send.c, shard_cq.c).
+ * - What feeds it: the ring (pdx_send on any thread pushes, then calls
+ *   pdx_shard_wake), room metadata and notify credits (the control thread
+ *   publishes them, then calls pdx_shard_wake), endpoints (the control
+ *   thread adds them with pdx_shard_add_dep and publishes them with
+ *   pdx_dep_connect), and the CQ.
+ * - Locks: none of its own. The post path takes none, allocates nothing
+ *   and makes no syscall but the transport's post calls (and their wakeup
+ *   of a sleeping progress thread). Failure, notify and credit handling call
+ *   into rooms.c and peer.c, which lock briefly (ext->lock, out_lock); the
+ *   worker never holds a lock across them.
+ * - Invariant: a room's sending state (the (shard) fields of its
+ *   pdx_room_ext_t) and its inflight count are only touched by its shard;
+ *   a dep's send queue, ledger and receives only by the shard that owns it.
+ *   The worker's last access to a room is the release decrement of `queued`
+ *   or `inflight` that lets pdx_release free it.
+ * - Sleeping: after a short spin, arm the CQ, set `sleeping`, make one more
+ *   pass (pdx_shard_wake pairs with it: both sides read-modify-write
+ *   `sleeping`), then sleep in epoll on the CQ fd and the eventfd: with no
+ *   timeout when idle (an idle engine's workers never wake), at most
+ *   PDX_GATE_BACKOFF_US while gates are pending.
+ */
+#include "shard.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "log.h"
+
+/*
+ * The CQ takes every completion its endpoints can have outstanding: an
+ * endpoint holds sq_depth + PDX_NOTIFY_RQ of it, and ep_create refuses one
+ * that no longer fits (PDX_ERR_FULL). It is sized for PDX_MAX_PEERS peers of
+ * qps_per_peer endpoints each, capped at PDX_SHARD_CQ_MAX (a transport may
+ * clamp further to its device). So a shard serves
+ *     min(PDX_MAX_PEERS, depth / (endpoints per peer * (sq_depth + PDX_NOTIFY_RQ)))
+ * peers, where endpoints per peer is qps_per_peer times the pairs that map
+ * to the shard, and at most PDX_SHARD_MAX_DEPS endpoints in all. With the
+ * defaults (2 x (256 + 64) x 64 = 40960) every peer fits.
+ */
+#define PDX_SHARD_CQ_MAX   (1u << 18)
+#define PDX_SHARD_SPIN_NS  20000u     /* poll this long after activity before sleeping */
+#define PDX_SHARD_RETRY_US 1000u      /* sleep while a credit waits for the control buffer */
+#define PDX_SHARD_JOIN_MS  10000u
+
+enum { EV_WAKE = 0, EV_CQ = 1 };
+
+static uint32_t shard_cq_depth(const pdx_config_t *cfg)
+{
+    uint64_t depth = (uint64_t)PDX_MAX_PEERS * cfg->qps_per_peer *
+                     ((uint64_t)cfg->sq_depth + PDX_NOTIFY_RQ);
+
+    return (uint32_t)PDX_MIN(depth, (uint64_t)PDX_SHARD_CQ_MAX);
+}
+
+static pdx_status_t shard_epoll_add(pdx_shard_t *s, int fd, uint32_t tag)
+{
+    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = tag};
+
+    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        pdx_error("shard %u: epoll add: %s", s->index, strerror(errno));
+        return PDX_ERR_IO;
+    }
+    return PDX_OK;
+}
+
+pdx_status_t pdx_shard_init(pdx_engine_t *e, pdx_shard_t *s, uint32_t index)
+{
+    const pdx_config_t *cfg = &e->cfg;
+    pdx_status_t status;
+
+    memset(s, 0, sizeof(*s));
+    s->engine = e;
+    s->index = index;
+    s->wake_fd = -1;
+    s->epfd = -1;
+    s->active_head = PDX_SHARD_NONE;
+    atomic_init(&s->stop, 0);
+    atomic_init(&s->sleeping, 0);
+    atomic_init(&s->ndeps, 0);
+    for (size_t i = 0; i < PDX_ARRAY_SIZE(s->deps); i++)
+        atomic_init(&s->deps[i], NULL);
+
+    status = pdx_ring_init(&s->ring, cfg->ring_chunks, cfg->ring_pages);
+    if (status != PDX_OK) {
+        pdx_error("shard %u: ring of %u chunks and %u pages: %s", index, cfg->ring_chunks,
+                  cfg->ring_pages, pdx_status_str(status));
+        return status;
+    }
+    s->cell_next = malloc((size_t)s->ring.nchunks * sizeof(*s->cell_next));
+    if (!s->cell_next) {
+        pdx_error("shard %u: out of memory for %u ring links", index, s->ring.nchunks);
+        status = PDX_ERR_NOMEM;
+        goto err_ring;
+    }
+    for (uint32_t i = 0; i < s->ring.nchunks; i++)
+        s->cell_next[i] = PDX_SHARD_NONE;
+
+    status = PDX_ERR_IO;
+    s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (s->wake_fd < 0) {
+        pdx_error("shard %u: eventfd: %s", index, strerror(errno));
+        goto err_links;
+    }
+    status = e->ops->cq_create(e->tp, shard_cq_depth(cfg), &s->cq);
+    if (status != PDX_OK)
+        goto err_wake; /* the transport said why */
+    status = PDX_ERR_IO;
+    s->epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (s->epfd < 0) {
+        pdx_error("shard %u: epoll_create1: %s", index, strerror(errno));
+        goto err_cq;
+    }
+    if (shard_epoll_add(s, s->wake_fd, EV_WAKE) != PDX_OK ||
+        shard_epoll_add(s, e->ops->cq_fd(s->cq), EV_CQ) != PDX_OK)
+        goto err_epoll;
+    return PDX_OK;
+
+err_epoll:
+    close(s->epfd);
+    s->epfd = -1;
+err_cq:
+    e->ops->cq_destroy(s->cq);
+    s->cq = NULL;
+err_wake:
+    close(s->wake_fd);
+    s->wake_fd = -1;
+err_links:
+    free(s->cell_next);
+    s->cell_next = NULL;
+err_ring:
+    pdx_ring_fini(&s->ring);
+    s->engine = NULL; /* pdx_shard_fini() of it does nothing */
+    return status;
+}
+
+static void dep_free(pdx_engine_t *e, pdx_dep_t *dep)
+{
+    pdx_status_t status;
+
+    if (dep->ep)
+        e->ops->ep_destroy(dep->ep);
+    dep->ep = NULL;
+    if (dep->rx_mr) {
+        status = e->ops->mr_dereg(dep->rx_mr);
+        if (status != PDX_OK)
+            pdx_error("data endpoint %u.%u: receive buffers still in use (%s): kept",
+                      dep->pair, dep->index, pdx_status_str(status));
+        else
+            free(dep->rx_buf);
+    } else {
+        free(dep->rx_buf);
+    }
+    dep->rx_mr = NULL;
+    dep->rx_buf = NULL;
+    free(dep->ledger);
+    dep->ledger = NULL;
+}
+
+void pdx_shard_fini(pdx_shard_t *s)
+{
+    pdx_engine_t *e = s->engine;
+    uint32_t ndeps;
+
+    if (!e)
+        return;
+    if (s->running) {
+        /* Freeing under a running worker would be worse than the leak. */
+        pdx_error("shard %u: worker still running; its memory is kept", s->index);
+        return;
+    }
+    ndeps = atomic_load_explicit(&s->ndeps, memory_order_acquire);
+    for (uint32_t i = 0; i < ndeps; i++) {
+        pdx_dep_t *dep = atomic_load_explicit(&s->deps[i], memory_order_acquire);
+
+        if (dep)
+            dep_free(e, dep);
+        atomic_store_explicit(&s->deps[i], NULL, memory_order_relaxed);
+    }
+    atomic_store_explicit(&s->ndeps, 0, memory_order_relaxed);
+    close(s->epfd);
+    e->ops->cq_destroy(s->cq);
+    close(s->wake_fd);
+    free(s->cell_next);
+    pdx_ring_fini(&s->ring);
+    s->cq = NULL;
+    s->cell_next = NULL;
+    s->epfd = s->wake_fd = -1;
+    s->engine = NULL;
+}
+
+static void shard_kick(pdx_shard_t *s)
+{
+    uint64_t one = 1;
+
+    if (write(s->wake_fd, &one, sizeof(one)) < 0 && errno != EAGAIN)
+        pdx_error("shard %u: eventfd write: %s", s->index, strerror(errno));
+}
+
+void pdx_shard_wake(pdx_shard_t *s)
+{
+    /*
+     * A read-modify-write, like the worker's when it announces its sleep:
+     * RMWs of one variable are totally ordered, so either this one reads 1
+     * (the worker sleeps or is about to: kick it), or the worker's reads
+     * from this one and acquires the caller's stores (ring cell, ndests,
+     * credits) before its last pass. No fence: sanitizers see it all.
+     */
+    if (PDX_UNLIKELY(atomic_fetch_or_explicit(&s->sleeping, 0, memory_order_acq_rel)))
+        shard_kick(s);
+}
+
+/* -------------------------------------------------------------- endpoints */
+
+pdx_status_t pdx_shard_add_dep(pdx_shard_t *s, pdx_dep_t *dep)
+{
+    pdx_engine_t *e = s->engine;
+    const pdx_tp_ep_attr_t attr = {.sq_depth = e->cfg.sq_depth, .rq_depth = PDX_NOTIFY_RQ};
+    const size_t rx_len = (size_t)PDX_NOTIFY_RQ * PDX_TP_SEND_MAX;
+    uint32_t slot = atomic_load_explicit(&s->ndeps, memory_order_relaxed);
+    pdx_status_t status;
+    void *buf;
+
+    if (slot >= PDX_SHARD_MAX_DEPS) {
+        pdx_error("shard %u: already %u data endpoints, the most it holds", s->index, slot);
+        return PDX_ERR_FULL;
+    }
+    if (!dep->peer || dep->peer->id >= PDX_MAX_PEERS) {
+        pdx_error("shard %u: data endpoint without a valid peer", s->index);
+        return PDX_ERR_INVALID;
+    }
+    dep->shard = s;
+    dep->slot = slot;
+    dep->sq_depth = e->cfg.sq_depth;
+    dep->posted = dep->completed = 0;
+    dep->unsignaled = 0;
+    dep->reposted = 0;
+    dep->ep = NULL;
+    dep->rx_mr = NULL;
+    atomic_init(&dep->connected, 0);
+    atomic_init(&dep->failed, 0);
+    atomic_init(&dep->credits, 0);
+
+    status = e->ops->ep_create(e->tp, s->cq, &attr, &dep->ep);
+    if (status != PDX_OK)
+        return status; /* the transport said why (PDX_ERR_FULL: the CQ is full) */
+    dep->ledger = calloc(dep->sq_depth, sizeof(*dep->ledger));
+    if (!dep->ledger) {
+        pdx_error("shard %u: out of memory for a ledger of %u entries", s->index,
+                  dep->sq_depth);
+        status = PDX_ERR_NOMEM;
+        goto err_ep;
+    }
+    if (posix_memalign(&buf, PDX_CACHELINE, rx_len)) {
+        pdx_error("shard %u: out of memory for notify receive buffers", s->index);
+        status = PDX_ERR_NOMEM;
+        goto err_ledger;
+    }
+    dep->rx_buf = memset(buf, 0, rx_len);
+    status = e->ops->mr_reg(e->tp, dep->rx_buf, rx_len, PDX_TP_ACCESS_LOCAL_WRITE, &dep->rx_mr);
+    if (status != PDX_OK)
+        goto err_buf;
+
+    /* One writer (the control thread): the pointer, then the count. */
+    atomic_store_explicit(&s->deps[slot], dep, memory_order_release);
+    atomic_store_explicit(&s->ndeps, slot + 1, memory_order_release);
+    return PDX_OK;
+
+err_buf:
+    free(dep->rx_buf);
+    dep->rx_buf = NULL;
+    dep->rx_mr = NULL;
+err_ledger:
+    free(dep->ledger);
+    dep->ledger = NULL;
+err_ep:
+    e->ops->ep_destroy(dep->ep);
+    dep->ep = NULL;
+    return status;
+}
+
+pdx_status_t pdx_dep_connect(pdx_dep_t *dep, const pdx_tp_addr_t *remote)
+{
+    pdx_shard_t *s = dep->shard;
+    pdx_engine_t *e = s->engine;
+    pdx_status_t status;
+
+    if (atomic_load_explicit(&dep->connected, memory_order_relaxed)) {
+        pdx_error("data endpoint %u.%u to %s is already connected", dep->pair, dep->index,
+                  dep->peer->addr);
+        return PDX_ERR_STATE;
+    }
+    status = e->ops->ep_connect(dep->ep, remote);
+    if (status != PDX_OK)
+        return status; /* the transport said why */
+    for (uint32_t i = 0; i < PDX_NOTIFY_RQ; i++) {
+        status = e->ops->post_recv(dep->ep, pdx_wr_id_recv(dep, i), dep->rx_mr,
+                                   (uint64_t)i * PDX_TP_SEND_MAX, PDX_TP_SEND_MAX);
+        if (status != PDX_OK) {
+            pdx_error("data endpoint %u.%u to %s: posting notify receive %u of %u: %s",
+                      dep->pair, dep->index, dep->peer->addr, i, PDX_NOTIFY_RQ,
+                      pdx_status_str(status));
+            return status;
+        }
+    }
+    /* The peer posted as many for us; CREDIT messages add to it later. */
+    atomic_fetch_add_explicit(&dep->credits, PDX_NOTIFY_RQ, memory_order_relaxed);
+    atomic_store_explicit(&dep->connected, 1, memory_order_release);
+    pdx_shard_wake(s); /* rooms may wait for an endpoint to their peer */
+    return PDX_OK;
+}
+
+/*
+ * Group the connected deps by peer id, rebuilt only while the table changes.
+ * A peer with a dep not yet connected gets none: its rooms wait, so the set
+ * of endpoints a LAST notify counts is the whole set.
+ */
+void pdx_shard_index_deps(pdx_shard_loop_t *L)
+{
+    pdx_shard_t *s = L->s;
+    uint32_t n = atomic_load_explicit(&s->ndeps, memory_order_acquire);
+    uint16_t fill[PDX_MAX_PEERS] = {0};
+    bool complete = true;
+
+    if (n == L->idx_ndeps && L->idx_complete)
+        return;
+    /* One look at each dep: the connected ones into L->use (scratch) by slot. */
+    memset(L->idx_pending, 0, sizeof(L->idx_pending));
+    for (uint32_t i = 0; i < n; i++) {
+        pdx_dep_t *d = atomic_load_explicit(&s->deps[i], memory_order_acquire);
+
+        L->use[i] = NULL;
+        if (!atomic_load_explicit(&d->connected, memory_order_acquire)) {
+            L->idx_pending[d->peer->id] = true;
+            complete = false;
+            continue;
+        }
+        L->use[i] = d;
+        fill[d->peer->id]++;
+    }
+    /* Counting sort by peer id, slot order within a peer. */
+    L->idx_start[0] = 0;
+    for (uint32_t p = 0; p < PDX_MAX_PEERS; p++) {
+        L->idx_start[p + 1] = (uint16_t)(L->idx_start[p] + fill[p]);
+        fill[p] = 0;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        pdx_dep_t *d = L->use[i];
+
+        if (d)
+            L->idx_deps[L->idx_start[d->peer->id] + fill[d->peer->id]++] = d;
+    }
+    L->idx_ndeps = n;
+    L->idx_complete = complete;
+}
+
+uint32_t pdx_shard_peer_deps(pdx_shard_loop_t *L, const pdx_peer_t *peer)
+{
+    uint32_t n = 0, id = peer->id;
+
+    if (id >= PDX_MAX_PEERS || L->idx_pending[id])
+        return 0;
+    for (uint32_t i = L->idx_start[id]; i < L->idx_start[id + 1]; i++) {
+        pdx_dep_t *dp = L->idx_deps[i];
+
+        if (dp->peer == peer && !atomic_load_explicit(&dp->failed, memory_order_acquire))
+            L->use[n++] = dp;
+    }
+    return n;
+}
+
+/* ------------------------------------------------------------------ loop */
+
+void pdx_shard_intake(pdx_shard_loop_t *L)
+{
+    pdx_shard_t *s = L->s;
+    pdx_engine_t *e = L->e;
+    pdx_ring_cell_t *cell;
+
+    while ((cell = pdx_ring_pop(&s->ring))) {
+        uint32_t idx = (uint32_t)(cell - s->ring.cells);
+        pdx_room_obj_t *obj = pdx_room_lookup(&e->rooms, cell->chunk.room);
+        pdx_room_ext_t *ext;
+        int32_t state;
+
+        L->progress = true;
+        if (!obj) {
+            /* pdx_send holds the room through `queued`: not expected. */
+            pdx_warn("shard %u: chunk of room %llu, which is not in the table: dropped",
+                     s->index, (unsigned long long)cell->chunk.room);
+            pdx_ring_done(&s->ring, cell);
+            continue;
+        }
+        ext = pdx_room_ext(e, obj);
+        state = pdx_room_state(obj);
+        if (state == PDX_ROOM_FAILED || state == PDX_ROOM_SUCCESS) {
+            pdx_ring_done(&s->ring, cell);
+            atomic_fetch_sub_explicit(&ext->queued, 1, memory_order_release);
+            continue;
+        }
+        s->cell_next[idx] = PDX_SHARD_NONE;
+        if (ext->tail_cell == PDX_SHARD_NONE)
+            ext->head_cell = idx;
+        else
+            s->cell_next[ext->tail_cell] = idx;
+        ext->tail_cell = idx;
+        if (!atomic_load_explicit(&ext->active, memory_order_relaxed)) {
+            ext->next_active = s->active_head;
+            s->active_head = (uint32_t)(obj - e->rooms.objs);
+            atomic_store_explicit(&ext->active, true, memory_order_relaxed);
+        }
+    }
+}
+
+/* One pass over everything the worker does; L->progress says if it did. */
+static void shard_pass(pdx_shard_loop_t *L)
+{
+    L->progress = false;
+    L->gated = false;
+    pdx_shard_poll(L);
+    pdx_shard_intake(L);
+    pdx_shard_send(L);
+    if (L->credit_retry)
+        pdx_shard_credit_retry(L);
+}
+
+/* Sleep in epoll until an event, or a bounded backoff while work is timed:
+ * the number of events (0: the backoff ran out). */
+static int shard_wait(pdx_shard_loop_t *L)
+{
+    pdx_shard_t *s = L->s;
+    pdx_engine_t *e = L->e;
+    struct epoll_event ev[2];
+    uint64_t us = UINT64_MAX;
+    int n;
+
+    if (L->gated)
+        us = e->cfg.gate_backoff_us;
+    if (L->credit_retry || L->arm_failed)
+        us = PDX_MIN(us, (uint64_t)PDX_SHARD_RETRY_US);
+
+    if (us == UINT64_MAX) {
+        n = epoll_wait(s->epfd, ev, 2, -1);
+    } else {
+        n = -1;
+        errno = ENOSYS;
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 35))
+        if (!L->no_pwait2) {
+            struct timespec ts = {.tv_sec = (time_t)(us / 1000000u),
+                                  .tv_nsec = (long)(us % 1000000u) * 1000};
+
+            n = epoll_pwait2(s->epfd, ev, 2, &ts, NULL);
+        }
+#endif
+        if (n < 0 && errno == ENOSYS) {
+            L->no_pwait2 = true;
+            n = epoll_wait(s->epfd, ev, 2, (int)((us + 999) / 1000));
+        }
+    }
+    atomic_store_explicit(&s->sleeping, 0, memory_order_relaxed);
+    atomic_fetch_add_explicit(&s->stats.wakeups, 1, memory_order_relaxed);
+    if (n < 0) {
+        if (errno != EINTR && !L->wait_error) {
+            pdx_error("shard %u: epoll_wait: %s", s->index, strerror(errno));
+            L->wait_error = true;
+        }
+        return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        if (ev[i].data.u32 == EV_WAKE) {
+            uint64_t v;
+
+            if (read(s->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+                pdx_error("shard %u: eventfd read: %s", s->index, strerror(errno));
+        } else {
+            e->ops->cq_ack(s->cq);
+        }
+    }
+    return n;
+}
+
+static void *shard_main(void *arg)
+{
+    pdx_shard_t *s = arg;
+    pdx_engine_t *e = s->engine;
+    pdx_shard_loop_t loop = {.s = s, .e = e}; /* on its stack: the loop never allocates */
+    pdx_shard_loop_t *L = &loop;
+    uint64_t idle_since = 0;
+    bool armed = false, spin = true;
+    char name[16];
+
+    snprintf(name, sizeof(name), "pdx-shard%u", s->index);
+    pthread_setname_np(pthread_self(), name);
+
+    while (!atomic_load_explicit(&s->stop, memory_order_acquire)) {
+        shard_pass(L);
+        if (L->progress) {
+            if (armed) {
+                atomic_store_explicit(&s->sleeping, 0, memory_order_relaxed);
+                armed = false;
+            }
+            idle_since = 0;
+            spin = true;
+            continue;
+        }
+        if (!armed) {
+            uint64_t now = pdx_now_ns();
+
+            /* Spin a little after activity (the next completion is usually
+             * close); not after a backoff that ran out (gates only). */
+            if (idle_since == 0)
+                idle_since = now;
+            if (spin && now - idle_since < PDX_SHARD_SPIN_NS) {
+                pdx_cpu_relax();
+                continue;
+            }
+            /* Arm, announce the sleep, then one more pass sees whatever a
+             * waker published before it read `sleeping`. */
+            if (e->ops->cq_arm(s->cq) != PDX_OK && !L->arm_failed) {
+                pdx_error("shard %u: cannot arm its CQ: sleeps are bounded from now on",
+                          s->index);
+                L->arm_failed = true; /* no CQ event may come: never sleep unbounded */
+            }
+            atomic_exchange_explicit(&s->sleeping, 1, memory_order_acq_rel);
+            armed = true;
+            continue;
+        }
+        spin = shard_wait(L) > 0;
+        armed = false;
+        idle_since = 0;
+    }
+    atomic_store_explicit(&s->sleeping, 0, memory_order_relaxed);
+    return NULL;
+}
+
+pdx_status_t pdx_shard_start(pdx_shard_t *s)
+{
+    sigset_t all, old;
+    int rc;
+
+    atomic_store_explicit(&s->stop, 0, memory_order_relaxed);
+    /* The worker takes no signals: the caller's handlers stay the caller's. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = pthread_create(&s->thread, NULL, shard_main, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc) {
+        pdx_error("shard %u: cannot start its worker: %s", s->index, strerror(rc));
+        return PDX_ERR_IO;
+    }
+    s->running = true;
+    return PDX_OK;
+}
+
+void pdx_shard_stop(pdx_shard_t *s)
+{
+    struct timespec ts;
+    int rc;
+
+    if (!s->running)
+        return;
+    atomic_store_explicit(&s->stop, 1, memory_order_release);
+    shard_kick(s);
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += PDX_SHARD_JOIN_MS / 1000;
+    rc = pthread_timedjoin_np(s->thread, NULL, &ts);
+    if (rc) {
+        pdx_error("shard %u: worker did not stop within %u ms: %s", s->index,
+                  PDX_SHARD_JOIN_MS, strerror(rc));
+        return; /* still running: pdx_shard_fini() keeps its memory */
+    }
+    s->running = false;
+}

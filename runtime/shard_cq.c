@@ -1,0 +1,189 @@
+/*
+ * The shard's completions: its one CQ, drained in batches on the worker.
+ *
+ * WRITE/SEND: a completion of WR X on an endpoint covers every WR from the
+ * endpoint's `completed` to X (unsignaled WRs before a signaled one succeeded
+ * without a completion of their own). Each covered ledger entry retires one
+ * WR of its room; the room whose last chunk's notifies are posted becomes
+ * SUCCESS as its last WR retires (checked before the decrement, which is the
+ * worker's last touch of the room). An error completion fails the room of
+ * WR X; if the endpoint is in error (not just that WR refused) it is marked
+ * failed and its peer failed once, and its later WRs come back flushed, each
+ * failing its own room.
+ *
+ * RECV: a notify record from the peer: decoded, handed to rooms.c, the
+ * buffer reposted and, every PDX_CREDIT_BATCH reposts, returned to the
+ * sender as a CREDIT message (retried while the control buffer is full).
+ */
+#include "shard.h"
+
+#include <stdio.h>
+
+#include "log.h"
+
+void pdx_shard_dep_broken(pdx_dep_t *dep, pdx_status_t status, const char *why)
+{
+    /* peer.c may have marked it while failing the peer: then it is told. */
+    if (atomic_exchange_explicit(&dep->failed, 1, memory_order_acq_rel))
+        return;
+    pdx_peer_fail(dep->peer, status, "data endpoint %u.%u to %s failed: %s", dep->pair,
+                  dep->index, dep->peer->addr, why);
+}
+
+/* One WR of a room completed (or was flushed): it no longer holds the room. */
+static void retire(pdx_engine_t *e, pdx_ledger_entry_t *le)
+{
+    pdx_room_obj_t *obj = le->room;
+    pdx_room_ext_t *ext;
+
+    if (!obj)
+        return;
+    le->room = NULL;
+    ext = pdx_room_ext(e, obj);
+    /* Only this worker changes the count: 1 means this is the room's last WR.
+     * SUCCESS comes before the decrement, which lets pdx_release free it. */
+    if (ext->last_sent && atomic_load_explicit(&ext->inflight, memory_order_relaxed) == 1 &&
+        pdx_room_state(obj) != PDX_ROOM_FAILED)
+        pdx_rooms_succeed(e, obj);
+    atomic_fetch_sub_explicit(&ext->inflight, 1, memory_order_release);
+}
+
+static void on_send(pdx_shard_loop_t *L, pdx_dep_t *dep, const pdx_tp_wc_t *wc)
+{
+    pdx_engine_t *e = L->e;
+    uint64_t ahead = ((wc->wr_id & PDX_WR_SEQ_MASK) - dep->completed) & PDX_WR_SEQ_MASK;
+    uint64_t end;
+    const char *why = "";
+
+    if (PDX_UNLIKELY(ahead >= dep->posted - dep->completed)) {
+        pdx_error("shard %u: completion of WR %llu on endpoint %u.%u to %s, which has "
+                  "none outstanding there: ignored", L->s->index,
+                  (unsigned long long)(wc->wr_id & PDX_WR_SEQ_MASK), dep->pair, dep->index,
+                  dep->peer->addr);
+        return;
+    }
+    end = dep->completed + ahead;
+    for (uint64_t seq = dep->completed; seq < end; seq++)
+        retire(e, &dep->ledger[seq % dep->sq_depth]);
+    if (wc->status != PDX_OK) {
+        pdx_ledger_entry_t *le = &dep->ledger[end % dep->sq_depth];
+
+        why = e->ops->ep_error(dep->ep);
+        if (le->room)
+            pdx_rooms_fail(e, le->room, wc->status, "write to %s failed: %s", dep->peer->addr,
+                           why[0] ? why : pdx_status_str(wc->status));
+    }
+    retire(e, &dep->ledger[end % dep->sq_depth]);
+    dep->completed = end + 1;
+    /* An endpoint still healthy refused only that WR (tcp: out of range). */
+    if (wc->status != PDX_OK && why[0])
+        pdx_shard_dep_broken(dep, wc->status, why);
+}
+
+/* Return the reposted receives to the sender; kept while its output is full. */
+static void credit_return(pdx_shard_loop_t *L, pdx_dep_t *dep)
+{
+    pdx_status_t status = pdx_peer_send_credit(dep->peer, dep->pair, dep->index, dep->reposted);
+
+    if (status == PDX_ERR_AGAIN) {
+        L->credit_retry = true; /* keep the count; the worker sleeps bounded */
+        return;
+    }
+    dep->reposted = 0; /* sent, or the peer is gone and nothing is owed */
+}
+
+static void on_recv(pdx_shard_loop_t *L, pdx_dep_t *dep, const pdx_tp_wc_t *wc)
+{
+    pdx_engine_t *e = L->e;
+    uint32_t i = (uint32_t)(wc->wr_id & PDX_WR_SEQ_MASK);
+    const char *why = NULL;
+    pdx_wire_notify_t n;
+    pdx_status_t status;
+
+    if (PDX_UNLIKELY(i >= PDX_NOTIFY_RQ)) {
+        pdx_error("shard %u: receive completion for buffer %u of endpoint %u.%u: ignored",
+                  L->s->index, i, dep->pair, dep->index);
+        return;
+    }
+    if (wc->status != PDX_OK) {
+        /* Flushed: the endpoint is in error; it takes no more receives. */
+        const char *err = e->ops->ep_error(dep->ep);
+
+        pdx_shard_dep_broken(dep, wc->status, err[0] ? err : pdx_status_str(wc->status));
+        return;
+    }
+    status = pdx_wire_notify_decode(dep->rx_buf + (size_t)i * PDX_TP_SEND_MAX, wc->byte_len,
+                                    &n, &why);
+    if (status != PDX_OK) {
+        char msg[PDX_ERRMSG_MAX];
+
+        snprintf(msg, sizeof(msg), "malformed notify record: %s", why ? why : "?");
+        pdx_shard_dep_broken(dep, PDX_ERR_PROTO, msg);
+        return;
+    }
+    atomic_fetch_add_explicit(&L->s->stats.notifies_received, 1, memory_order_relaxed);
+    pdx_rooms_on_notify(e, dep->peer, &n);
+
+    if (atomic_load_explicit(&dep->failed, memory_order_acquire))
+        return;
+    status = e->ops->post_recv(dep->ep, wc->wr_id, dep->rx_mr, (uint64_t)i * PDX_TP_SEND_MAX,
+                               PDX_TP_SEND_MAX);
+    if (status != PDX_OK) {
+        const char *err = e->ops->ep_error(dep->ep);
+
+        pdx_shard_dep_broken(dep, status, err[0] ? err : "reposting a notify receive failed");
+        return;
+    }
+    if (++dep->reposted >= PDX_CREDIT_BATCH)
+        credit_return(L, dep);
+}
+
+void pdx_shard_poll(pdx_shard_loop_t *L)
+{
+    pdx_shard_t *s = L->s;
+    pdx_engine_t *e = L->e;
+
+    /* A few batches, then the send path gets its turn. */
+    for (int round = 0; round < 4; round++) {
+        int n = e->ops->cq_poll(s->cq, L->wc, PDX_SHARD_WC_BATCH);
+        uint32_t ndeps;
+
+        if (n <= 0)
+            return;
+        L->progress = true;
+        ndeps = atomic_load_explicit(&s->ndeps, memory_order_acquire);
+        for (int i = 0; i < n; i++) {
+            const pdx_tp_wc_t *wc = &L->wc[i];
+            uint64_t slot = wc->wr_id >> PDX_WR_SLOT_SHIFT;
+            pdx_dep_t *dep = slot < ndeps ? atomic_load_explicit(&s->deps[slot],
+                                                                 memory_order_acquire) : NULL;
+
+            if (PDX_UNLIKELY(!dep || dep->ep != wc->ep)) {
+                pdx_error("shard %u: completion (wr_id 0x%llx) of an endpoint it does not own: "
+                          "ignored", s->index, (unsigned long long)wc->wr_id);
+                continue;
+            }
+            if (wc->wr_id & PDX_WR_RECV)
+                on_recv(L, dep, wc);
+            else
+                on_send(L, dep, wc);
+        }
+        if (n < PDX_SHARD_WC_BATCH)
+            return;
+    }
+}
+
+void pdx_shard_credit_retry(pdx_shard_loop_t *L)
+{
+    pdx_shard_t *s = L->s;
+    uint32_t ndeps = atomic_load_explicit(&s->ndeps, memory_order_acquire);
+
+    L->credit_retry = false;
+    for (uint32_t i = 0; i < ndeps; i++) {
+        pdx_dep_t *dep = atomic_load_explicit(&s->deps[i], memory_order_acquire);
+
+        if (dep && dep->reposted >= PDX_CREDIT_BATCH &&
+            !atomic_load_explicit(&dep->failed, memory_order_acquire))
+            credit_return(L, dep);
+    }
+}

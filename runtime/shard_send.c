@@ -1,0 +1,579 @@
+/*
+ * The shard's send path: ring cells -> rooms' FIFOs -> writes, aux, notifies.
+ *
+ * Per room, its head chunk goes through: destination known (the room left
+ * BOOTSTRAPPING), gate open (checked once per chunk), then for each
+ * destination in turn: plan (validated against both layouts before
+ * anything is posted), data (runs pulled only as far as send-queue room
+ * reaches, striped in batches over the room's endpoints to that peer; the
+ * plan cursor keeps the place), finish (aux and notifies, all at once, only
+ * when every endpoint needed has a notify credit and a free slot, so a
+ * resumed finish never repeats a notify), cursors forward. Then the cell is
+ * done and the next chunk is the head.
+ *
+ * Runs on the shard's worker only: no locks, no allocation, no syscalls
+ * but the transport's post calls. Failing a room (pdx_rooms_fail) leaves
+ * the post path.
+ *
+ * Notify protocol, per (chunk, destination): a chunk that is not the last
+ * sends one notify {seq, count = WRs of the chunk} on one endpoint after its
+ * data; the last chunk sends a LAST notify on every endpoint of this shard to
+ * that peer, each with count = the number of those endpoints, after the aux
+ * write. Decode counts LAST notifies per sender, so its SUCCESS follows the
+ * data of every endpoint (RC order: a SEND lands after the WRITEs before it).
+ */
+#include "shard.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+
+typedef enum step {
+    STEP_DONE,    /* this step is finished: go on */
+    STEP_WAIT,    /* blocked (gate, metadata, credits, budget): come back */
+    STEP_FAILED,  /* the room failed: drop its chunks */
+} step_t;
+
+/* The room's chunk being worked on and what it needs, for one visit. */
+typedef struct send_ctx {
+    pdx_shard_loop_t *L;
+    pdx_room_obj_t   *obj;
+    pdx_room_ext_t   *ext;
+    pdx_ring_cell_t  *cell;
+    const pdx_chunk_t *chunk;
+    uint32_t          budget;   /* WRs it may still post this pass */
+} send_ctx_t;
+
+static step_t room_fail(send_ctx_t *c, pdx_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static step_t room_fail(send_ctx_t *c, pdx_status_t status, const char *fmt, ...)
+{
+    char msg[PDX_ERRMSG_MAX];
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    pdx_rooms_fail(c->L->e, c->obj, status, "%s", msg); /* false: it failed already */
+    return STEP_FAILED;
+}
+
+/* ----------------------------------------------------------- endpoints */
+
+/* No endpoint to the destination's peer: wait for one, or fail. */
+static step_t no_deps(send_ctx_t *c, const pdx_peer_t *peer)
+{
+    int state = atomic_load_explicit(&peer->state, memory_order_acquire);
+
+    if (peer->id < PDX_MAX_PEERS && c->L->idx_pending[peer->id])
+        return STEP_WAIT; /* pdx_dep_connect() wakes the shard */
+    if (state == PDX_PEER_FAILED)
+        return room_fail(c, PDX_ERR_PEER, "peer %s failed: %s", peer->addr, peer->err);
+    if (state == PDX_PEER_READY)
+        return room_fail(c, PDX_ERR_PEER, "no usable data endpoint to peer %s on shard %u",
+                         peer->addr, c->L->s->index);
+    return STEP_WAIT;
+}
+
+/* -------------------------------------------------------------- posting */
+
+static inline void ledger_add(pdx_dep_t *dep, send_ctx_t *c)
+{
+    pdx_ledger_entry_t *le = &dep->ledger[dep->posted % dep->sq_depth];
+
+    le->room = c->obj;
+    le->room_id = c->chunk->room;
+    dep->posted++;
+}
+
+/* A post was refused: the room fails; a dead endpoint also fails its peer. */
+static step_t post_refused(send_ctx_t *c, pdx_dep_t *dep, pdx_status_t status, const char *what)
+{
+    pdx_engine_t *e = c->L->e;
+    const char *why = e->ops->ep_error(dep->ep);
+
+    if (status == PDX_ERR_AGAIN)
+        return room_fail(c, PDX_ERR_STATE, "%s to %s: the send queue refused a slot the shard "
+                         "counted free", what, dep->peer->addr);
+    room_fail(c, status, "%s to %s failed: %s", what, dep->peer->addr,
+              why[0] ? why : pdx_status_str(status));
+    if (status == PDX_ERR_PEER) /* after the room took the precise message */
+        pdx_shard_dep_broken(dep, status, why[0] ? why : "endpoint in error");
+    return STEP_FAILED;
+}
+
+/* Fill L->wrs[0, n) from runs; false (room failed) when one cannot be written. */
+static bool build_writes(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
+                         const pdx_run_t *runs, uint32_t n, uint64_t *bytes_p)
+{
+    pdx_shard_loop_t *L = c->L;
+    pdx_engine_t *e = L->e;
+    const pdx_peer_t *peer = dest->peer;
+    uint32_t signal_every = e->cfg.signal_every, unsignaled = dep->unsignaled;
+    uint64_t seq = dep->posted, bytes = 0;
+
+    for (uint32_t i = 0; i < n; i++) {
+        const pdx_run_t *r = &runs[i];
+        const pdx_mem_t *m = r->src_mem < PDX_MAX_MEMS ? &e->mems[r->src_mem] : NULL;
+        const pdx_remote_mem_t *rm = r->dst_mem < PDX_MAX_MEMS ? &peer->mems[r->dst_mem] : NULL;
+        pdx_tp_write_t *w = &L->wrs[i];
+
+        if (PDX_UNLIKELY(!m || !m->used || !m->mr || r->src_offset > m->len ||
+                         r->len > m->len - r->src_offset)) {
+            room_fail(c, PDX_ERR_RANGE, "%llu bytes at offset %llu are outside local memory %u",
+                      (unsigned long long)r->len, (unsigned long long)r->src_offset, r->src_mem);
+            return false;
+        }
+        if (PDX_UNLIKELY(!rm || !atomic_load_explicit(&rm->valid, memory_order_acquire))) {
+            room_fail(c, PDX_ERR_RANGE, "memory %u of peer %s is unknown", r->dst_mem,
+                      peer->addr);
+            return false;
+        }
+        if (PDX_UNLIKELY(r->dst_offset > rm->rkey.len || r->len > rm->rkey.len - r->dst_offset)) {
+            room_fail(c, PDX_ERR_RANGE, "%llu bytes at offset %llu are outside memory %u of "
+                      "peer %s (%llu bytes)", (unsigned long long)r->len,
+                      (unsigned long long)r->dst_offset, r->dst_mem, peer->addr,
+                      (unsigned long long)rm->rkey.len);
+            return false;
+        }
+        w->wr_id = pdx_wr_id_send(dep, seq + i);
+        w->mr = m->mr;
+        w->offset = r->src_offset;
+        w->length = r->len;
+        w->remote_addr = rm->rkey.addr + r->dst_offset;
+        w->rkey = rm->rkey.rkey;
+        /* Every K-th, and the last of the batch: the worker may wait after it. */
+        w->flags = 0;
+        if (++unsignaled >= signal_every || i == n - 1) {
+            w->flags = PDX_TP_SIGNALED;
+            unsignaled = 0;
+        }
+        bytes += r->len;
+    }
+    *bytes_p = bytes;
+    return true;
+}
+
+/* Post n WRITEs of L->wrs on dep; the room's ledger entries and counters. */
+static pdx_status_t post_writes(send_ctx_t *c, pdx_dep_t *dep, uint32_t n, uint64_t bytes)
+{
+    pdx_shard_loop_t *L = c->L;
+    pdx_status_t status = L->e->ops->post_write(dep->ep, L->wrs, n);
+
+    if (status != PDX_OK)
+        return status;
+    for (uint32_t i = 0; i < n; i++)
+        ledger_add(dep, c);
+    dep->unsignaled = 0; /* the batch ends signaled */
+    atomic_fetch_add_explicit(&c->ext->inflight, n, memory_order_relaxed);
+    atomic_fetch_add_explicit(&L->s->stats.writes_posted, n, memory_order_relaxed);
+    atomic_fetch_add_explicit(&L->s->stats.bytes_sent, bytes, memory_order_relaxed);
+    c->ext->wrs += n;
+    c->budget = n < c->budget ? c->budget - n : 0;
+    L->progress = true;
+    return PDX_OK;
+}
+
+/* The plan's runs, striped in batches over deps[0, n); DONE once exhausted. */
+static step_t post_data(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **deps, uint32_t n)
+{
+    pdx_shard_loop_t *L = c->L;
+    pdx_room_ext_t *ext = c->ext;
+
+    while (c->budget > 0) {
+        pdx_dep_t *dep = NULL;
+        uint32_t room = 0, k;
+        pdx_plan_t saved;
+        pdx_status_t status;
+        uint64_t bytes;
+
+        for (uint32_t i = 0; i < n && !dep; i++) {
+            pdx_dep_t *d = deps[(ext->rr + i) % n];
+
+            room = pdx_dep_room(d, pdx_dep_reserve(d));
+            if (room) {
+                dep = d;
+                ext->rr += i;
+            }
+        }
+        if (!dep) {
+            /* Exhausted already? Then the finish may use the reserve now. */
+            saved = ext->plan;
+            return pdx_plan_next(&saved, L->runs, 1) ? STEP_WAIT /* completions free slots */
+                                                     : STEP_DONE;
+        }
+        saved = ext->plan;
+        k = pdx_plan_next(&ext->plan, L->runs, PDX_MIN(PDX_MIN(room, PDX_SHARD_BATCH), c->budget));
+        if (k == 0)
+            return STEP_DONE;
+        if (!build_writes(c, dest, dep, L->runs, k, &bytes))
+            return STEP_FAILED;
+        status = post_writes(c, dep, k, bytes);
+        if (status != PDX_OK) {
+            ext->plan = saved;
+            return post_refused(c, dep, status, "writing the chunk");
+        }
+        ext->rr++;
+    }
+    return STEP_WAIT; /* budget spent: other rooms get a turn */
+}
+
+/* One signaled notify SEND on dep (a credit and a slot are there). */
+static pdx_status_t post_notify(send_ctx_t *c, pdx_dep_t *dep, uint32_t flags, uint32_t count)
+{
+    pdx_shard_loop_t *L = c->L;
+    const pdx_wire_notify_t n = {
+        .room = c->chunk->room, .sender = L->e->sender_id, .seq = c->ext->seq,
+        .flags = flags, .count = count, .status = PDX_OK,
+    };
+    uint8_t buf[PDX_TP_SEND_MAX];
+    pdx_status_t status;
+    size_t len;
+
+    status = pdx_wire_notify_encode(&n, buf, sizeof(buf), &len);
+    if (status != PDX_OK)
+        return status;
+    status = L->e->ops->post_send(dep->ep, pdx_wr_id_send(dep, dep->posted), buf, (uint32_t)len,
+                                  PDX_TP_SIGNALED);
+    if (status != PDX_OK)
+        return status;
+    atomic_fetch_sub_explicit(&dep->credits, 1, memory_order_relaxed);
+    ledger_add(dep, c);
+    dep->unsignaled = 0;
+    atomic_fetch_add_explicit(&c->ext->inflight, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&L->s->stats.notifies_sent, 1, memory_order_relaxed);
+    L->progress = true;
+    return PDX_OK;
+}
+
+static inline bool dep_can_notify(const pdx_dep_t *dep, uint32_t extra)
+{
+    return atomic_load_explicit(&dep->credits, memory_order_acquire) > 0 &&
+           pdx_dep_room(dep, 0) >= 1 + extra;
+}
+
+/* The aux bytes of the last chunk into decode's slot: pieces to post (0: none). */
+static step_t aux_check(send_ctx_t *c, const pdx_dest_t *dest, uint32_t *pieces_p)
+{
+    const pdx_chunk_t *ch = c->chunk;
+    uint64_t max = c->L->e->cfg.max_msg_size;
+
+    *pieces_p = 0;
+    if (!(ch->flags & PDX_SEND_LAST) || !ch->has_aux || !dest->has_aux)
+        return STEP_DONE;
+    if (ch->aux.len != dest->aux.len)
+        return room_fail(c, PDX_ERR_INVALID, "aux is %llu bytes, decode's slot at %s %llu",
+                         (unsigned long long)ch->aux.len, dest->peer->addr,
+                         (unsigned long long)dest->aux.len);
+    if ((ch->aux.len + max - 1) / max > PDX_SHARD_BATCH)
+        return room_fail(c, PDX_ERR_INVALID, "aux of %llu bytes needs more than %u writes of "
+                         "PDX_MAX_MSG_SIZE", (unsigned long long)ch->aux.len, PDX_SHARD_BATCH);
+    *pieces_p = (uint32_t)((ch->aux.len + max - 1) / max);
+    return STEP_DONE;
+}
+
+static step_t post_aux(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep, uint32_t pieces)
+{
+    pdx_shard_loop_t *L = c->L;
+    const pdx_region_t *a = &c->chunk->aux;
+    uint64_t max = L->e->cfg.max_msg_size, bytes;
+    pdx_status_t status;
+
+    for (uint32_t i = 0; i < pieces; i++) {
+        uint64_t off = (uint64_t)i * max;
+
+        L->runs[i] = (pdx_run_t){
+            .src_mem = a->mem, .dst_mem = dest->aux.mem, .src_offset = a->offset + off,
+            .dst_offset = dest->aux.offset + off, .len = PDX_MIN(max, a->len - off),
+        };
+    }
+    if (!build_writes(c, dest, dep, L->runs, pieces, &bytes))
+        return STEP_FAILED;
+    status = post_writes(c, dep, pieces, bytes);
+    if (status != PDX_OK)
+        return post_refused(c, dep, status, "writing aux");
+    return STEP_DONE;
+}
+
+/*
+ * After the data: aux and the notifies, all or nothing. Nothing is posted
+ * until every endpoint needed has a credit and the slots, so a resumed
+ * finish never sends a notify twice.
+ */
+static step_t finish_dest(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **deps, uint32_t n)
+{
+    pdx_room_ext_t *ext = c->ext;
+    uint32_t pieces;
+    pdx_dep_t *aux_dep;
+    pdx_status_t status;
+    step_t r;
+
+    if (!(c->chunk->flags & PDX_SEND_LAST)) {
+        for (uint32_t i = 0; i < n; i++) {
+            pdx_dep_t *d = deps[(ext->rr + i) % n];
+
+            if (!dep_can_notify(d, 0))
+                continue;
+            status = post_notify(c, d, 0, ext->wrs);
+            return status == PDX_OK ? STEP_DONE : post_refused(c, d, status, "notifying");
+        }
+        return STEP_WAIT; /* CREDIT messages or completions wake the shard */
+    }
+
+    r = aux_check(c, dest, &pieces);
+    if (r != STEP_DONE)
+        return r;
+    aux_dep = deps[ext->rr % n];
+    if (pieces + 1 > aux_dep->sq_depth)
+        return room_fail(c, PDX_ERR_INVALID, "aux of %llu bytes needs %u writes, more than "
+                         "PDX_SQ_DEPTH=%u leaves", (unsigned long long)c->chunk->aux.len, pieces,
+                         aux_dep->sq_depth);
+    for (uint32_t i = 0; i < n; i++)
+        if (!dep_can_notify(deps[i], deps[i] == aux_dep ? pieces : 0))
+            return STEP_WAIT;
+    if (pieces) {
+        r = post_aux(c, dest, aux_dep, pieces);
+        if (r != STEP_DONE)
+            return r;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        status = post_notify(c, deps[i], PDX_WIRE_NOTIFY_LAST, n);
+        if (status != PDX_OK)
+            return post_refused(c, deps[i], status, "notifying the last chunk");
+    }
+    return STEP_DONE;
+}
+
+/* ----------------------------------------------------------------- plan */
+
+static bool group_skipped(const pdx_layout_t *src, uint32_t g, bool last)
+{
+    return (src->groups[g].flags & PDX_GROUP_STATE) && !last;
+}
+
+/* Plan the head chunk for dest: the chunk's pages onto dest's next unused ones. */
+static step_t plan_dest(send_ctx_t *c, const pdx_dest_t *dest)
+{
+    pdx_shard_loop_t *L = c->L;
+    pdx_engine_t *e = L->e;
+    pdx_room_ext_t *ext = c->ext;
+    const pdx_chunk_t *ch = c->chunk;
+    const bool last = ch->flags & PDX_SEND_LAST;
+    const pdx_layout_t *src = pdx_engine_layout(e, ch->layout);
+    const pdx_layout_t *dst = NULL;
+    char err[PDX_ERRMSG_MAX];
+    uint64_t off = 0;
+    pdx_status_t status;
+
+    if (!src)
+        return room_fail(c, PDX_ERR_NOT_FOUND, "layout %u unknown", ch->layout);
+    if (dest->layout < PDX_MAX_LAYOUTS)
+        dst = atomic_load_explicit(&dest->peer->layouts[dest->layout], memory_order_acquire);
+    if (!dst)
+        return room_fail(c, PDX_ERR_NOT_FOUND, "peer %s layout %u unknown", dest->peer->addr,
+                         dest->layout);
+    if (ch->ngroups != src->ngroups || dest->ngroups != src->ngroups)
+        return room_fail(c, PDX_ERR_INVALID, "the chunk has %u page lists, layout %u %u groups, "
+                         "decode's page lists at %s %u", ch->ngroups, ch->layout, src->ngroups,
+                         dest->peer->addr, dest->ngroups);
+
+    pdx_ring_cell_pages(&L->s->ring, c->cell, ext->plan_src);
+    for (uint32_t g = 0; g < src->ngroups; g++) {
+        uint32_t have = dest->npages[g], at = dest->cursor[g], want = ch->npages[g];
+
+        if (group_skipped(src, g, last)) {
+            ext->plan_dst[g] = (pdx_pages_t){NULL, 0}; /* not read */
+        } else if (at > have || want > have - at) {
+            return room_fail(c, PDX_ERR_RANGE, "group %u: the chunk needs %u more pages after "
+                             "%u, decode at %s expects %u", g, want, at, dest->peer->addr, have);
+        } else {
+            ext->plan_dst[g] = (pdx_pages_t){dest->pages + off + at, want};
+        }
+        off += have;
+    }
+    status = pdx_plan_init(&ext->plan, src, dst, ext->plan_src, ext->plan_dst,
+                           e->cfg.max_msg_size, last ? PDX_PLAN_STATE : 0, err, sizeof(err));
+    if (status != PDX_OK)
+        return room_fail(c, status, "to %s: %s", dest->peer->addr, err);
+    ext->planning = true;
+    ext->wrs = 0;
+    return STEP_DONE;
+}
+
+/* --------------------------------------------------------------- chunks */
+
+/* The head chunk for one destination: plan, data, finish, cursors. */
+static step_t send_dest(send_ctx_t *c, pdx_dest_t *dest)
+{
+    pdx_room_ext_t *ext = c->ext;
+    const bool last = c->chunk->flags & PDX_SEND_LAST;
+    uint32_t n = pdx_shard_peer_deps(c->L, dest->peer);
+    pdx_dep_t **deps = c->L->use;
+    step_t r;
+
+    if (n == 0)
+        return no_deps(c, dest->peer);
+    if (!ext->planning && (r = plan_dest(c, dest)) != STEP_DONE)
+        return r;
+    if ((r = post_data(c, dest, deps, n)) != STEP_DONE)
+        return r;
+    if ((r = finish_dest(c, dest, deps, n)) != STEP_DONE)
+        return r;
+    for (uint32_t g = 0; g < c->chunk->ngroups; g++)
+        if (!group_skipped(ext->plan.src, g, last))
+            dest->cursor[g] += c->chunk->npages[g];
+    ext->planning = false;
+    ext->wrs = 0;
+    return STEP_DONE;
+}
+
+/* Gate of the head chunk: DONE when open. */
+static step_t gate_check(send_ctx_t *c)
+{
+    const pdx_gate_t *gate = &c->chunk->gate;
+
+    switch (gate->kind) {
+    case PDX_GATE_NONE:
+        return STEP_DONE;
+    case PDX_GATE_WORD:
+        if (!gate->word)
+            return room_fail(c, PDX_ERR_INVALID, "word gate without a word");
+        /* Acquire: the pages written before the word was raised are visible
+         * from here (the load of a volatile word, ordered; sanitizers see it). */
+        if (__atomic_load_n(gate->word, __ATOMIC_ACQUIRE) < gate->value) {
+            c->L->gated = true;
+            return STEP_WAIT;
+        }
+        return STEP_DONE;
+    case PDX_GATE_EVENT:
+        return room_fail(c, PDX_ERR_UNSUPPORTED, "event gates need the GPU layer, not built");
+    }
+    return room_fail(c, PDX_ERR_INVALID, "unknown gate kind %d", (int)gate->kind);
+}
+
+static step_t send_chunk(send_ctx_t *c)
+{
+    pdx_room_ext_t *ext = c->ext;
+    uint32_t ndests;
+    step_t r;
+
+    if (ext->dest_at == 0 && !ext->planning) {
+        /* A fresh chunk: metadata, then the gate, before anything of it. */
+        if (ext->last_sent)
+            return room_fail(c, PDX_ERR_STATE, "a chunk after the last one");
+        if (pdx_room_state(c->obj) == PDX_ROOM_BOOTSTRAPPING ||
+            atomic_load_explicit(&ext->ndests, memory_order_acquire) == 0)
+            return STEP_WAIT; /* the ROOM message wakes the shard */
+        if ((r = gate_check(c)) != STEP_DONE)
+            return r;
+        pdx_room_advance(c->obj, PDX_ROOM_TRANSFERRING);
+    }
+    ndests = atomic_load_explicit(&ext->ndests, memory_order_acquire);
+    while (ext->dest_at < ndests) {
+        if ((r = send_dest(c, &ext->dests[ext->dest_at])) != STEP_DONE)
+            return r;
+        ext->dest_at++;
+    }
+    return STEP_DONE;
+}
+
+/* ---------------------------------------------------------------- rooms */
+
+/* Drop every chunk of a terminal room; it leaves the active list. */
+static void room_drop(pdx_shard_loop_t *L, pdx_room_ext_t *ext)
+{
+    pdx_shard_t *s = L->s;
+    uint32_t n = 0;
+
+    for (uint32_t i = ext->head_cell; i != PDX_SHARD_NONE; n++) {
+        uint32_t next = s->cell_next[i];
+
+        pdx_ring_done(&s->ring, &s->ring.cells[i]);
+        i = next;
+    }
+    ext->head_cell = ext->tail_cell = PDX_SHARD_NONE;
+    ext->planning = false;
+    ext->dest_at = 0;
+    atomic_store_explicit(&ext->active, false, memory_order_release);
+    /* Last touch: from here pdx_release may free the room. */
+    atomic_fetch_sub_explicit(&ext->queued, n, memory_order_release);
+    L->progress = true;
+}
+
+/* Work a room's chunks in order; true when it leaves the active list. */
+static bool send_room(pdx_shard_loop_t *L, pdx_room_obj_t *obj, pdx_room_ext_t *ext)
+{
+    pdx_shard_t *s = L->s;
+    send_ctx_t c = {.L = L, .obj = obj, .ext = ext, .budget = PDX_SHARD_ROOM_WRS};
+
+    for (;;) {
+        int32_t state = pdx_room_state(obj);
+        uint32_t head = ext->head_cell, next;
+        bool last;
+        step_t r;
+
+        if (state == PDX_ROOM_FAILED || state == PDX_ROOM_SUCCESS) {
+            room_drop(L, ext);
+            return true;
+        }
+        c.cell = &s->ring.cells[head];
+        c.chunk = &c.cell->chunk;
+        r = send_chunk(&c);
+        if (r == STEP_FAILED) {
+            room_drop(L, ext);
+            return true;
+        }
+        if (r == STEP_WAIT)
+            return false;
+
+        /* The chunk went to every destination. */
+        last = c.chunk->flags & PDX_SEND_LAST;
+        next = s->cell_next[head];
+        ext->head_cell = next;
+        if (next == PDX_SHARD_NONE)
+            ext->tail_cell = PDX_SHARD_NONE;
+        ext->dest_at = 0;
+        ext->seq++;
+        if (last)
+            ext->last_sent = true; /* the notifies just posted keep inflight > 0 */
+        pdx_ring_done(&s->ring, c.cell);
+        atomic_fetch_add_explicit(&s->stats.chunks_sent, 1, memory_order_relaxed);
+        L->progress = true;
+        if (next == PDX_SHARD_NONE) {
+            atomic_store_explicit(&ext->active, false, memory_order_release);
+            atomic_fetch_sub_explicit(&ext->queued, 1, memory_order_release); /* last touch */
+            return true;
+        }
+        atomic_fetch_sub_explicit(&ext->queued, 1, memory_order_release); /* more are held */
+        if (c.budget == 0)
+            return false;
+    }
+}
+
+void pdx_shard_send(pdx_shard_loop_t *L)
+{
+    pdx_shard_t *s = L->s;
+    pdx_engine_t *e = L->e;
+    uint32_t prev = PDX_SHARD_NONE, cur = s->active_head;
+
+    if (cur == PDX_SHARD_NONE)
+        return;
+    pdx_shard_index_deps(L);
+    while (cur != PDX_SHARD_NONE) {
+        pdx_room_ext_t *ext = &e->ext[cur];
+        uint32_t next = ext->next_active; /* ext may be freed once it leaves */
+
+        if (send_room(L, &e->rooms.objs[cur], ext)) {
+            if (prev == PDX_SHARD_NONE)
+                s->active_head = next;
+            else
+                e->ext[prev].next_active = next;
+        } else {
+            prev = cur;
+        }
+        cur = next;
+    }
+}

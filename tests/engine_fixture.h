@@ -1,0 +1,51 @@
+/*
+ * Two engines in one process over the tcp transport on 127.0.0.1: a prefill
+ * side and a decode side, each with a KV pool of `layers` buffers (one per
+ * layer) of `npages` pages, an aux region, and the decode side connected to
+ * the prefill side. Every byte of a page is a pattern of (room, layer,
+ * position in the room), so decode can check it.
+ */
+#ifndef PDX_TEST_ENGINE_FIXTURE_H
+#define PDX_TEST_ENGINE_FIXTURE_H
+
+#include <pdx/pdx.h>
+
+typedef struct geom {
+    uint32_t layers;
+    uint64_t bytes_per_page;   /* a multiple of 8 */
+    uint32_t npages;
+} geom_t;
+
+typedef struct side {
+    pdx_engine_t *e;
+    geom_t        g;
+    uint8_t      *pool;
+    uint32_t      mem;
+    uint32_t      layout;
+    uint8_t      *aux;         /* 4 KiB */
+    uint32_t      aux_mem;
+} side_t;
+
+/* Open an engine; cfg_pairs is "NAME=VALUE" strings ended by NULL. */
+void side_open(side_t *s, const geom_t *g, const char *const *cfg_pairs);
+void side_close(side_t *s);
+
+/* decode connects to prefill; returns decode's peer id for prefill. */
+uint32_t side_connect(side_t *decode, const side_t *prefill);
+
+/* Write the pattern of (room, position pos0 + i) into prefill pages src[i]. */
+void side_fill(side_t *s, uint64_t room, const uint32_t *src, uint32_t n, uint32_t pos0);
+/* Count the bytes of decode pages dst[i] that differ from the pattern. */
+uint64_t side_check(const side_t *s, uint64_t room, const uint32_t *dst, uint32_t n,
+                    uint32_t pos0);
+
+/* n distinct random pages of the pool. */
+void pick_pages(uint32_t *out, uint32_t n, uint32_t npages, unsigned *seed);
+
+/* Poll until the room is SUCCESS or FAILED, or timeout_ms; the last state. */
+pdx_room_state_t wait_done(pdx_engine_t *e, uint64_t room, int timeout_ms);
+
+/* Release, retrying while PDX_INPROGRESS (with a deadline). */
+pdx_status_t release_wait(pdx_engine_t *e, uint64_t room, int timeout_ms);
+
+#endif

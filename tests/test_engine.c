@@ -1,0 +1,271 @@
+/*
+ * The engine end to end on the tcp transport: two engines in one process,
+ * random page maps verified byte for byte.
+ */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine_fixture.h"
+
+static side_t pf, dc, pf2;
+static uint32_t peer;
+
+static void fini(void)
+{
+    if (dc.e)
+        side_close(&dc);
+    if (pf.e)
+        side_close(&pf);
+    if (pf2.e)
+        side_close(&pf2);
+}
+
+static void open_pair(const geom_t *g, const char *const *cfg)
+{
+    side_open(&pf, g, cfg);
+    side_open(&dc, g, cfg);
+    peer = side_connect(&dc, &pf);
+}
+
+/*
+ * nrooms rooms in flight at once, each of `pages` pages sent in `chunks`
+ * chunks; source and destination pages are disjoint random slices of the
+ * pools.
+ */
+static void run_transfer(const geom_t *g, uint32_t nrooms, uint32_t pages, uint32_t chunks)
+{
+    uint32_t *src = malloc(g->npages * sizeof(*src)), *dst = malloc(g->npages * sizeof(*dst));
+    unsigned seed = 7;
+
+    cr_assert_leq(nrooms * pages, g->npages);
+    pick_pages(src, nrooms * pages, g->npages, &seed);
+    pick_pages(dst, nrooms * pages, g->npages, &seed);
+    for (uint32_t r = 0; r < nrooms; r++) {
+        pdx_pages_t d = {dst + r * pages, pages};
+
+        cr_assert_eq(pdx_expect(dc.e, peer, 1000 + r, dc.layout, &d, NULL, 1, 10000), PDX_OK);
+        cr_expect_eq(pdx_poll(dc.e, 1000 + r), PDX_ROOM_WAITING);
+        side_fill(&pf, 1000 + r, src + r * pages, pages, 0);
+    }
+    for (uint32_t r = 0; r < nrooms; r++) {
+        uint32_t at = 0;
+
+        for (uint32_t c = 0; c < chunks; c++) {
+            uint32_t n = c + 1 == chunks ? pages - at : pages / chunks;
+            pdx_pages_t s = {src + r * pages + at, n};
+            pdx_status_t st;
+
+            while ((st = pdx_send(pf.e, 1000 + r, pf.layout, &s, NULL, NULL,
+                                  c + 1 == chunks ? PDX_SEND_LAST : 0)) == PDX_ERR_AGAIN)
+                usleep(100);
+            cr_assert_eq(st, PDX_OK, "room %u chunk %u: %s", r, c, pdx_status_str(st));
+            at += n;
+        }
+    }
+    for (uint32_t r = 0; r < nrooms; r++) {
+        char err[256] = "";
+
+        cr_assert_eq(wait_done(dc.e, 1000 + r, 10000), PDX_ROOM_SUCCESS, "decode room %u: %s", r,
+                     (pdx_room_error(dc.e, 1000 + r, err, sizeof(err)), err));
+        cr_assert_eq(wait_done(pf.e, 1000 + r, 10000), PDX_ROOM_SUCCESS, "prefill room %u", r);
+        cr_assert_eq(side_check(&dc, 1000 + r, dst + r * pages, pages, 0), 0,
+                     "room %u: bytes differ", r);
+        cr_expect_eq(release_wait(dc.e, 1000 + r, 2000), PDX_OK);
+        cr_expect_eq(release_wait(pf.e, 1000 + r, 2000), PDX_OK);
+        cr_expect_eq(pdx_poll(dc.e, 1000 + r), PDX_ROOM_NONE);
+    }
+    free(src);
+    free(dst);
+}
+
+Test(engine, page_size_64_many_rooms_several_chunks, .fini = fini, .timeout = 60)
+{
+    geom_t g = {.layers = 4, .bytes_per_page = 576 * 64, .npages = 256};
+
+    open_pair(&g, NULL);
+    run_transfer(&g, 16, 16, 3);
+}
+
+Test(engine, page_size_1, .fini = fini, .timeout = 60)
+{
+    geom_t g = {.layers = 8, .bytes_per_page = 576, .npages = 4096};
+
+    open_pair(&g, NULL);
+    run_transfer(&g, 8, 512, 4);
+}
+
+Test(engine, small_writes_and_one_shard, .fini = fini, .timeout = 60)
+{
+    static const char *const cfg[] = {"PDX_SHARDS=1", "PDX_MAX_MSG_SIZE=4096",
+                                      "PDX_SQ_DEPTH=16", "PDX_SIGNAL_EVERY=4", NULL};
+    geom_t g = {.layers = 3, .bytes_per_page = 8192, .npages = 128};
+
+    open_pair(&g, cfg);
+    run_transfer(&g, 8, 16, 2);
+}
+
+Test(engine, aux_bytes_arrive_with_the_last_chunk, .fini = fini, .timeout = 30)
+{
+    geom_t g = {.layers = 2, .bytes_per_page = 4096, .npages = 32};
+    uint32_t pages[4] = {3, 1, 4, 5};
+    pdx_pages_t p = {pages, 4};
+    pdx_region_t dst_aux = {.mem = 0, .offset = 256, .len = 100};
+    pdx_region_t src_aux = {.mem = 0, .offset = 1000, .len = 100};
+
+    open_pair(&g, NULL);
+    dst_aux.mem = dc.aux_mem;
+    src_aux.mem = pf.aux_mem;
+    for (int i = 0; i < 100; i++)
+        pf.aux[1000 + i] = (uint8_t)(i * 3 + 1);
+    cr_assert_eq(pdx_expect(dc.e, peer, 5, dc.layout, &p, &dst_aux, 1, 5000), PDX_OK);
+    side_fill(&pf, 5, pages, 4, 0);
+    cr_assert_eq(pdx_send(pf.e, 5, pf.layout, &p, NULL, &src_aux, PDX_SEND_LAST), PDX_OK);
+    cr_assert_eq(wait_done(dc.e, 5, 5000), PDX_ROOM_SUCCESS);
+    cr_expect_eq(side_check(&dc, 5, pages, 4, 0), 0);
+    cr_expect_arr_eq(dc.aux + 256, pf.aux + 1000, 100);
+    cr_expect_eq(dc.aux[255], 0);
+    cr_expect_eq(dc.aux[356], 0);
+}
+
+/* Two prefill engines feed one decode room: SUCCESS only once both are done. */
+Test(engine, two_senders_one_room, .fini = fini, .timeout = 30)
+{
+    geom_t g = {.layers = 2, .bytes_per_page = 4096, .npages = 64};
+    uint32_t dst_a[3] = {10, 11, 12}, dst_b[2] = {40, 7}, src_a[3] = {1, 2, 3}, src_b[2] = {9, 8};
+    pdx_pages_t da = {dst_a, 3}, db = {dst_b, 2}, sa = {src_a, 3}, sb = {src_b, 2};
+    uint32_t peer_b;
+
+    open_pair(&g, NULL);
+    side_open(&pf2, &g, NULL);
+    peer_b = side_connect(&dc, &pf2);
+    cr_assert_eq(pdx_expect(dc.e, peer, 77, dc.layout, &da, NULL, 1, 5000), PDX_OK);
+    cr_assert_eq(pdx_expect(dc.e, peer_b, 77, dc.layout, &db, NULL, 1, 5000), PDX_OK);
+    side_fill(&pf, 77, src_a, 3, 0);
+    side_fill(&pf2, 77, src_b, 2, 3);
+    cr_assert_eq(pdx_send(pf.e, 77, pf.layout, &sa, NULL, NULL, PDX_SEND_LAST), PDX_OK);
+    cr_assert_eq(wait_done(pf.e, 77, 5000), PDX_ROOM_SUCCESS);
+    usleep(50000);
+    cr_expect_neq(pdx_poll(dc.e, 77), PDX_ROOM_SUCCESS, "SUCCESS before the second sender");
+    cr_assert_eq(pdx_send(pf2.e, 77, pf2.layout, &sb, NULL, NULL, PDX_SEND_LAST), PDX_OK);
+    cr_assert_eq(wait_done(dc.e, 77, 5000), PDX_ROOM_SUCCESS);
+    cr_expect_eq(side_check(&dc, 77, dst_a, 3, 0), 0);
+    cr_expect_eq(side_check(&dc, 77, dst_b, 2, 3), 0);
+}
+
+/* A notify that arrives before pdx_expect is held and applied. */
+Test(engine, chunks_before_expect_wait_for_metadata, .fini = fini, .timeout = 30)
+{
+    geom_t g = {.layers = 2, .bytes_per_page = 4096, .npages = 64};
+    uint32_t src[5] = {5, 6, 7, 30, 2}, dst[5] = {60, 61, 1, 2, 3};
+    pdx_pages_t s = {src, 5}, d = {dst, 5};
+
+    open_pair(&g, NULL);
+    side_fill(&pf, 9, src, 5, 0);
+    cr_assert_eq(pdx_send(pf.e, 9, pf.layout, &s, NULL, NULL, PDX_SEND_LAST), PDX_OK);
+    usleep(20000);
+    cr_expect_eq(pdx_poll(pf.e, 9), PDX_ROOM_BOOTSTRAPPING);
+    cr_assert_eq(pdx_expect(dc.e, peer, 9, dc.layout, &d, NULL, 1, 5000), PDX_OK);
+    cr_assert_eq(wait_done(dc.e, 9, 5000), PDX_ROOM_SUCCESS);
+    cr_expect_eq(side_check(&dc, 9, dst, 5, 0), 0);
+}
+
+/* A closed gate holds its room; other rooms of the same shard complete. */
+Test(engine, closed_gate_does_not_block_the_shard, .fini = fini, .timeout = 30)
+{
+    static const char *const cfg[] = {"PDX_SHARDS=1", NULL};
+    static volatile uint64_t word;
+    geom_t g = {.layers = 2, .bytes_per_page = 4096, .npages = 64};
+    uint32_t pa[2] = {1, 2}, pb[2] = {3, 4};
+    pdx_pages_t a = {pa, 2}, b = {pb, 2};
+    pdx_gate_t gate = {.kind = PDX_GATE_WORD, .word = &word, .value = 1};
+
+    open_pair(&g, cfg);
+    cr_assert_eq(pdx_expect(dc.e, peer, 1, dc.layout, &a, NULL, 1, 10000), PDX_OK);
+    cr_assert_eq(pdx_expect(dc.e, peer, 2, dc.layout, &b, NULL, 1, 10000), PDX_OK);
+    side_fill(&pf, 1, pa, 2, 0);
+    side_fill(&pf, 2, pb, 2, 0);
+    cr_assert_eq(pdx_send(pf.e, 1, pf.layout, &a, &gate, NULL, PDX_SEND_LAST), PDX_OK);
+    cr_assert_eq(pdx_send(pf.e, 2, pf.layout, &b, NULL, NULL, PDX_SEND_LAST), PDX_OK);
+    cr_assert_eq(wait_done(dc.e, 2, 5000), PDX_ROOM_SUCCESS);
+    cr_expect_neq(pdx_poll(dc.e, 1), PDX_ROOM_SUCCESS);
+    cr_expect_neq(pdx_poll(pf.e, 1), PDX_ROOM_SUCCESS);
+    __atomic_store_n(&word, 1, __ATOMIC_RELEASE);
+    cr_assert_eq(wait_done(dc.e, 1, 5000), PDX_ROOM_SUCCESS);
+    cr_expect_eq(side_check(&dc, 1, pa, 2, 0), 0);
+}
+
+/* Writes of a room in flight keep release at INPROGRESS; then OK. */
+Test(engine, release_is_in_progress_until_fenced, .fini = fini, .timeout = 30)
+{
+    geom_t g = {.layers = 2, .bytes_per_page = 4096, .npages = 64};
+    uint32_t pages[2] = {1, 2};
+    pdx_pages_t p = {pages, 2};
+
+    open_pair(&g, NULL);
+    cr_assert_eq(pdx_expect(dc.e, peer, 3, dc.layout, &p, NULL, 1, 10000), PDX_OK);
+    cr_assert_eq(pdx_abort(dc.e, 3), PDX_OK);
+    cr_expect_eq(pdx_poll(dc.e, 3), PDX_ROOM_FAILED);
+    /* the sender has not confirmed the abort yet: its writes could land */
+    cr_expect_eq(pdx_release(dc.e, 3), PDX_INPROGRESS);
+    cr_expect_eq(release_wait(dc.e, 3, 5000), PDX_OK);
+    cr_expect_eq(pdx_poll(dc.e, 3), PDX_ROOM_NONE);
+    cr_expect_eq(pdx_release(dc.e, 3), PDX_ERR_NOT_FOUND);
+}
+
+/* No queued work: no worker wakes up. */
+Test(engine, idle_engine_does_not_wake_its_workers, .timeout = 30)
+{
+    geom_t g = {.layers = 1, .bytes_per_page = 4096, .npages = 4};
+    pdx_stats_t a, b;
+
+    side_open(&pf, &g, NULL);
+    usleep(100000);
+    cr_assert_eq(pdx_engine_stats(pf.e, &a), PDX_OK);
+    sleep(1);
+    cr_assert_eq(pdx_engine_stats(pf.e, &b), PDX_OK);
+    cr_expect_eq(b.worker_wakeups - a.worker_wakeups, 0, "%llu wakeups in one idle second",
+                 (unsigned long long)(b.worker_wakeups - a.worker_wakeups));
+    side_close(&pf);
+}
+
+/* The listening side learns each incoming peer once, and can expect on it. */
+Test(engine, accept_returns_each_incoming_peer_once, .fini = fini, .timeout = 30)
+{
+    geom_t g = {.layers = 1, .bytes_per_page = 4096, .npages = 8};
+    uint32_t in = UINT32_MAX, again, pages[2] = {1, 2};
+    pdx_pages_t p = {pages, 2};
+
+    open_pair(&g, NULL);
+    cr_assert_eq(pdx_peer_accept(pf.e, 5000, &in), PDX_OK);
+    cr_expect_eq(pdx_peer_accept(pf.e, 100, &again), PDX_ERR_TIMEOUT);
+    cr_expect_eq(pdx_peer_accept(dc.e, 100, &again), PDX_ERR_TIMEOUT, "an outgoing peer");
+    /* roles reversed: the listening side expects, the connecting side sends */
+    cr_assert_eq(pdx_expect(pf.e, in, 4, pf.layout, &p, NULL, 1, 5000), PDX_OK);
+    side_fill(&dc, 4, pages, 2, 0);
+    cr_assert_eq(pdx_send(dc.e, 4, dc.layout, &p, NULL, NULL, PDX_SEND_LAST), PDX_OK);
+    cr_assert_eq(wait_done(pf.e, 4, 5000), PDX_ROOM_SUCCESS);
+    cr_expect_eq(side_check(&pf, 4, pages, 2, 0), 0);
+}
+
+Test(engine, bad_arguments, .fini = fini, .timeout = 30)
+{
+    geom_t g = {.layers = 1, .bytes_per_page = 4096, .npages = 8};
+    uint32_t pages[1] = {8};
+    pdx_pages_t p = {pages, 1};
+    uint32_t x;
+    static uint8_t buf[64];
+
+    open_pair(&g, NULL);
+    cr_expect_eq(pdx_expect(dc.e, peer, 1, dc.layout, &p, NULL, 1, 1000), PDX_ERR_RANGE);
+    cr_expect_eq(pdx_poll(dc.e, 1), PDX_ROOM_NONE, "a refused expect leaves no room");
+    cr_expect_eq(pdx_expect(dc.e, 99, 1, dc.layout, &p, NULL, 1, 1000), PDX_ERR_NOT_FOUND);
+    cr_expect_eq(pdx_expect(dc.e, peer, 1, 42, &p, NULL, 1, 1000), PDX_ERR_NOT_FOUND);
+    cr_expect_eq(pdx_expect(dc.e, peer, 1, dc.layout, &p, NULL, 0, 1000), PDX_ERR_INVALID);
+    cr_expect_eq(pdx_send(pf.e, 1, 42, &p, NULL, NULL, 0), PDX_ERR_NOT_FOUND);
+    cr_expect_eq(pdx_mem_register(pf.e, buf, 0, &x), PDX_ERR_INVALID);
+    cr_expect_eq(pdx_mem_deregister(pf.e, pf.mem), PDX_ERR_STATE, "a layout uses it");
+    cr_expect_eq(pdx_peer_connect(dc.e, "127.0.0.1:1", 500, &x), PDX_ERR_PEER);
+    cr_expect_eq(pdx_abort(pf.e, 12345), PDX_ERR_NOT_FOUND);
+}
