@@ -93,6 +93,13 @@ static int measure_send(side_t *pf, side_t *dc, uint32_t peer, uint32_t pages, u
             if (pdx_expect(dc->e, peer, first + r, dc->layout, &d, NULL, 1, 30000) != PDX_OK)
                 return -1;
         }
+        /* The usual order: decode's metadata is there before the chunk. */
+        for (uint32_t r = 0; r < ROOMS_PER_BATCH; r++) {
+            uint64_t deadline = pdx_deadline_ns(10000);
+
+            while (pdx_poll(pf->e, first + r) != PDX_ROOM_WAITING && pdx_now_ns() < deadline)
+                usleep(20);
+        }
         for (uint32_t r = 0; r < ROOMS_PER_BATCH; r++) {
             pdx_pages_t s = {src + r * pages, pages};
             uint64_t t0 = pdx_now_ns();
