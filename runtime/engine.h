@@ -232,7 +232,8 @@ struct pdx_shard {
     pdx_dep_t *_Atomic deps[PDX_MAX_PEERS * 8];
     _Atomic uint32_t   ndeps;
     /* shard only: rooms with queued chunks */
-    uint32_t           active_head;    /* room obj index, UINT32_MAX: none */
+    uint32_t           active_head;    /* room obj index, UINT32_MAX: none; */
+    uint32_t           active_tail;    /* oldest first, so no room starves */
     pdx_shard_stats_t  stats;
 };
 

@@ -94,7 +94,7 @@ pdx_status_t pdx_shard_init(pdx_engine_t *e, pdx_shard_t *s, uint32_t index)
     s->index = index;
     s->wake_fd = -1;
     s->epfd = -1;
-    s->active_head = PDX_SHARD_NONE;
+    s->active_head = s->active_tail = PDX_SHARD_NONE;
     atomic_init(&s->stop, 0);
     atomic_init(&s->sleeping, 0);
     atomic_init(&s->ndeps, 0);
@@ -425,8 +425,15 @@ void pdx_shard_intake(pdx_shard_loop_t *L)
             s->cell_next[ext->tail_cell] = idx;
         ext->tail_cell = idx;
         if (!atomic_load_explicit(&ext->active, memory_order_relaxed)) {
-            ext->next_active = s->active_head;
-            s->active_head = (uint32_t)(obj - e->rooms.objs);
+            uint32_t at = (uint32_t)(obj - e->rooms.objs);
+
+            /* Appended: rooms are served oldest first. */
+            ext->next_active = PDX_SHARD_NONE;
+            if (s->active_tail == PDX_SHARD_NONE)
+                s->active_head = at;
+            else
+                e->ext[s->active_tail].next_active = at;
+            s->active_tail = at;
             atomic_store_explicit(&ext->active, true, memory_order_relaxed);
         }
     }

@@ -571,6 +571,8 @@ void pdx_shard_send(pdx_shard_loop_t *L)
                 s->active_head = next;
             else
                 e->ext[prev].next_active = next;
+            if (s->active_tail == cur)
+                s->active_tail = prev;
         } else {
             prev = cur;
         }

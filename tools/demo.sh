@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# The main job: set up, build, then move KV pages of DeepSeek-R1 geometry
+# The main job: set up, build, then pdx-bench --loopback: a decode process and
+# a prefill process on this host move KV pages of DeepSeek-R1 geometry
 # (61 layers, 576 B per token per layer fp8, page size 64, random page maps,
-# about 1 GiB of KV pool per side) from a prefill side to a decode side over
-# the tcp transport on loopback, and verify every byte on the decode side.
+# about 1 GiB of KV pool per side) over the tcp transport, and the decode side
+# checks every byte of every page of every layer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash tools/setup.sh
 cmake --preset default >/dev/null
-cmake --build --preset default --target pdx-loopback >/dev/null
-exec build/default/tools/pdx-loopback -L 61 -b 576 -P 64 -p 64 -n 16 -m 1024 "$@"
+cmake --build --preset default --target pdx-bench >/dev/null
+exec build/default/tools/pdx-bench --loopback --layers 61 --bytes-per-token 576 --page-size 64 \
+    --pages 64 --requests 64 --concurrency 7 --pool-mib 1024 "$@"
