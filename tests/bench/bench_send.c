@@ -25,28 +25,39 @@ typedef struct side {
     uint32_t      mem, layout;
 } side_t;
 
+/* The geometry as a layout of one MLA buffer per layer in memory `mem`. */
+typedef struct geometry {
+    pdx_buffer_desc_t bufs[LAYERS];
+    pdx_group_desc_t  group;
+    pdx_layout_desc_t desc;
+} geometry_t;
+
+static void geometry_init(geometry_t *g, uint32_t mem)
+{
+    for (uint32_t l = 0; l < LAYERS; l++)
+        g->bufs[l] = (pdx_buffer_desc_t){.mem = mem, .offset = (uint64_t)l * NPAGES * BPP,
+                                         .bytes_per_page = BPP};
+    g->group = (pdx_group_desc_t){.buffers_per_layer = 1, .nbuffers = LAYERS, .npages = NPAGES,
+                                  .buffers = g->bufs};
+    g->desc = (pdx_layout_desc_t){.field_mask = PDX_LAYOUT_FIELD_GROUPS | PDX_LAYOUT_FIELD_LAYERS,
+                                  .ngroups = 1, .layer_begin = 0, .layer_end = LAYERS,
+                                  .groups = &g->group};
+}
+
 static int open_side(side_t *s)
 {
-    pdx_buffer_desc_t bufs[LAYERS];
-    pdx_group_desc_t group = {.buffers_per_layer = 1, .nbuffers = LAYERS, .npages = NPAGES,
-                              .buffers = bufs};
-    pdx_layout_desc_t desc = {.field_mask = PDX_LAYOUT_FIELD_GROUPS | PDX_LAYOUT_FIELD_LAYERS,
-                              .ngroups = 1, .layer_begin = 0, .layer_end = LAYERS,
-                              .groups = &group};
+    geometry_t geo;
     pdx_config_t cfg;
     size_t len = (size_t)LAYERS * NPAGES * BPP;
 
     pdx_config_init(&cfg);
     pdx_config_set(&cfg, "PDX_LISTEN", "127.0.0.1:0");
     s->pool = calloc(1, len);
-    for (uint32_t l = 0; l < LAYERS; l++)
-        bufs[l] = (pdx_buffer_desc_t){.offset = (uint64_t)l * NPAGES * BPP, .bytes_per_page = BPP};
     if (!s->pool || pdx_engine_create(&cfg, &s->e) != PDX_OK ||
         pdx_mem_register(s->e, s->pool, len, &s->mem) != PDX_OK)
         return -1;
-    for (uint32_t l = 0; l < LAYERS; l++)
-        bufs[l].mem = s->mem;
-    return pdx_layout_create(s->e, &desc, &s->layout) == PDX_OK ? 0 : -1;
+    geometry_init(&geo, s->mem);
+    return pdx_layout_create(s->e, &geo.desc, &s->layout) == PDX_OK ? 0 : -1;
 }
 
 static void shuffle(uint32_t *v, uint32_t n, unsigned *seed)
@@ -190,12 +201,7 @@ static int measure_sync(side_t *pf, side_t *dc, uint32_t pages, uint64_t *out, u
     size_t len = (size_t)LAYERS * NPAGES * BPP;
     const pdx_layout_t *layout = NULL;
     pdx_layout_t *copy;
-    pdx_buffer_desc_t bufs[LAYERS];
-    pdx_group_desc_t group = {.buffers_per_layer = 1, .nbuffers = LAYERS, .npages = NPAGES,
-                              .buffers = bufs};
-    pdx_layout_desc_t desc = {.field_mask = PDX_LAYOUT_FIELD_GROUPS | PDX_LAYOUT_FIELD_LAYERS,
-                              .ngroups = 1, .layer_begin = 0, .layer_end = LAYERS,
-                              .groups = &group};
+    geometry_t geo;
     uint32_t src[NPAGES], dst[NPAGES], n = 0;
     tside_t a, b;
     pdx_tp_addr_t aa, ba;
@@ -204,9 +210,8 @@ static int measure_sync(side_t *pf, side_t *dc, uint32_t pages, uint64_t *out, u
     char err[128];
     int rc = -1;
 
-    for (uint32_t l = 0; l < LAYERS; l++)
-        bufs[l] = (pdx_buffer_desc_t){.offset = (uint64_t)l * NPAGES * BPP, .bytes_per_page = BPP};
-    if (pdx_layout_from_desc(&desc, &copy, err, sizeof(err)) != PDX_OK)
+    geometry_init(&geo, 0);
+    if (pdx_layout_from_desc(&geo.desc, &copy, err, sizeof(err)) != PDX_OK)
         return -1;
     layout = copy;
     if (topen(&a, pf->pool, len) != 0 || topen(&b, dc->pool, len) != 0)
