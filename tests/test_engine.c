@@ -154,7 +154,30 @@ Test(engine, two_senders_one_room, .fini = fini, .timeout = 30)
     cr_expect_eq(side_check(&dc, 77, dst_b, 2, 3), 0);
 }
 
-/* A notify that arrives before pdx_expect is held and applied. */
+/* A sender with no pages (an MLA dummy rank) still counts: its last chunk is empty. */
+Test(engine, sender_without_pages, .fini = fini, .timeout = 30)
+{
+    geom_t g = {.layers = 2, .bytes_per_page = 4096, .npages = 64};
+    uint32_t dst[2] = {10, 20}, src[2] = {1, 2};
+    pdx_pages_t d = {dst, 2}, s = {src, 2}, none = {NULL, 0};
+    uint32_t peer_b;
+
+    open_pair(&g, NULL);
+    side_open(&pf2, &g, NULL);
+    peer_b = side_connect(&dc, &pf2);
+    cr_assert_eq(pdx_expect(dc.e, peer, 66, dc.layout, &d, NULL, 1, 5000), PDX_OK);
+    cr_assert_eq(pdx_expect(dc.e, peer_b, 66, dc.layout, &none, NULL, 1, 5000), PDX_OK);
+    side_fill(&pf, 66, src, 2, 0);
+    cr_assert_eq(pdx_send(pf.e, 66, pf.layout, &s, NULL, NULL, PDX_SEND_LAST), PDX_OK);
+    cr_assert_eq(wait_done(pf.e, 66, 5000), PDX_ROOM_SUCCESS);
+    usleep(50000);
+    cr_expect_neq(pdx_poll(dc.e, 66), PDX_ROOM_SUCCESS, "SUCCESS before the dummy sender");
+    cr_assert_eq(pdx_send(pf2.e, 66, pf2.layout, &none, NULL, NULL, PDX_SEND_LAST), PDX_OK);
+    cr_assert_eq(wait_done(dc.e, 66, 5000), PDX_ROOM_SUCCESS);
+    cr_expect_eq(side_check(&dc, 66, dst, 2, 0), 0);
+}
+
+/* Chunks sent before decode's pdx_expect wait for its metadata. */
 Test(engine, chunks_before_expect_wait_for_metadata, .fini = fini, .timeout = 30)
 {
     geom_t g = {.layers = 2, .bytes_per_page = 4096, .npages = 64};

@@ -155,6 +155,36 @@ Test(faults, prefill_closed_mid_transfer, .fini = fini, .timeout = 30)
     cr_expect_eq(release_wait(dc.e, 95, 5000), PDX_OK, "a gone sender cannot write");
 }
 
+/* A notify that arrives before its room's pdx_expect is held, then applied. */
+Test(faults, notify_before_expect_is_held, .fini = fini, .timeout = 30)
+{
+    uint32_t pages[1] = {1};
+    pdx_pages_t p = {pages, 1};
+    pdx_wire_notify_t n = {.room = 120, .sender = 0xabc, .flags = PDX_WIRE_NOTIFY_LAST,
+                           .count = 1, .status = PDX_OK};
+
+    open_pair(NULL);
+    pdx_rooms_on_notify(dc.e, NULL, &n);           /* as if it came off the wire first */
+    cr_expect_eq(pdx_poll(dc.e, 120), PDX_ROOM_NONE);
+    cr_assert_eq(pdx_expect(dc.e, peer, 120, dc.layout, &p, NULL, 1, 5000), PDX_OK);
+    cr_expect_eq(wait_done(dc.e, 120, 2000), PDX_ROOM_SUCCESS, "the held notify was not applied");
+}
+
+/* More senders than expected fail the room instead of counting past it. */
+Test(faults, unexpected_sender_fails_the_room, .fini = fini, .timeout = 30)
+{
+    uint32_t pages[1] = {1};
+    pdx_pages_t p = {pages, 1};
+    pdx_wire_notify_t a = {.room = 130, .sender = 1, .flags = PDX_WIRE_NOTIFY_LAST, .count = 2},
+                      b = {.room = 130, .sender = 2, .flags = PDX_WIRE_NOTIFY_LAST, .count = 2};
+
+    open_pair(NULL);
+    cr_assert_eq(pdx_expect(dc.e, peer, 130, dc.layout, &p, NULL, 1, 5000), PDX_OK);
+    pdx_rooms_on_notify(dc.e, NULL, &a);           /* sender 1: one of its two LAST notifies */
+    pdx_rooms_on_notify(dc.e, NULL, &b);           /* sender 2 was never expected */
+    expect_failed(dc.e, 130, "more senders");
+}
+
 /*
  * A peer of another protocol version: PDX_ERR_VERSION on both sides. The
  * other side runs in a child process (the version is per process).
