@@ -545,6 +545,13 @@ err_ctx:
     return st;
 }
 
+bool pdx_ctrl_running(pdx_engine_t *e)
+{
+    /* CTRL_GONE is set once the join succeeded; a thread never started
+     * leaves the eventfd closed. */
+    return e && e->ctrl_wake_fd >= 0 && !(atomic_load(&e->ctrl_stop) & CTRL_GONE);
+}
+
 void pdx_ctrl_stop(pdx_engine_t *e)
 {
     bool close_wake = true;

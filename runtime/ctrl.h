@@ -14,6 +14,13 @@
 /* Endpoints per (pair, peer) that a peer may ask for: the PDX_QPS_PER_PEER bound. */
 #define PDX_PEER_MAX_QPS 64u
 
+/* Shards a peer may have (HELLO nshards): the PDX_SHARDS bound. */
+#define PDX_PEER_MAX_SHARDS 64u
+
+/* Data endpoints one peer may have on one shard: an eighth of its table, so
+ * one peer never fills it (with npairs <= nshards, every PDX_QPS_PER_PEER fits). */
+#define PDX_PEER_SHARD_DEPS (PDX_MAX_PEERS * 8u / 8u)
+
 /* engine->ctrl_stop bit: pdx_ctrl_stop() has begun (ctrl.c owns the others). */
 #define PDX_CTRL_STOP 1u
 
@@ -24,6 +31,13 @@
  * then does the thread's part itself); true otherwise.
  */
 bool pdx_ctrl_kick(pdx_engine_t *e);
+
+/*
+ * True while the control thread may run: started and not joined (after
+ * pdx_ctrl_stop(), only if its join timed out). Then nothing it uses may
+ * be freed.
+ */
+bool pdx_ctrl_running(pdx_engine_t *e);
 
 /* Watch a new peer's socket (any thread, after the peer is in the table). */
 pdx_status_t pdx_ctrl_watch(pdx_engine_t *e, pdx_peer_t *peer);
@@ -57,9 +71,10 @@ pdx_status_t pdx_peer_open(pdx_engine_t *e, int fd, bool outgoing, const char *a
 
 /*
  * Once per FAILED peer: push what output the socket takes without waiting,
- * close it, and fail every data endpoint with the peer's status. Runs on the
- * control thread, or on any thread once that has stopped. False when the
- * peer was reaped already.
+ * close it, fail every data endpoint with the peer's status, then set
+ * peer->reaped (and, if rooms were told it is gone already, call
+ * pdx_rooms_peer_fenced). Runs on the control thread, or on any thread once
+ * that has stopped. False when the peer was reaped already.
  */
 bool pdx_peer_reap(pdx_peer_t *peer);
 

@@ -94,10 +94,18 @@ static pdx_status_t send_ep(pdx_engine_t *e, pdx_peer_t *peer, const pdx_dep_t *
 }
 
 /* Size peer->deps for npairs x qps (published before any dep is created). */
-static bool alloc_deps(pdx_peer_t *peer, uint32_t qps)
+static bool alloc_deps(pdx_engine_t *e, pdx_peer_t *peer, uint32_t qps)
 {
-    pdx_dep_t *deps = calloc((size_t)peer->npairs * qps, sizeof(*deps));
+    uint32_t per_shard = (peer->npairs + e->nshards - 1) / e->nshards * qps;
+    pdx_dep_t *deps;
 
+    if (qps == 0 || qps > PDX_PEER_MAX_QPS || per_shard > PDX_PEER_SHARD_DEPS) {
+        pdx_ctrl_fail(peer, PDX_ERR_FULL, "%u pairs x %u endpoints with %s put %u endpoints "
+                      "on one of our %u shards; a peer may have %u there", peer->npairs, qps,
+                      peer->addr, per_shard, e->nshards, PDX_PEER_SHARD_DEPS);
+        return false;
+    }
+    deps = calloc((size_t)peer->npairs * qps, sizeof(*deps));
     if (!deps) {
         pdx_ctrl_fail(peer, PDX_ERR_NOMEM, "out of memory for %u x %u endpoints of %s",
                       peer->npairs, qps, peer->addr);
@@ -148,6 +156,11 @@ static void on_hello(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_hello_t *
                           "engine %s", peer->addr, h->transport, e->ops->name);
         return;
     }
+    if (h->nshards == 0 || h->nshards > PDX_PEER_MAX_SHARDS) {
+        pdx_ctrl_fail(peer, PDX_ERR_PROTO, "HELLO from %s has %u shards (limit %u)", peer->addr,
+                      h->nshards, PDX_PEER_MAX_SHARDS);
+        return;
+    }
     for (int i = 7; i >= 0; i--)
         id = id << 8 | h->id[i];
     peer->remote_id = id;
@@ -164,7 +177,7 @@ static void on_hello(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_hello_t *
     }
     /* Connector: descriptors, one EP per data endpoint, READY. */
     if (!hs_sent(peer, pdx_peer_send_descs(peer), "descriptors") ||
-        !alloc_deps(peer, e->cfg.qps_per_peer))
+        !alloc_deps(e, peer, e->cfg.qps_per_peer))
         return;
     for (uint32_t k = 0; k < peer->npairs; k++)
         for (uint32_t q = 0; q < peer->qps; q++)
@@ -233,7 +246,7 @@ static void on_ready_acceptor(pdx_engine_t *e, pdx_peer_t *peer)
         }
     }
     free(seen);
-    if (!alloc_deps(peer, qps))
+    if (!alloc_deps(e, peer, qps))
         return;
     for (uint32_t i = 0; i < n; i++)
         if (!make_dep(e, peer, peer->eps_in[i].shard, peer->eps_in[i].index,
@@ -309,12 +322,13 @@ static void on_mem(pdx_peer_t *peer, const pdx_wire_mem_t *m)
         }
         rm = &peer->mems[ent->mem];
         if (atomic_load_explicit(&rm->valid, memory_order_relaxed)) {
-            if (!memcmp(&rm->rkey, &ent->rkey, sizeof(rm->rkey)))
+            if (rm->rkey.rkey == ent->rkey.rkey && rm->rkey.addr == ent->rkey.addr &&
+                rm->rkey.len == ent->rkey.len)
                 continue; /* sent twice around our snapshot: the same */
-            /* The id was deregistered and registered again: the new one
-             * precedes any room that names it on this connection. */
-            pdx_debug("region %u of %s replaced", ent->mem, peer->addr);
-            atomic_store_explicit(&rm->valid, 0, memory_order_release);
+            /* Never replaced: a shard may be reading it without a lock. */
+            pdx_ctrl_fail(peer, PDX_ERR_PROTO, "memory %u described twice by %s", ent->mem,
+                          peer->addr);
+            return;
         }
         rm->rkey = ent->rkey;
         atomic_store_explicit(&rm->valid, 1, memory_order_release);

@@ -16,6 +16,7 @@
 #include <sys/random.h>
 
 #include "config.h"
+#include "ctrl.h"
 #include "log.h"
 
 static pdx_status_t pick_transport(pdx_engine_t *e)
@@ -101,6 +102,22 @@ static void fail_all_rooms(pdx_engine_t *e)
     }
 }
 
+/* After the stops: true (logged) when a thread did not stop in time. Then
+ * nothing it may touch is freed: a leak is better than a use after free. */
+static bool threads_left(pdx_engine_t *e)
+{
+    uint32_t left = 0;
+
+    for (uint32_t i = 0; i < e->nshards; i++)
+        left += e->shards[i].running;
+    if (pdx_ctrl_running(e))
+        left++;
+    if (left)
+        pdx_error("engine %016llx: %u thread(s) did not stop; its memory is kept",
+                  (unsigned long long)e->sender_id, left);
+    return left > 0;
+}
+
 pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p)
 {
     pthread_condattr_t cattr;
@@ -183,6 +200,8 @@ err_stop:
     while (started-- > 0)
         pdx_shard_stop(&e->shards[started]);
     pdx_ctrl_stop(e);
+    if (threads_left(e))
+        return st; /* a thread still runs: its engine stays allocated */
 err_fini_shards:
     for (uint32_t i = 0; i < e->nshards; i++)
         pdx_shard_fini(&e->shards[i]);
@@ -209,6 +228,8 @@ void pdx_engine_destroy(pdx_engine_t *e)
     fail_all_rooms(e);
     for (uint32_t i = 0; i < e->nshards; i++)
         pdx_shard_stop(&e->shards[i]);
+    if (threads_left(e))
+        return;
     for (uint32_t i = 0; i < e->nshards; i++)
         pdx_shard_fini(&e->shards[i]);
     for (uint32_t i = 0; i < PDX_MAX_PEERS; i++) {
@@ -246,8 +267,18 @@ pdx_status_t pdx_mem_register(pdx_engine_t *e, void *base, size_t len, uint32_t 
     if (!e || !base || len == 0 || !mem_p)
         return PDX_ERR_INVALID;
     pthread_mutex_lock(&e->lock);
-    for (id = 0; id < PDX_MAX_MEMS && e->mems[id].used; id++)
+    /* Peers never let a region id change its description (shards read it
+     * without a lock): an id described before is taken only when no fresh
+     * one is left, and peers that knew the old region then fail. */
+    for (id = 0; id < PDX_MAX_MEMS && (e->mems[id].used || e->mems[id].rkey.len); id++)
         ;
+    if (id == PDX_MAX_MEMS) {
+        for (id = 0; id < PDX_MAX_MEMS && e->mems[id].used; id++)
+            ;
+        if (id < PDX_MAX_MEMS)
+            pdx_warn("pdx_mem_register: region id %u is used again; peers that knew "
+                     "the old region will fail", id);
+    }
     if (id == PDX_MAX_MEMS) {
         pthread_mutex_unlock(&e->lock);
         pdx_error("pdx_mem_register: all %d regions in use", PDX_MAX_MEMS);
@@ -285,8 +316,12 @@ pdx_status_t pdx_mem_deregister(pdx_engine_t *e, uint32_t mem)
         st = PDX_ERR_STATE;
     } else {
         st = e->ops->mr_dereg(e->mems[mem].mr);
-        if (st == PDX_OK)
+        if (st == PDX_OK) {
+            pdx_tp_rkey_t described = e->mems[mem].rkey; /* kept: the id is not fresh */
+
             memset(&e->mems[mem], 0, sizeof(e->mems[mem]));
+            e->mems[mem].rkey = described;
+        }
     }
     pthread_mutex_unlock(&e->lock);
     return st;

@@ -115,6 +115,10 @@ struct pdx_peer {
     bool                outgoing;      /* we called pdx_peer_connect */
     bool                accepted;      /* returned by pdx_peer_accept (accept_lock) */
     _Atomic int         state;         /* pdx_peer_state_t */
+    _Atomic uint32_t    reaped;        /* FAILED and every dep in error: nothing more
+                                        * of it can land here */
+    _Atomic uint32_t    fence_steps;   /* peer.c: reaped, rooms told it is gone;
+                                        * the second calls pdx_rooms_peer_fenced */
     pdx_status_t        status;        /* why FAILED (written before state) */
     char                err[PDX_ERRMSG_MAX];
     char                addr[PDX_NAME_MAX];
@@ -169,13 +173,19 @@ typedef struct pdx_room_ext {
     pthread_mutex_t  lock;             /* first: pdx_release clears what follows */
     _Atomic uint64_t deadline_ns;      /* 0: none; bootstrap (prefill) or expect (decode) */
     _Atomic uint64_t xfer_deadline_ns; /* prefill: first chunk + transfer timeout */
-    pdx_peer_t *_Atomic ack_peer;      /* prefill: owes this peer an ABORT_ACK */
+    _Atomic uint64_t ack_mask;         /* prefill: owes ABORT_ACKs to these peer ids */
+    _Atomic bool     app;              /* the local app used the id (send/expect) */
+    int32_t          aux_mem;          /* aux region pinned by the room (users), -1: none;
+                                        * set by the API thread, read at release */
     _Atomic uint32_t inflight;         /* WRs posted, not completed */
     _Atomic uint32_t queued;           /* chunks in the shard's ring for it */
     _Atomic uint32_t fenced;           /* decode: nothing more can land */
     _Atomic bool     decode;           /* expected here (receiver); set once */
     _Atomic uint32_t last_queued;      /* prefill: pdx_send had PDX_SEND_LAST */
-    /* prefill: destinations, published by ndests (release) */
+    /* prefill: destinations, published by ndests (release). The shard sets
+     * PDX_DESTS_CLOSED in ndests (fetch_or) before a room's first chunk and
+     * uses the count it got back; a ROOM message adds a destination only by
+     * a CAS that fails once CLOSED is set, so no destination misses a chunk. */
     pdx_dest_t       dests[PDX_MAX_DESTS];
     _Atomic uint32_t ndests;
     /* prefill (shard) */
@@ -203,8 +213,12 @@ typedef struct pdx_room_ext {
     uint32_t         acks;             /* ABORT_ACKs or gone peers, after a failure */
 } pdx_room_ext_t;
 
+#define PDX_DESTS_CLOSED  (1u << 31)
+#define PDX_DESTS_COUNT(v) ((v) & ~PDX_DESTS_CLOSED)
+
 /* A notify that arrived before its room's pdx_expect (bounded). */
 typedef struct pdx_held_notify {
+    pdx_peer_t       *peer;            /* who sent it */
     pdx_wire_notify_t notify;
     uint64_t          at_ns;
 } pdx_held_notify_t;
@@ -349,6 +363,9 @@ void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notif
 void pdx_rooms_sweep(pdx_engine_t *e, uint64_t now_ns);
 /* The peer is gone: fail every room that needs it. */
 void pdx_rooms_peer_gone(pdx_engine_t *e, pdx_peer_t *peer);
+/* The gone peer's endpoints are in error (peer->reaped set first): decode
+ * rooms stop waiting for its ABORT_ACK. Called once, after pdx_rooms_peer_gone. */
+void pdx_rooms_peer_fenced(pdx_engine_t *e, pdx_peer_t *peer);
 /* Fail a room (any thread), count it, tell its peers; false if terminal. */
 bool pdx_rooms_fail(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_status_t status, const char *fmt,
                     ...) __attribute__((format(printf, 4, 5)));

@@ -123,6 +123,8 @@ static void peer_reset(pdx_peer_t *peer, pdx_engine_t *e, int fd, bool outgoing,
     peer->neps_in = 0;
     peer->desc_sent = false;
     peer->out_head = peer->out_len = 0;
+    atomic_store_explicit(&peer->reaped, 0, memory_order_relaxed);
+    atomic_store_explicit(&peer->fence_steps, 0, memory_order_relaxed);
 }
 
 pdx_status_t pdx_peer_open(pdx_engine_t *e, int fd, bool outgoing, const char *addr,
@@ -529,6 +531,18 @@ static void fail_deps(pdx_peer_t *peer)
     }
 }
 
+/*
+ * Two steps precede pdx_rooms_peer_fenced(), in either order and maybe on
+ * two threads: the reap (every dep in error, `reaped` set) and, for a peer
+ * that was READY, pdx_rooms_peer_gone() by the thread that failed it. The
+ * second step to finish tells the rooms, once.
+ */
+static void fence_step(pdx_peer_t *peer)
+{
+    if (atomic_fetch_add_explicit(&peer->fence_steps, 1, memory_order_acq_rel) == 1)
+        pdx_rooms_peer_fenced(peer->engine, peer);
+}
+
 bool pdx_peer_reap(pdx_peer_t *peer)
 {
     int fd;
@@ -545,6 +559,9 @@ bool pdx_peer_reap(pdx_peer_t *peer)
         return false;
     close_socket(fd);
     fail_deps(peer);
+    /* Nothing of the peer lands here any more: its decode rooms are fenced. */
+    atomic_store_explicit(&peer->reaped, 1, memory_order_release);
+    fence_step(peer);
     return true;
 }
 
@@ -588,7 +605,10 @@ void pdx_peer_fail(pdx_peer_t *peer, pdx_status_t status, const char *fmt, ...)
      * has stopped, this thread does. */
     if (!pdx_ctrl_kick(e))
         pdx_peer_reap(peer);
-    /* Rooms name only peers that were READY. */
-    if (old == PDX_PEER_READY)
+    /* Rooms name only peers that were READY: fail theirs, then (once the
+     * reap too is done) count their decode rooms as fenced. */
+    if (old == PDX_PEER_READY) {
         pdx_rooms_peer_gone(e, peer);
+        fence_step(peer);
+    }
 }

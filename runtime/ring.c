@@ -96,7 +96,8 @@ pdx_status_t pdx_ring_push(pdx_ring_t *ring, const pdx_chunk_t *chunk, const pdx
     dst = ring->pages + cell->page_pos;
     for (uint32_t g = 0; g < chunk->ngroups; g++) {
         cell->chunk.npages[g] = pages[g].npages;
-        memcpy(dst, pages[g].pages, (size_t)pages[g].npages * sizeof(*dst));
+        if (pages[g].npages) /* an empty list may have no array */
+            memcpy(dst, pages[g].pages, (size_t)pages[g].npages * sizeof(*dst));
         dst += pages[g].npages;
     }
     atomic_store_explicit(&cell->seq, (uint64_t)c + 1, memory_order_release);

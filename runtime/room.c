@@ -159,11 +159,11 @@ pdx_status_t pdx_room_insert(pdx_room_table_t *table, uint64_t id, pdx_room_stat
     return PDX_OK;
 }
 
-pdx_status_t pdx_room_remove(pdx_room_table_t *table, uint64_t id)
+pdx_status_t pdx_room_unlink(pdx_room_table_t *table, uint64_t id, pdx_room_obj_t **obj_p)
 {
     uint32_t hash = (uint32_t)pdx_hash64(id);
-    uint32_t i, o;
-    pdx_room_obj_t *obj = NULL;
+    pdx_room_obj_t *want = *obj_p, *obj = NULL;
+    uint32_t i;
 
     pthread_mutex_lock(&table->lock);
     for (i = hash & table->mask;; i = (i + 1) & table->mask) {
@@ -176,11 +176,10 @@ pdx_status_t pdx_room_remove(pdx_room_table_t *table, uint64_t id)
             break;
         }
     }
-    if (!obj) {
+    if (!obj || (want && obj != want)) {
         pthread_mutex_unlock(&table->lock);
         return PDX_ERR_NOT_FOUND;
     }
-    o = (uint32_t)(obj - table->objs);
 
     /* Retire the object first: from here no reader reports it. */
     atomic_fetch_add_explicit(&obj->gen, 1, memory_order_release);   /* -> odd */
@@ -202,12 +201,28 @@ pdx_status_t pdx_room_remove(pdx_room_table_t *table, uint64_t id)
     }
     atomic_store_explicit(&table->index[i], 0, memory_order_relaxed);
     atomic_fetch_add_explicit(&table->seq, 1, memory_order_release);
+    pthread_mutex_unlock(&table->lock);
+    *obj_p = obj;
+    return PDX_OK;
+}
 
+void pdx_room_free(pdx_room_table_t *table, pdx_room_obj_t *obj)
+{
+    pthread_mutex_lock(&table->lock);
     obj->next_free = table->free_head;
-    table->free_head = o;
+    table->free_head = (uint32_t)(obj - table->objs);
     table->used--;
     pthread_mutex_unlock(&table->lock);
-    return PDX_OK;
+}
+
+pdx_status_t pdx_room_remove(pdx_room_table_t *table, uint64_t id)
+{
+    pdx_room_obj_t *obj = NULL;
+    pdx_status_t st = pdx_room_unlink(table, id, &obj);
+
+    if (st == PDX_OK)
+        pdx_room_free(table, obj);
+    return st;
 }
 
 static bool is_terminal(int32_t state)

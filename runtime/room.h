@@ -57,8 +57,8 @@ void pdx_room_table_fini(pdx_room_table_t *table);
 pdx_status_t pdx_room_insert(pdx_room_table_t *table, uint64_t id, pdx_room_state_t state,
                              pdx_room_obj_t **obj_p);
 
-/* The room object of `id`, or NULL. Lock-free. The object stays valid until
- * the id is removed, which only its owner does. */
+/* The room object of `id`, or NULL. Lock-free. The object may be unlinked
+ * and reused meanwhile: check it with pdx_room_read() before acting on it. */
 pdx_room_obj_t *pdx_room_lookup(pdx_room_table_t *table, uint64_t id);
 
 /*
@@ -71,7 +71,19 @@ bool pdx_room_read(pdx_room_obj_t *obj, uint64_t id, int32_t *state_p);
 /* State of `id`, or PDX_ROOM_NONE: a lookup plus atomic loads. */
 pdx_room_state_t pdx_room_poll(pdx_room_table_t *table, uint64_t id);
 
-/* Remove `id`; PDX_ERR_NOT_FOUND when absent. */
+/*
+ * Take `id` out of the index and retire its object (generation odd: no
+ * reader reports it), without freeing the object: no insert can reuse it
+ * until pdx_room_free(). If *obj_p is not NULL, only that object is taken
+ * (PDX_ERR_NOT_FOUND if the id now names another); *obj_p is set on success.
+ * PDX_ERR_NOT_FOUND when absent, e.g. another thread unlinked it first.
+ */
+pdx_status_t pdx_room_unlink(pdx_room_table_t *table, uint64_t id, pdx_room_obj_t **obj_p);
+
+/* Give an unlinked object back to the free list. */
+void pdx_room_free(pdx_room_table_t *table, pdx_room_obj_t *obj);
+
+/* Remove `id` (unlink, then free); PDX_ERR_NOT_FOUND when absent. */
 pdx_status_t pdx_room_remove(pdx_room_table_t *table, uint64_t id);
 
 /*

@@ -24,39 +24,41 @@ static uint32_t timeout_or(int timeout_ms, uint32_t dflt)
 
 /* ------------------------------------------------------------ fail, succeed */
 
-bool pdx_rooms_fail(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_status_t status, const char *fmt,
-                    ...)
+static bool terminal(int32_t state)
+{
+    return state == PDX_ROOM_SUCCESS || state == PDX_ROOM_FAILED;
+}
+
+static bool fail_v(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id, pdx_status_t status,
+                   const char *fmt, va_list ap)
 {
     pdx_room_ext_t *ext = pdx_room_ext(e, obj);
     pdx_peer_t *peers[PDX_MAX_DESTS];
     uint32_t npeers = 0;
-    uint64_t id = atomic_load(&obj->id);
     char msg[PDX_ROOM_ERR_MAX];
     uint8_t frame[PDX_WIRE_HEADER_SIZE + 64 + PDX_WIRE_REASON_MAX];
     size_t len = 0;
     bool decode;
-    va_list ap;
 
-    va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    if (!pdx_room_fail(obj, status, "%s", msg))
-        return false;
-    atomic_fetch_add_explicit(&e->stats.rooms_failed, 1, memory_order_relaxed);
-    pdx_warn("room %llu failed: %s (%s)", (unsigned long long)id, msg, pdx_status_str(status));
-
     pthread_mutex_lock(&ext->lock);
-    decode = ext->decode;
+    if (!pdx_rooms_live(obj, id) || !pdx_room_fail(obj, status, "%s", msg)) {
+        pthread_mutex_unlock(&ext->lock);
+        return false;
+    }
+    decode = atomic_load(&ext->decode);
     if (decode) {
         for (uint32_t i = 0; i < ext->npeers; i++)
             peers[npeers++] = ext->peers[i];
     } else {
-        uint32_t n = atomic_load_explicit(&ext->ndests, memory_order_acquire);
+        uint32_t n = PDX_DESTS_COUNT(atomic_load_explicit(&ext->ndests, memory_order_acquire));
 
         for (uint32_t i = 0; i < n; i++)
             peers[npeers++] = ext->dests[i].peer;
     }
     pthread_mutex_unlock(&ext->lock);
+    atomic_fetch_add_explicit(&e->stats.rooms_failed, 1, memory_order_relaxed);
+    pdx_warn("room %llu failed: %s (%s)", (unsigned long long)id, msg, pdx_status_str(status));
 
     /* Decode asks each sender to stop (and confirm: the abort fence);
      * prefill tells each destination why its data will not come. */
@@ -71,12 +73,50 @@ bool pdx_rooms_fail(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_status_t status, c
         snprintf(m.message, sizeof(m.message), "%s", msg);
         pdx_wire_encode_error(&m, frame, sizeof(frame), &len);
     }
-    for (uint32_t i = 0; i < npeers; i++)
-        if (pdx_peer_send(peers[i], frame, len) != PDX_OK && decode)
-            pdx_rooms_ack(e, obj, peers[i]); /* it cannot be asked: count it as gone */
+    for (uint32_t i = 0; i < npeers; i++) {
+        pdx_status_t st = pdx_peer_send(peers[i], frame, len);
+
+        if (!decode || st == PDX_OK)
+            continue;
+        /* An ABORT that cannot be sent is no confirmation: only a sender
+         * whose endpoints are in error can no longer write. A full control
+         * connection fails the peer; pdx_rooms_peer_fenced() counts it once
+         * its endpoints are in error. */
+        if (st == PDX_ERR_AGAIN)
+            pdx_peer_fail(peers[i], PDX_ERR_PEER, "control connection to %s is full",
+                          peers[i]->addr);
+        else if (st == PDX_ERR_PEER && atomic_load(&peers[i]->reaped))
+            pdx_rooms_ack(e, obj, id, peers[i]);
+    }
     if (!decode)
         pdx_shard_wake(pdx_room_shard(e, id));
     return true;
+}
+
+bool pdx_rooms_fail_id(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id, pdx_status_t status,
+                       const char *fmt, ...)
+{
+    va_list ap;
+    bool r;
+
+    va_start(ap, fmt);
+    r = fail_v(e, obj, id, status, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+/* For the room's owner (a shard with its chunks or writes, an API call):
+ * the object cannot be recycled under it. */
+bool pdx_rooms_fail(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_status_t status, const char *fmt,
+                    ...)
+{
+    va_list ap;
+    bool r;
+
+    va_start(ap, fmt);
+    r = fail_v(e, obj, atomic_load(&obj->id), status, fmt, ap);
+    va_end(ap);
+    return r;
 }
 
 void pdx_rooms_succeed(pdx_engine_t *e, pdx_room_obj_t *obj)
@@ -85,11 +125,8 @@ void pdx_rooms_succeed(pdx_engine_t *e, pdx_room_obj_t *obj)
         atomic_fetch_add_explicit(&e->stats.rooms_success, 1, memory_order_relaxed);
 }
 
-void pdx_rooms_ack(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_peer_t *peer)
+void pdx_rooms_ack_locked(pdx_room_ext_t *ext, const pdx_peer_t *peer)
 {
-    pdx_room_ext_t *ext = pdx_room_ext(e, obj);
-
-    pthread_mutex_lock(&ext->lock);
     for (uint32_t i = 0; i < ext->npeers; i++) {
         if (ext->peers[i] == peer) {
             /* Each peer counts once: swap it out of the list. */
@@ -100,7 +137,70 @@ void pdx_rooms_ack(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_peer_t *peer)
     }
     if (ext->npeers == 0)
         atomic_store_explicit(&ext->fenced, 1, memory_order_release);
+}
+
+void pdx_rooms_ack(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id, const pdx_peer_t *peer)
+{
+    pdx_room_ext_t *ext = pdx_room_ext(e, obj);
+
+    pthread_mutex_lock(&ext->lock);
+    if (pdx_rooms_live(obj, id) && atomic_load(&ext->decode))
+        pdx_rooms_ack_locked(ext, peer);
     pthread_mutex_unlock(&ext->lock);
+}
+
+pdx_status_t pdx_rooms_send_abort_ack(pdx_peer_t *peer, uint64_t room)
+{
+    uint8_t frame[PDX_WIRE_HEADER_SIZE + 8];
+    pdx_wire_abort_ack_t m = {.room = room};
+    size_t len;
+    pdx_status_t st = pdx_wire_encode_abort_ack(&m, frame, sizeof(frame), &len);
+
+    return st == PDX_OK ? pdx_peer_send(peer, frame, len) : st;
+}
+
+uint64_t pdx_rooms_send_acks(pdx_engine_t *e, uint64_t room, uint64_t mask)
+{
+    uint64_t left = 0;
+
+    while (mask) {
+        uint32_t id = (uint32_t)__builtin_ctzll(mask);
+        pdx_peer_t *peer = pdx_peer_get(e, id);
+
+        mask &= mask - 1;
+        if (peer && pdx_rooms_send_abort_ack(peer, room) == PDX_ERR_AGAIN)
+            left |= 1ull << id;
+    }
+    return left;
+}
+
+/* Pin a registered region for a room (pdx_mem_deregister refuses it). */
+static pdx_status_t aux_pin(pdx_engine_t *e, uint32_t mem)
+{
+    pdx_status_t st = PDX_ERR_NOT_FOUND;
+
+    pthread_mutex_lock(&e->lock);
+    if (mem < PDX_MAX_MEMS && e->mems[mem].used) {
+        atomic_fetch_add(&e->mems[mem].users, 1);
+        st = PDX_OK;
+    }
+    pthread_mutex_unlock(&e->lock);
+    return st;
+}
+
+static void aux_unpin(pdx_engine_t *e, int32_t mem)
+{
+    if (mem >= 0)
+        atomic_fetch_sub(&e->mems[mem].users, 1);
+}
+
+/* Under ext->lock: the first use of the room by the local app. */
+static void app_claim(pdx_room_ext_t *ext)
+{
+    if (!atomic_load(&ext->app)) {
+        ext->aux_mem = -1;
+        atomic_store(&ext->app, true);
+    }
 }
 
 /* -------------------------------------------------------------------- send */
@@ -196,11 +296,32 @@ pdx_status_t pdx_send(pdx_engine_t *e, pdx_room_t room, uint32_t layout_id,
         return st;
     ext = pdx_room_ext(e, obj);
     state = pdx_room_state(obj);
-    if (state == PDX_ROOM_FAILED || state == PDX_ROOM_SUCCESS ||
-        atomic_load(&ext->last_queued)) {
+    if (terminal(state) || atomic_load(&ext->last_queued)) {
         pdx_error("pdx_send: room %llu is %s", (unsigned long long)room,
                   state == PDX_ROOM_FAILED ? "failed" : "complete");
         return PDX_ERR_STATE;
+    }
+    if (aux && (st = aux_pin(e, aux->mem)) != PDX_OK)
+        return st;
+    /* Claim the room for the app; a room removed meanwhile (a refused ROOM,
+     * the sweep) is failed first, so the state is checked again here. */
+    pthread_mutex_lock(&ext->lock);
+    state = pdx_room_state(obj);
+    if (!pdx_rooms_live(obj, room) || terminal(state) || (aux && atomic_load(&ext->app) &&
+                                                           ext->aux_mem >= 0)) {
+        st = PDX_ERR_STATE;
+    } else {
+        app_claim(ext);
+        if (aux)
+            ext->aux_mem = (int32_t)aux->mem;
+    }
+    pthread_mutex_unlock(&ext->lock);
+    if (st != PDX_OK) {
+        pdx_error("pdx_send: room %llu is over or already has its last chunk",
+                  (unsigned long long)room);
+        if (aux)
+            aux_unpin(e, (int32_t)aux->mem);
+        return st;
     }
 
     chunk.room = room;
@@ -220,6 +341,18 @@ pdx_status_t pdx_send(pdx_engine_t *e, pdx_room_t room, uint32_t layout_id,
     st = pdx_ring_push(&shard->ring, &chunk, src);
     if (st != PDX_OK) {
         atomic_fetch_sub(&ext->queued, 1);
+        if (aux) {
+            bool drop = false;
+
+            pthread_mutex_lock(&ext->lock);
+            if (pdx_rooms_live(obj, room) && ext->aux_mem == (int32_t)aux->mem) {
+                ext->aux_mem = -1;
+                drop = true;
+            }
+            pthread_mutex_unlock(&ext->lock);
+            if (drop)
+                aux_unpin(e, (int32_t)aux->mem);
+        }
         if (st == PDX_ERR_AGAIN)
             atomic_fetch_add_explicit(&e->stats.send_again, 1, memory_order_relaxed);
         else
@@ -324,7 +457,7 @@ pdx_status_t pdx_expect(pdx_engine_t *e, uint32_t peer_id, pdx_room_t room, uint
     pdx_peer_t *peer;
     uint64_t total;
     pdx_status_t st;
-    bool created;
+    bool created, pinned = false;
 
     if (!e || !dst || nsenders == 0 || nsenders > PDX_MAX_SENDERS)
         return PDX_ERR_INVALID;
@@ -346,28 +479,45 @@ pdx_status_t pdx_expect(pdx_engine_t *e, uint32_t peer_id, pdx_room_t room, uint
     if (st != PDX_OK)
         return st;
 
+    if (aux && (st = aux_pin(e, aux->mem)) != PDX_OK)
+        return st;
     st = pdx_room_insert(&e->rooms, room, PDX_ROOM_WAITING, &obj);
     created = st == PDX_OK;
     if (st != PDX_OK && st != PDX_ERR_EXISTS) {
         pdx_error("pdx_expect: room %llu: the room table is full (PDX_ROOMS=%u)",
                   (unsigned long long)room, e->cfg.rooms);
+        if (aux)
+            aux_unpin(e, (int32_t)aux->mem);
         return st;
     }
     ext = pdx_room_ext(e, obj);
     pthread_mutex_lock(&ext->lock);
-    if (!created && !ext->decode) {
-        st = PDX_ERR_STATE;  /* a prefill room of the same id */
+    if (!pdx_rooms_live(obj, room) || (!created && !atomic_load(&ext->decode))) {
+        st = PDX_ERR_STATE;  /* a prefill room of the same id, or one just removed */
+    } else if (aux && atomic_load(&ext->app) && ext->aux_mem >= 0 &&
+               ext->aux_mem != (int32_t)aux->mem) {
+        st = PDX_ERR_INVALID;
     } else {
-        ext->decode = true;
+        atomic_store(&ext->decode, true);
         st = expect_peer(ext, peer, nsenders);
+        if (st == PDX_OK) {
+            app_claim(ext);
+            if (aux && ext->aux_mem < 0) {
+                ext->aux_mem = (int32_t)aux->mem;
+                pinned = true;
+            }
+        }
     }
     pthread_mutex_unlock(&ext->lock);
+    if (aux && !pinned)
+        aux_unpin(e, (int32_t)aux->mem); /* refused, or the room pins it already */
     if (st != PDX_OK) {
         pdx_error("pdx_expect: room %llu: %s", (unsigned long long)room,
-                  st == PDX_ERR_STATE ? "the id is in use by a room sent from here"
-                                      : "too many peers or senders for one room");
+                  st == PDX_ERR_STATE     ? "the id is in use by a room sent from here"
+                  : st == PDX_ERR_INVALID ? "its aux regions must share one memory region"
+                                          : "too many peers or senders for one room");
         if (created)
-            pdx_room_remove(&e->rooms, room);
+            pdx_rooms_remove(e, obj, room);
         return st;
     }
     if (created)
@@ -384,11 +534,11 @@ pdx_status_t pdx_expect(pdx_engine_t *e, uint32_t peer_id, pdx_room_t room, uint
     }
     st = send_room_msg(peer, &m, dst, total);
     if (st != PDX_OK) {
-        pdx_rooms_fail(e, obj, st, "could not send the room's metadata to %s: %s", peer->addr,
+        pdx_rooms_fail_id(e, obj, room, st, "could not send the room's metadata to %s: %s", peer->addr,
                        pdx_status_str(st));
         return st;
     }
-    pdx_rooms_apply_held(e, obj);
+    pdx_rooms_apply_held(e, obj, room);
     return PDX_OK;
 }
 
@@ -427,18 +577,17 @@ pdx_status_t pdx_abort(pdx_engine_t *e, pdx_room_t room)
     obj = pdx_room_lookup(&e->rooms, room);
     if (!obj)
         return PDX_ERR_NOT_FOUND;
-    pdx_rooms_fail(e, obj, PDX_ERR_ABORTED, "aborted by the caller");
+    pdx_rooms_fail_id(e, obj, room, PDX_ERR_ABORTED, "aborted by the caller");
     return PDX_OK;
 }
 
-/* Nothing of the room can still be written, here or into here. */
-static bool fenced(pdx_room_obj_t *obj, pdx_room_ext_t *ext)
+bool pdx_rooms_fenced(pdx_room_obj_t *obj, pdx_room_ext_t *ext)
 {
     /* queued before active before inflight: the shard adds to inflight
      * before it gives up a chunk (queued) and leaves the list (active). */
     if (atomic_load(&ext->queued) || atomic_load(&ext->active) || atomic_load(&ext->inflight))
         return false;
-    if (!ext->decode || pdx_room_state(obj) == PDX_ROOM_SUCCESS)
+    if (!atomic_load(&ext->decode) || pdx_room_state(obj) == PDX_ROOM_SUCCESS)
         return true;
     return atomic_load_explicit(&ext->fenced, memory_order_acquire);
 }
@@ -451,14 +600,46 @@ static void ext_reset(pdx_room_ext_t *ext)
     free(ext->senders);
     free(ext->last_left);
     memset((char *)ext + sizeof(ext->lock), 0, sizeof(*ext) - sizeof(ext->lock));
+    ext->aux_mem = -1;
     ext->head_cell = ext->tail_cell = UINT32_MAX;
+}
+
+pdx_status_t pdx_rooms_remove(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id)
+{
+    pdx_room_ext_t *ext = pdx_room_ext(e, obj);
+    pdx_room_obj_t *got = obj;
+    uint64_t acks, left;
+    int32_t aux;
+
+    /* Out of the index first: from here no handler acts on the room (each
+     * checks the id under ext->lock) and no insert can reuse the object
+     * until it is freed below. Of two removals, one wins. */
+    if (pdx_room_unlink(&e->rooms, id, &got) != PDX_OK)
+        return PDX_ERR_NOT_FOUND;
+    pthread_mutex_lock(&ext->lock);
+    acks = atomic_exchange(&ext->ack_mask, 0);
+    aux = atomic_load(&ext->app) ? ext->aux_mem : -1;
+    ext_reset(ext);
+    pthread_mutex_unlock(&ext->lock);
+    /* The ABORT_ACKs this room owes go out before its slot can be reused; a
+     * peer whose control connection is full cannot be told: fail it. */
+    left = pdx_rooms_send_acks(e, id, acks);
+    while (left) {
+        pdx_peer_t *peer = pdx_peer_get(e, (uint32_t)__builtin_ctzll(left));
+
+        left &= left - 1;
+        if (peer)
+            pdx_peer_fail(peer, PDX_ERR_PEER, "control connection to %s is full", peer->addr);
+    }
+    aux_unpin(e, aux);
+    pdx_room_free(&e->rooms, obj);
+    return PDX_OK;
 }
 
 pdx_status_t pdx_release(pdx_engine_t *e, pdx_room_t room)
 {
     pdx_room_obj_t *obj;
     pdx_room_ext_t *ext;
-    int32_t state;
 
     if (!e)
         return PDX_ERR_INVALID;
@@ -466,15 +647,9 @@ pdx_status_t pdx_release(pdx_engine_t *e, pdx_room_t room)
     if (!obj)
         return PDX_ERR_NOT_FOUND;
     ext = pdx_room_ext(e, obj);
-    state = pdx_room_state(obj);
-    if (state != PDX_ROOM_SUCCESS && state != PDX_ROOM_FAILED)
-        pdx_rooms_fail(e, obj, PDX_ERR_ABORTED, "released before it was done");
-    if (!fenced(obj, ext))
+    if (!terminal(pdx_room_state(obj)))
+        pdx_rooms_fail_id(e, obj, room, PDX_ERR_ABORTED, "released before it was done");
+    if (!pdx_rooms_fenced(obj, ext))
         return PDX_INPROGRESS;
-    /* Clear the engine data while the id still owns the slot: once removed,
-     * an insert may hand the slot to another room at once. */
-    pthread_mutex_lock(&ext->lock);
-    ext_reset(ext);
-    pthread_mutex_unlock(&ext->lock);
-    return pdx_room_remove(&e->rooms, room) == PDX_OK ? PDX_OK : PDX_ERR_NOT_FOUND;
+    return pdx_rooms_remove(e, obj, room);
 }

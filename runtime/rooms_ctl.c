@@ -27,14 +27,58 @@ static void send_room_error(pdx_peer_t *peer, uint64_t room, pdx_status_t status
         pdx_peer_send(peer, frame, len);
 }
 
-static void send_abort_ack(pdx_peer_t *peer, uint64_t room)
+/* Of a room (under ext->lock): `peer` is one of its senders (decode) or
+ * destinations (prefill). */
+static bool room_has_peer(pdx_room_ext_t *ext, const pdx_peer_t *peer)
 {
-    uint8_t frame[PDX_WIRE_HEADER_SIZE + 8];
-    pdx_wire_abort_ack_t m = {.room = room};
-    size_t len;
+    if (atomic_load(&ext->decode)) {
+        for (uint32_t i = 0; i < ext->npeers; i++)
+            if (ext->peers[i] == peer)
+                return true;
+    } else {
+        uint32_t n = PDX_DESTS_COUNT(atomic_load_explicit(&ext->ndests, memory_order_acquire));
 
-    if (pdx_wire_encode_abort_ack(&m, frame, sizeof(frame), &len) == PDX_OK)
-        pdx_peer_send(peer, frame, len);
+        for (uint32_t i = 0; i < n; i++)
+            if (ext->dests[i].peer == peer)
+                return true;
+    }
+    return false;
+}
+
+/*
+ * A prefill room owes ABORT_ACKs (ack_mask): send them once nothing of the
+ * room is queued, active or in flight. A bit whose send found the control
+ * buffer full goes back for the next sweep.
+ */
+static void flush_acks(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_room_ext_t *ext, uint64_t id)
+{
+    uint64_t mask = 0, left;
+
+    if (atomic_load(&ext->queued) || atomic_load(&ext->active) || atomic_load(&ext->inflight))
+        return;
+    pthread_mutex_lock(&ext->lock);
+    if (pdx_rooms_live(obj, id))
+        mask = atomic_exchange(&ext->ack_mask, 0);
+    pthread_mutex_unlock(&ext->lock);
+    if (!mask)
+        return;
+    left = pdx_rooms_send_acks(e, id, mask);
+    if (!left)
+        return;
+    pthread_mutex_lock(&ext->lock);
+    if (pdx_rooms_live(obj, id)) {
+        atomic_fetch_or(&ext->ack_mask, left);
+        left = 0;
+    }
+    pthread_mutex_unlock(&ext->lock);
+    /* Released meanwhile: its release could not send these. */
+    while (left) {
+        pdx_peer_t *peer = pdx_peer_get(e, (uint32_t)__builtin_ctzll(left));
+
+        left &= left - 1;
+        if (peer)
+            pdx_peer_fail(peer, PDX_ERR_PEER, "control connection to %s is full", peer->addr);
+    }
 }
 
 /* --------------------------------------------------- metadata (prefill side) */
@@ -74,9 +118,10 @@ void pdx_rooms_on_room_msg(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_roo
     const pdx_layout_t *layout = atomic_load_explicit(
         &peer->layouts[m->layout < PDX_MAX_LAYOUTS ? m->layout : 0], memory_order_acquire);
     const char *why = NULL;
-    pdx_room_obj_t *obj;
-    pdx_room_ext_t *ext;
-    pdx_status_t st;
+    pdx_room_obj_t *obj = NULL;
+    pdx_room_ext_t *ext = NULL;
+    pdx_status_t st = PDX_OK;
+    bool created = false, drop = false;
     int32_t state;
     uint32_t n;
 
@@ -84,31 +129,66 @@ void pdx_rooms_on_room_msg(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_roo
         send_room_error(peer, m->room, PDX_ERR_NOT_FOUND, "its layout was never described");
         return;
     }
-    st = pdx_room_insert(&e->rooms, m->room, PDX_ROOM_WAITING, &obj);
-    if (st != PDX_OK && st != PDX_ERR_EXISTS) {
-        send_room_error(peer, m->room, st, "the prefill room table is full");
-        return;
+    /* Found a room that is being removed: insert again (a new room of the id). */
+    for (int tries = 0; !ext; tries++) {
+        st = pdx_room_insert(&e->rooms, m->room, PDX_ROOM_WAITING, &obj);
+        if (st != PDX_OK && st != PDX_ERR_EXISTS) {
+            send_room_error(peer, m->room, st, "the prefill room table is full");
+            return;
+        }
+        created = st == PDX_OK;
+        ext = pdx_room_ext(e, obj);
+        pthread_mutex_lock(&ext->lock);
+        if (!pdx_rooms_live(obj, m->room)) {
+            pthread_mutex_unlock(&ext->lock);
+            ext = NULL;
+            if (tries == 100) {
+                send_room_error(peer, m->room, PDX_ERR_AGAIN, "the room is being released");
+                return;
+            }
+            pdx_cpu_relax();
+        }
     }
-    ext = pdx_room_ext(e, obj);
-    pthread_mutex_lock(&ext->lock);
+    st = PDX_OK;
+    if (created) {
+        /* Fails unless the app sends for it in time. Twice decode's timeout:
+         * decode's own deadline (and its ABORT) comes first when it can. */
+        uint64_t ms = m->timeout_ms ? m->timeout_ms : e->cfg.transfer_timeout_ms;
+
+        atomic_store(&ext->deadline_ns, pdx_now_ns() + 2 * ms * 1000000ull);
+    }
     state = pdx_room_state(obj);
-    n = atomic_load(&ext->ndests);
+    n = atomic_load_explicit(&ext->ndests, memory_order_acquire);
     if (atomic_load(&ext->decode))
         why = "the id is expected on this side too";
     else if (state == PDX_ROOM_FAILED || state == PDX_ROOM_SUCCESS)
         why = "the room is already over on the prefill side";
-    else if (state == PDX_ROOM_TRANSFERRING)
+    else if (state == PDX_ROOM_TRANSFERRING || (n & PDX_DESTS_CLOSED))
         why = "its metadata came after the transfer started";
-    else if (n == PDX_MAX_DESTS)
+    else if (PDX_DESTS_COUNT(n) == PDX_MAX_DESTS)
         why = "too many decode ranks for one room";
     else if ((st = dest_fill(&ext->dests[n], peer, m, layout)) != PDX_OK)
         why = st == PDX_ERR_NOMEM ? "out of memory" : "its groups do not match its layout";
-    else
-        atomic_store_explicit(&ext->ndests, n + 1, memory_order_release);
+    else if (!atomic_compare_exchange_strong_explicit(&ext->ndests, &n, n + 1,
+                                                      memory_order_acq_rel,
+                                                      memory_order_acquire)) {
+        /* The shard closed the list (its first chunk) after our check. */
+        free(ext->dests[PDX_DESTS_COUNT(n)].pages);
+        memset(&ext->dests[PDX_DESTS_COUNT(n)], 0, sizeof(ext->dests[0]));
+        why = "its metadata came after the transfer started";
+    }
+    if (why && created && !atomic_load(&ext->app)) {
+        /* A room only this message made: take it out again. Failed first, so
+         * a pdx_send that finds it meanwhile refuses it rather than claims it. */
+        pdx_room_fail(obj, PDX_ERR_STATE, "its metadata was refused: %s", why);
+        drop = true;
+    }
     pthread_mutex_unlock(&ext->lock);
     if (why) {
         send_room_error(peer, m->room, st != PDX_OK && st != PDX_ERR_EXISTS ? st : PDX_ERR_STATE,
                         why);
+        if (drop)
+            pdx_rooms_remove(e, obj, m->room);
         return;
     }
     pdx_room_advance(obj, PDX_ROOM_WAITING);
@@ -119,41 +199,75 @@ void pdx_rooms_on_abort(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_abort_
 {
     pdx_room_obj_t *obj = pdx_room_lookup(&e->rooms, m->room);
     pdx_room_ext_t *ext;
+    bool ours = false;
 
-    if (!obj || atomic_load(&pdx_room_ext(e, obj)->decode)) {
-        send_abort_ack(peer, m->room); /* nothing of it is in flight from here */
+    if (!obj) {
+        pdx_rooms_send_abort_ack(peer, m->room); /* nothing of it is in flight from here */
         return;
     }
     ext = pdx_room_ext(e, obj);
-    pdx_rooms_fail(e, obj, PDX_ERR_ABORTED, "aborted by %s: %s", peer->addr, m->reason);
-    /* The sweep answers once nothing of the room is queued or in flight. */
-    atomic_store(&ext->ack_peer, peer);
+    pthread_mutex_lock(&ext->lock);
+    if (pdx_rooms_live(obj, m->room) && !atomic_load(&ext->decode) && room_has_peer(ext, peer)) {
+        /* Answered once nothing of the room is queued, active or in flight
+         * (here, by the sweep, or by pdx_release). */
+        atomic_fetch_or(&ext->ack_mask, 1ull << peer->id);
+        ours = true;
+    }
+    pthread_mutex_unlock(&ext->lock);
+    if (!ours) {
+        /* Not a room that sends to this peer: nothing of it is in flight to it. */
+        pdx_rooms_send_abort_ack(peer, m->room);
+        return;
+    }
+    pdx_rooms_fail_id(e, obj, m->room, PDX_ERR_ABORTED, "aborted by %s: %s", peer->addr,
+                      m->reason);
+    flush_acks(e, obj, ext, m->room);
 }
 
 void pdx_rooms_on_abort_ack(pdx_engine_t *e, pdx_peer_t *peer, uint64_t room)
 {
     pdx_room_obj_t *obj = pdx_room_lookup(&e->rooms, room);
+    pdx_room_ext_t *ext;
 
-    if (obj && atomic_load(&pdx_room_ext(e, obj)->decode))
-        pdx_rooms_ack(e, obj, peer);
+    if (!obj)
+        return;
+    ext = pdx_room_ext(e, obj);
+    pthread_mutex_lock(&ext->lock);
+    /* Only a failed decode room asked, and only its senders answer. */
+    if (pdx_rooms_live(obj, room) && atomic_load(&ext->decode) &&
+        pdx_room_state(obj) == PDX_ROOM_FAILED)
+        pdx_rooms_ack_locked(ext, peer);
+    pthread_mutex_unlock(&ext->lock);
 }
 
 void pdx_rooms_on_error(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_error_t *m)
 {
     pdx_room_obj_t *obj = pdx_room_lookup(&e->rooms, m->room);
+    pdx_room_ext_t *ext;
+    bool ours;
 
-    if (obj)
-        pdx_rooms_fail(e, obj, m->status < 0 ? m->status : PDX_ERR_PEER, "%s reported: %s",
-                       peer->addr, m->message);
+    if (!obj)
+        return;
+    ext = pdx_room_ext(e, obj);
+    pthread_mutex_lock(&ext->lock);
+    ours = pdx_rooms_live(obj, m->room) && room_has_peer(ext, peer);
+    pthread_mutex_unlock(&ext->lock);
+    if (!ours) {
+        pdx_warn("room %llu: error from %s, which is not one of its peers, ignored: %s",
+                 (unsigned long long)m->room, peer->addr, m->message);
+        return;
+    }
+    pdx_rooms_fail_id(e, obj, m->room, m->status < 0 ? m->status : PDX_ERR_PEER,
+                      "%s reported: %s", peer->addr, m->message);
 }
 
 /* ----------------------------------------------------- notifies (decode side) */
 
-static void hold(pdx_engine_t *e, const pdx_wire_notify_t *n)
+static void hold(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notify_t *n)
 {
     pthread_mutex_lock(&e->held_lock);
     if (e->nheld < e->cfg.held_notifies) {
-        e->held[e->nheld++] = (pdx_held_notify_t){*n, pdx_now_ns()};
+        e->held[e->nheld++] = (pdx_held_notify_t){peer, *n, pdx_now_ns()};
         n = NULL;
     }
     pthread_mutex_unlock(&e->held_lock);
@@ -162,12 +276,12 @@ static void hold(pdx_engine_t *e, const pdx_wire_notify_t *n)
                  (unsigned long long)n->room, e->cfg.held_notifies);
 }
 
-void pdx_rooms_apply_held(pdx_engine_t *e, pdx_room_obj_t *obj)
+void pdx_rooms_apply_held(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id)
 {
-    uint64_t id = atomic_load(&obj->id);
     pdx_held_notify_t *mine = NULL;
     uint32_t nmine = 0, kept = 0;
 
+    (void)obj;
     pthread_mutex_lock(&e->held_lock);
     for (uint32_t i = 0; i < e->nheld; i++) {
         if (e->held[i].notify.room == id) {
@@ -183,7 +297,7 @@ void pdx_rooms_apply_held(pdx_engine_t *e, pdx_room_obj_t *obj)
     e->nheld = kept;
     pthread_mutex_unlock(&e->held_lock);
     for (uint32_t i = 0; i < nmine; i++)
-        pdx_rooms_on_notify(e, NULL, &mine[i].notify);
+        pdx_rooms_on_notify(e, mine[i].peer, &mine[i].notify);
     free(mine);
 }
 
@@ -214,33 +328,48 @@ static bool count_last(pdx_room_ext_t *ext, const pdx_wire_notify_t *n, const ch
 
 void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notify_t *n)
 {
-    pdx_room_obj_t *obj = pdx_room_lookup(&e->rooms, n->room);
+    pdx_room_obj_t *obj;
     const char *why = NULL;
     pdx_room_ext_t *ext;
-    bool done = false;
+    bool done = false, ignore = false;
 
-    (void)peer;
+    if (!peer) {
+        pdx_warn("room %llu: notify without a peer ignored", (unsigned long long)n->room);
+        return;
+    }
+    obj = pdx_room_lookup(&e->rooms, n->room);
     if (!obj || !atomic_load(&pdx_room_ext(e, obj)->decode)) {
-        hold(e, n);
+        hold(e, peer, n);
         return;
     }
     ext = pdx_room_ext(e, obj);
-    if (n->status != PDX_OK) {
-        pdx_rooms_fail(e, obj, n->status, "sender %016llx failed its chunk %u",
-                       (unsigned long long)n->sender, n->seq);
-        return;
-    }
-    pdx_room_advance(obj, PDX_ROOM_TRANSFERRING);
-    if (!(n->flags & PDX_WIRE_NOTIFY_LAST))
-        return;
     pthread_mutex_lock(&ext->lock);
-    done = count_last(ext, n, &why);
+    if (!pdx_rooms_live(obj, n->room)) {
+        pthread_mutex_unlock(&ext->lock);
+        return; /* released meanwhile: a late notify */
+    }
+    if (!room_has_peer(ext, peer) || n->sender != peer->remote_id) {
+        ignore = true;
+    } else if (n->status == PDX_OK) {
+        pdx_room_advance(obj, PDX_ROOM_TRANSFERRING);
+        if (n->flags & PDX_WIRE_NOTIFY_LAST) {
+            done = count_last(ext, n, &why);
+            /* tcp places data before the notify: visible */
+            if (done && pdx_room_advance(obj, PDX_ROOM_SUCCESS))
+                atomic_fetch_add_explicit(&e->stats.rooms_success, 1, memory_order_relaxed);
+        }
+    }
     pthread_mutex_unlock(&ext->lock);
-    if (why)
-        pdx_rooms_fail(e, obj, PDX_ERR_PROTO, "%s (sender %016llx)", why,
-                       (unsigned long long)n->sender);
-    else if (done)
-        pdx_rooms_succeed(e, obj); /* tcp places data before the notify: visible */
+    if (ignore)
+        pdx_warn("room %llu: notify from %s (sender %016llx) ignored: not one of the room's "
+                 "senders", (unsigned long long)n->room, peer->addr,
+                 (unsigned long long)n->sender);
+    else if (n->status != PDX_OK)
+        pdx_rooms_fail_id(e, obj, n->room, n->status, "sender %016llx failed its chunk %u",
+                          (unsigned long long)n->sender, n->seq);
+    else if (why)
+        pdx_rooms_fail_id(e, obj, n->room, PDX_ERR_PROTO, "%s (sender %016llx)", why,
+                          (unsigned long long)n->sender);
 }
 
 /* ------------------------------------------------------------- deadlines */
@@ -248,25 +377,32 @@ void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notif
 static void sweep_room(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_room_ext_t *ext, uint64_t id,
                        int32_t state, uint64_t now)
 {
-    pdx_peer_t *ack = atomic_load(&ext->ack_peer);
     uint64_t dl = atomic_load(&ext->deadline_ns), xd = atomic_load(&ext->xfer_deadline_ns);
+    bool decode = atomic_load(&ext->decode);
 
-    if (ack && !atomic_load(&ext->queued) && !atomic_load(&ext->active) &&
-        !atomic_load(&ext->inflight) &&
-        atomic_compare_exchange_strong(&ext->ack_peer, &ack, NULL))
-        send_abort_ack(ack, id);
-    if (state == PDX_ROOM_SUCCESS || state == PDX_ROOM_FAILED)
+    if (atomic_load(&ext->ack_mask))
+        flush_acks(e, obj, ext, id);
+    if (state == PDX_ROOM_SUCCESS || state == PDX_ROOM_FAILED) {
+        /* A prefill room the app never used (only a ROOM message made it):
+         * nobody here will release it. */
+        if (!decode && !atomic_load(&ext->app) && pdx_rooms_fenced(obj, ext))
+            pdx_rooms_remove(e, obj, id);
         return;
-    if (atomic_load(&ext->decode)) {
+    }
+    if (decode) {
         if (dl && now > dl)
-            pdx_rooms_fail(e, obj, PDX_ERR_TIMEOUT, "the transfer did not complete by the "
-                           "pdx_expect deadline");
+            pdx_rooms_fail_id(e, obj, id, PDX_ERR_TIMEOUT, "the transfer did not complete by "
+                              "the pdx_expect deadline");
     } else if (state == PDX_ROOM_BOOTSTRAPPING && dl && now > dl) {
-        pdx_rooms_fail(e, obj, PDX_ERR_TIMEOUT, "no metadata from decode within "
-                       "PDX_BOOTSTRAP_TIMEOUT_MS=%u ms", e->cfg.bootstrap_timeout_ms);
+        pdx_rooms_fail_id(e, obj, id, PDX_ERR_TIMEOUT, "no metadata from decode within "
+                          "PDX_BOOTSTRAP_TIMEOUT_MS=%u ms", e->cfg.bootstrap_timeout_ms);
+    } else if (state == PDX_ROOM_WAITING && xd == 0 && dl && now > dl) {
+        pdx_rooms_fail_id(e, obj, id, PDX_ERR_TIMEOUT, "no pdx_send for the room within "
+                          "twice decode's timeout");
     } else if (xd && now > xd) {
-        pdx_rooms_fail(e, obj, PDX_ERR_TIMEOUT, "not done within PDX_TRANSFER_TIMEOUT_MS=%u ms "
-                       "of its first chunk", e->cfg.transfer_timeout_ms);
+        pdx_rooms_fail_id(e, obj, id, PDX_ERR_TIMEOUT, "not done within "
+                          "PDX_TRANSFER_TIMEOUT_MS=%u ms of its first chunk",
+                          e->cfg.transfer_timeout_ms);
     }
 }
 
@@ -298,40 +434,38 @@ void pdx_rooms_sweep(pdx_engine_t *e, uint64_t now)
 
 /* ------------------------------------------------------------- gone peers */
 
-static bool room_needs(pdx_room_ext_t *ext, const pdx_peer_t *peer)
-{
-    bool needs = false;
-
-    pthread_mutex_lock(&ext->lock);
-    if (atomic_load(&ext->decode)) {
-        for (uint32_t i = 0; i < ext->npeers; i++)
-            needs |= ext->peers[i] == peer;
-    } else {
-        uint32_t n = atomic_load_explicit(&ext->ndests, memory_order_acquire);
-
-        for (uint32_t i = 0; i < n; i++)
-            needs |= ext->dests[i].peer == peer;
-    }
-    pthread_mutex_unlock(&ext->lock);
-    return needs;
-}
-
 void pdx_rooms_peer_gone(pdx_engine_t *e, pdx_peer_t *peer)
 {
     for (uint32_t i = 0; i < e->rooms.capacity; i++) {
         pdx_room_obj_t *obj = &e->rooms.objs[i];
         pdx_room_ext_t *ext = &e->ext[i];
         uint64_t id = atomic_load_explicit(&obj->id, memory_order_relaxed);
-        pdx_peer_t *ack = peer;
-        int32_t state;
+        bool needs = false;
 
-        if (!pdx_room_read(obj, id, &state))
+        if (!pdx_rooms_live(obj, id))
             continue;
-        atomic_compare_exchange_strong(&ext->ack_peer, &ack, NULL);
-        if (!room_needs(ext, peer))
-            continue;
-        pdx_rooms_fail(e, obj, PDX_ERR_PEER, "peer %s is gone: %s", peer->addr, peer->err);
-        if (atomic_load(&ext->decode))
-            pdx_rooms_ack(e, obj, peer); /* its endpoints are in error: nothing lands */
+        pthread_mutex_lock(&ext->lock);
+        if (pdx_rooms_live(obj, id)) {
+            /* No ABORT_ACK can reach it any more. */
+            atomic_fetch_and(&ext->ack_mask, ~(1ull << peer->id));
+            needs = room_has_peer(ext, peer);
+        }
+        pthread_mutex_unlock(&ext->lock);
+        /* Decode rooms stop waiting for its ABORT_ACK only once its endpoints
+         * are in error: pdx_rooms_peer_fenced(). */
+        if (needs)
+            pdx_rooms_fail_id(e, obj, id, PDX_ERR_PEER, "peer %s is gone: %s", peer->addr,
+                              peer->err);
+    }
+}
+
+void pdx_rooms_peer_fenced(pdx_engine_t *e, pdx_peer_t *peer)
+{
+    for (uint32_t i = 0; i < e->rooms.capacity; i++) {
+        pdx_room_obj_t *obj = &e->rooms.objs[i];
+        uint64_t id = atomic_load_explicit(&obj->id, memory_order_relaxed);
+
+        if (pdx_rooms_live(obj, id))
+            pdx_rooms_ack(e, obj, id, peer); /* nothing of it can land any more */
     }
 }

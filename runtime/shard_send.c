@@ -2,14 +2,18 @@
  * The shard's send path: ring cells -> rooms' FIFOs -> writes, aux, notifies.
  *
  * Per room, its head chunk goes through: destination known (the room left
- * BOOTSTRAPPING), gate open (checked once per chunk), then for each
+ * BOOTSTRAPPING), gate open (checked once per chunk), destinations closed
+ * before the first chunk (PDX_DESTS_CLOSED: a decode rank that asks later is
+ * refused, so none misses a chunk), then for each
  * destination in turn: plan (validated against both layouts before
  * anything is posted), data (runs pulled only as far as send-queue room
  * reaches, striped in batches over the room's endpoints to that peer; the
  * plan cursor keeps the place), finish (aux and notifies, all at once, only
  * when every endpoint needed has a notify credit and a free slot, so a
  * resumed finish never repeats a notify), cursors forward. Then the cell is
- * done and the next chunk is the head.
+ * done and the next chunk is the head. The last chunk must fill every page
+ * a destination expects (checked at its plan, before anything is posted),
+ * or its LAST notify would report SUCCESS over pages never written.
  *
  * Runs on the shard's worker only: no locks, no allocation, no syscalls
  * but the transport's post calls. Failing a room (pdx_rooms_fail) leaves
@@ -389,6 +393,10 @@ static step_t plan_dest(send_ctx_t *c, const pdx_dest_t *dest)
         } else if (at > have || want > have - at) {
             return room_fail(c, PDX_ERR_RANGE, "group %u: the chunk needs %u more pages after "
                              "%u, decode at %s expects %u", g, want, at, dest->peer->addr, have);
+        } else if (last && at + want < have) {
+            /* A LAST notify would report SUCCESS over pages never written. */
+            return room_fail(c, PDX_ERR_RANGE, "sent %u of the %u pages decode expected for "
+                             "group %u", at + want, have, g);
         } else {
             ext->plan_dst[g] = (pdx_pages_t){dest->pages + off + at, want};
         }
@@ -464,14 +472,19 @@ static step_t send_chunk(send_ctx_t *c)
         /* A fresh chunk: metadata, then the gate, before anything of it. */
         if (ext->last_sent)
             return room_fail(c, PDX_ERR_STATE, "a chunk after the last one");
-        if (pdx_room_state(c->obj) == PDX_ROOM_BOOTSTRAPPING ||
-            atomic_load_explicit(&ext->ndests, memory_order_acquire) == 0)
+        ndests = atomic_load_explicit(&ext->ndests, memory_order_acquire);
+        if (pdx_room_state(c->obj) == PDX_ROOM_BOOTSTRAPPING || PDX_DESTS_COUNT(ndests) == 0)
             return STEP_WAIT; /* the ROOM message wakes the shard */
         if ((r = gate_check(c)) != STEP_DONE)
             return r;
+        /* Before the first chunk: no destination joins from here on (a ROOM
+         * message's CAS fails once CLOSED is set), so every destination gets
+         * every chunk from its first page on. The count does not change after. */
+        if (!(ndests & PDX_DESTS_CLOSED))
+            atomic_fetch_or_explicit(&ext->ndests, PDX_DESTS_CLOSED, memory_order_acq_rel);
         pdx_room_advance(c->obj, PDX_ROOM_TRANSFERRING);
     }
-    ndests = atomic_load_explicit(&ext->ndests, memory_order_acquire);
+    ndests = PDX_DESTS_COUNT(atomic_load_explicit(&ext->ndests, memory_order_acquire));
     while (ext->dest_at < ndests) {
         if ((r = send_dest(c, &ext->dests[ext->dest_at])) != STEP_DONE)
             return r;

@@ -12,7 +12,7 @@
 #include "engine.h"
 #include "engine_fixture.h"
 
-static side_t pf, dc;
+static side_t pf, dc, pf2;
 static uint32_t peer;
 static const geom_t g = {.layers = 2, .bytes_per_page = 4096, .npages = 64};
 
@@ -22,6 +22,8 @@ static void fini(void)
         side_close(&dc);
     if (pf.e)
         side_close(&pf);
+    if (pf2.e)
+        side_close(&pf2);
 }
 
 static void open_pair(const char *const *cfg)
@@ -91,8 +93,12 @@ Test(faults, expect_deadline, .fini = fini, .timeout = 30)
     open_pair(NULL);
     cr_assert_eq(pdx_expect(dc.e, peer, 70, dc.layout, &p, NULL, 1, 200), PDX_OK);
     expect_failed(dc.e, 70, "deadline");
-    expect_failed(pf.e, 70, "aborted"); /* decode aborted it on the sender */
     cr_expect_eq(release_wait(dc.e, 70, 5000), PDX_OK);
+    /* decode aborted it on the sender, which drops a room only decode's
+     * metadata made once it is failed */
+    for (int i = 0; i < 5000 && pdx_poll(pf.e, 70) != PDX_ROOM_NONE; i++)
+        usleep(1000);
+    cr_expect_eq(pdx_poll(pf.e, 70), PDX_ROOM_NONE);
     expect_a_good_room(71);
 }
 
@@ -160,29 +166,171 @@ Test(faults, notify_before_expect_is_held, .fini = fini, .timeout = 30)
 {
     uint32_t pages[1] = {1};
     pdx_pages_t p = {pages, 1};
-    pdx_wire_notify_t n = {.room = 120, .sender = 0xabc, .flags = PDX_WIRE_NOTIFY_LAST,
-                           .count = 1, .status = PDX_OK};
+    pdx_peer_t *from;
+    pdx_wire_notify_t n = {.room = 120, .flags = PDX_WIRE_NOTIFY_LAST, .count = 1,
+                           .status = PDX_OK};
 
     open_pair(NULL);
-    pdx_rooms_on_notify(dc.e, NULL, &n);           /* as if it came off the wire first */
+    from = pdx_peer_get(dc.e, peer);       /* the prefill side, as decode sees it */
+    cr_assert_not_null(from);
+    n.sender = from->remote_id;
+    pdx_rooms_on_notify(dc.e, from, &n);   /* as if it came off the wire first */
     cr_expect_eq(pdx_poll(dc.e, 120), PDX_ROOM_NONE);
     cr_assert_eq(pdx_expect(dc.e, peer, 120, dc.layout, &p, NULL, 1, 5000), PDX_OK);
     cr_expect_eq(wait_done(dc.e, 120, 2000), PDX_ROOM_SUCCESS, "the held notify was not applied");
 }
 
-/* More senders than expected fail the room instead of counting past it. */
-Test(faults, unexpected_sender_fails_the_room, .fini = fini, .timeout = 30)
+/* A notify counts only from one of the room's peers, under that peer's own
+ * sender id: others are ignored, not counted. */
+Test(faults, notify_from_a_stranger_is_ignored, .fini = fini, .timeout = 30)
 {
     uint32_t pages[1] = {1};
     pdx_pages_t p = {pages, 1};
-    pdx_wire_notify_t a = {.room = 130, .sender = 1, .flags = PDX_WIRE_NOTIFY_LAST, .count = 2},
-                      b = {.room = 130, .sender = 2, .flags = PDX_WIRE_NOTIFY_LAST, .count = 2};
+    pdx_peer_t *from, *other;
+    uint32_t peer_b;
+    pdx_wire_notify_t n = {.room = 130, .flags = PDX_WIRE_NOTIFY_LAST, .count = 1,
+                           .status = PDX_OK};
 
     open_pair(NULL);
+    side_open(&pf2, &g, NULL);
+    peer_b = side_connect(&dc, &pf2);
+    from = pdx_peer_get(dc.e, peer);
+    other = pdx_peer_get(dc.e, peer_b);
+    cr_assert(from && other);
     cr_assert_eq(pdx_expect(dc.e, peer, 130, dc.layout, &p, NULL, 1, 5000), PDX_OK);
-    pdx_rooms_on_notify(dc.e, NULL, &a);           /* sender 1: one of its two LAST notifies */
-    pdx_rooms_on_notify(dc.e, NULL, &b);           /* sender 2 was never expected */
-    expect_failed(dc.e, 130, "more senders");
+
+    n.sender = from->remote_id ^ 1;        /* the right peer, another sender's id */
+    pdx_rooms_on_notify(dc.e, from, &n);
+    n.sender = other->remote_id;           /* a real peer the room does not name */
+    pdx_rooms_on_notify(dc.e, other, &n);
+    n.status = PDX_ERR_IO;                 /* not even a failure counts from it */
+    pdx_rooms_on_notify(dc.e, other, &n);
+    cr_expect_eq(pdx_poll(dc.e, 130), PDX_ROOM_WAITING, "a stranger's notify was counted");
+
+    n.status = PDX_OK;
+    n.sender = from->remote_id;
+    pdx_rooms_on_notify(dc.e, from, &n);
+    cr_expect_eq(wait_done(dc.e, 130, 2000), PDX_ROOM_SUCCESS);
+}
+
+/* An ERROR or ABORT_ACK from a peer that is not the room's changes nothing. */
+Test(faults, messages_from_a_stranger_are_ignored, .fini = fini, .timeout = 30)
+{
+    uint32_t pages[1] = {1};
+    pdx_pages_t p = {pages, 1};
+    pdx_wire_error_t err = {.room = 140, .status = PDX_ERR_IO, .message = "not yours"};
+    pdx_peer_t *other;
+    uint32_t peer_b;
+
+    open_pair(NULL);
+    side_open(&pf2, &g, NULL);
+    peer_b = side_connect(&dc, &pf2);
+    other = pdx_peer_get(dc.e, peer_b);
+    cr_assert_eq(pdx_expect(dc.e, peer, 140, dc.layout, &p, NULL, 1, 10000), PDX_OK);
+    pdx_rooms_on_error(dc.e, other, &err);
+    cr_expect_eq(pdx_poll(dc.e, 140), PDX_ROOM_WAITING, "a stranger's error failed the room");
+    cr_assert_eq(pdx_abort(dc.e, 140), PDX_OK);
+    pdx_rooms_on_abort_ack(dc.e, other, 140);
+    /* the real sender's ABORT_ACK still fences it */
+    cr_expect_eq(release_wait(dc.e, 140, 5000), PDX_OK);
+}
+
+/*
+ * Prefill releases an aborted room as soon as it sees it FAILED, before a
+ * sweep could answer the abort: the ABORT_ACK still goes out, so decode's
+ * release completes.
+ */
+Test(faults, abort_ack_survives_an_early_release, .fini = fini, .timeout = 30)
+{
+    static volatile uint64_t never;
+    uint32_t pages[2] = {1, 2};
+    pdx_pages_t p = {pages, 2};
+    pdx_gate_t gate = {.kind = PDX_GATE_WORD, .word = &never, .value = 1};
+
+    open_pair(NULL);
+    cr_assert_eq(pdx_expect(dc.e, peer, 150, dc.layout, &p, NULL, 1, 10000), PDX_OK);
+    cr_assert_eq(pdx_send(pf.e, 150, pf.layout, &p, &gate, NULL, PDX_SEND_LAST), PDX_OK);
+    usleep(20000);
+    cr_assert_eq(pdx_abort(dc.e, 150), PDX_OK);
+    cr_assert_eq(wait_done(pf.e, 150, 5000), PDX_ROOM_FAILED);
+    cr_expect_eq(release_wait(pf.e, 150, 5000), PDX_OK);
+    cr_expect_eq(release_wait(dc.e, 150, 5000), PDX_OK, "decode never got its ABORT_ACK");
+    expect_a_good_room(151);
+}
+
+/* A room pins its aux regions: they cannot be deregistered until release. */
+Test(faults, aux_regions_are_pinned_until_release, .fini = fini, .timeout = 30)
+{
+    uint32_t pages[2] = {1, 2};
+    pdx_pages_t p = {pages, 2};
+    pdx_region_t daux = {.mem = 0, .offset = 0, .len = 64}, saux = {.mem = 0, .offset = 0,
+                                                                   .len = 64};
+
+    open_pair(NULL);
+    daux.mem = dc.aux_mem;
+    saux.mem = pf.aux_mem;
+    cr_assert_eq(pdx_expect(dc.e, peer, 160, dc.layout, &p, &daux, 1, 5000), PDX_OK);
+    cr_expect_eq(pdx_mem_deregister(dc.e, dc.aux_mem), PDX_ERR_STATE);
+    side_fill(&pf, 160, pages, 2, 0);
+    cr_assert_eq(pdx_send(pf.e, 160, pf.layout, &p, NULL, &saux, PDX_SEND_LAST), PDX_OK);
+    cr_expect_eq(pdx_mem_deregister(pf.e, pf.aux_mem), PDX_ERR_STATE);
+    cr_assert_eq(wait_done(dc.e, 160, 5000), PDX_ROOM_SUCCESS);
+    cr_assert_eq(wait_done(pf.e, 160, 5000), PDX_ROOM_SUCCESS);
+    cr_expect_eq(release_wait(dc.e, 160, 5000), PDX_OK);
+    cr_expect_eq(release_wait(pf.e, 160, 5000), PDX_OK);
+    cr_expect_eq(pdx_mem_deregister(dc.e, dc.aux_mem), PDX_OK);
+    cr_expect_eq(pdx_mem_deregister(pf.e, pf.aux_mem), PDX_OK);
+}
+
+/*
+ * Rooms that only decode's metadata made on the prefill side, never sent
+ * for there, fail and leave the table by themselves: the table does not fill.
+ */
+Test(faults, prefill_table_does_not_keep_rooms_it_never_used, .fini = fini, .timeout = 30)
+{
+    static const char *const cfg[] = {"PDX_ROOMS=16", NULL};
+    uint32_t pages[1] = {1};
+    pdx_pages_t p = {pages, 1};
+
+    open_pair(cfg);
+    for (uint64_t r = 0; r < 16; r++)
+        cr_assert_eq(pdx_expect(dc.e, peer, 200 + r, dc.layout, &p, NULL, 1, 150), PDX_OK);
+    for (uint64_t r = 0; r < 16; r++) {
+        cr_assert_eq(wait_done(dc.e, 200 + r, 5000), PDX_ROOM_FAILED);
+        cr_assert_eq(release_wait(dc.e, 200 + r, 5000), PDX_OK, "room %llu",
+                     (unsigned long long)(200 + r));
+    }
+    for (uint64_t r = 0; r < 16; r++)
+        for (int i = 0; i < 5000 && pdx_poll(pf.e, 200 + r) != PDX_ROOM_NONE; i++)
+            usleep(1000);
+    cr_expect_eq(pdx_send(pf.e, 300, pf.layout, &p, NULL, NULL, PDX_SEND_LAST), PDX_OK,
+                 "the prefill table filled with rooms nobody there will release");
+}
+
+/* No pdx_send on the prefill side within decode's timeout: prefill's own
+ * room fails too (and leaves the table), not only decode's. */
+Test(faults, room_never_sent_fails_on_prefill, .fini = fini, .timeout = 30)
+{
+    uint32_t pages[1] = {1};
+    pdx_pages_t p = {pages, 1};
+
+    open_pair(NULL);
+    cr_assert_eq(pdx_expect(dc.e, peer, 170, dc.layout, &p, NULL, 1, 10000), PDX_OK);
+    /* decode's deadline is 10 s; the ROOM says 10 s: lower prefill's to now */
+    for (int i = 0; i < 5000 && pdx_poll(pf.e, 170) != PDX_ROOM_WAITING; i++)
+        usleep(1000);
+    cr_assert_eq(pdx_poll(pf.e, 170), PDX_ROOM_WAITING);
+    {
+        pdx_room_obj_t *obj = pdx_room_lookup(&pf.e->rooms, 170);
+
+        cr_assert_not_null(obj);
+        atomic_store(&pdx_room_ext(pf.e, obj)->deadline_ns, pdx_now_ns());
+    }
+    expect_failed(dc.e, 170, "no pdx_send");  /* told by prefill */
+    cr_expect_eq(release_wait(dc.e, 170, 5000), PDX_OK);
+    for (int i = 0; i < 5000 && pdx_poll(pf.e, 170) != PDX_ROOM_NONE; i++)
+        usleep(1000);
+    cr_expect_eq(pdx_poll(pf.e, 170), PDX_ROOM_NONE, "prefill kept a room it never used");
 }
 
 /*

@@ -130,6 +130,34 @@ Test(room, stale_object_is_not_reported)
     cr_expect_eq(state, PDX_ROOM_WAITING);
 }
 
+/* An unlinked object is out of the index but not reusable until it is freed. */
+Test(room, unlinked_object_is_not_reused_until_freed)
+{
+    pdx_room_obj_t *a = NULL, *b = NULL, *other = NULL, *got = NULL;
+    int32_t state;
+
+    for (uint64_t id = 100; id < 100 + 63; id++)
+        cr_assert_eq(pdx_room_insert(&table, id, PDX_ROOM_WAITING, NULL), PDX_OK);
+    cr_assert_eq(pdx_room_insert(&table, 7, PDX_ROOM_WAITING, &a), PDX_OK);
+    cr_assert_eq(pdx_room_insert(&table, 8, PDX_ROOM_WAITING, NULL), PDX_ERR_FULL);
+    other = pdx_room_lookup(&table, 100);
+    got = other;
+    cr_expect_eq(pdx_room_unlink(&table, 7, &got), PDX_ERR_NOT_FOUND, "another object's id");
+    got = NULL;
+    cr_assert_eq(pdx_room_unlink(&table, 7, &got), PDX_OK);
+    cr_expect_eq(got, a);
+    cr_expect_not(pdx_room_read(a, 7, &state), "an unlinked room was reported");
+    cr_expect_eq(pdx_room_poll(&table, 7), PDX_ROOM_NONE);
+    got = NULL;
+    cr_expect_eq(pdx_room_unlink(&table, 7, &got), PDX_ERR_NOT_FOUND, "unlinked twice");
+    cr_expect_eq(pdx_room_insert(&table, 8, PDX_ROOM_WAITING, NULL), PDX_ERR_FULL,
+                 "the unlinked object was handed out before it was freed");
+    pdx_room_free(&table, a);
+    cr_assert_eq(pdx_room_insert(&table, 8, PDX_ROOM_WAITING, &b), PDX_OK);
+    cr_expect_eq(a, b);
+    cr_expect(pdx_room_read(b, 8, &state));
+}
+
 Test(room, states_move_forward_and_terminal_states_stay)
 {
     pdx_room_obj_t *obj;
