@@ -560,11 +560,15 @@ pdx_status_t pdx_room_error(pdx_engine_t *e, pdx_room_t room, char *buf, size_t 
         snprintf(buf, len, "room %llu is not in the table", (unsigned long long)room);
         return PDX_ERR_NOT_FOUND;
     }
-    if (pdx_room_state(obj) != PDX_ROOM_FAILED) {
+    /* Under the room's lock a live room cannot be removed and recycled. */
+    pthread_mutex_lock(&pdx_room_ext(e, obj)->lock);
+    if (!pdx_rooms_live(obj, room) || pdx_room_state(obj) != PDX_ROOM_FAILED) {
+        pthread_mutex_unlock(&pdx_room_ext(e, obj)->lock);
         snprintf(buf, len, "room %llu has not failed", (unsigned long long)room);
         return PDX_ERR_STATE;
     }
     snprintf(buf, len, "%s: %s", pdx_status_str(obj->fail_status), obj->fail_msg);
+    pthread_mutex_unlock(&pdx_room_ext(e, obj)->lock);
     return PDX_OK;
 }
 
