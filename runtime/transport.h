@@ -15,6 +15,11 @@
  * - One thread at a time posts on an ep (its shard); completions of all eps
  *   on a CQ are polled by one thread (the shard).
  * - After ep_destroy, cq_poll returns no completion of that ep.
+ * - Where transports differ: a WRITE outside the remote region puts an RC QP
+ *   in error (everything after it is flushed); tcp fails only that WRITE and
+ *   keeps the stream, so a SEND posted after it still arrives. The engine
+ *   checks every run against the peer's region before posting, and the
+ *   sender fails the room on the error completion.
  *
  * A transport sees nothing of runtime/ but this header (DESIGN.md §2).
  * Unsupported ops point at pdx_tp_unsupported_*(), never at NULL.

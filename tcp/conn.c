@@ -123,6 +123,8 @@ static void ep_up(tcp_ep_t *ep, int fd)
     ep->state = TCP_EP_UP;
     ep->writable = true;
     ep->rx_ready = true; /* bytes may have arrived before the ep owned the socket */
+    if (tcp_ep_outstanding(ep))
+        ep->progress_ns = pdx_now_ns(); /* WRs posted while connecting start now */
     queue_hello(ep);
     tcp_work_add(ep);
 }
@@ -147,6 +149,7 @@ static void conn_free(tcp_conn_t *conn, bool close_fd)
 {
     tcp_tp_t *tp = conn->tp;
 
+    tp->nconns--;
     if (conn->prev)
         conn->prev->next = conn->next;
     else
@@ -235,9 +238,12 @@ void tcp_ep_start(tcp_ep_t *ep)
             if (conn->have < TCP_HDR_LEN)
                 continue;
             tcp_hdr_decode(conn->hello, &h);
+            /* A stray HELLO naming this ep is refused by conn_match; the
+             * real one may be further down the list. */
             if (h.len == ep->token) {
                 conn_match(conn);
-                break;
+                if (ep->state != TCP_EP_ACCEPTING)
+                    break;
             }
         }
         return;
@@ -275,9 +281,23 @@ void tcp_conn_accept(tcp_tp_t *tp)
         if (fd < 0) {
             if (errno == EINTR || errno == ECONNABORTED)
                 continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
+            if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+                /* The listener stays readable: stop watching it until the
+                 * next sweep instead of spinning on it. */
+                pdx_error("tcp: %s: accept: %s; not accepting until the next sweep", tp->name,
+                          strerror(errno));
+                tcp_poll_del(tp, tp->listen_fd);
+                tp->listen_paused = true;
+            } else if (errno != EAGAIN && errno != EWOULDBLOCK) {
                 pdx_error("tcp: %s: accept: %s", tp->name, strerror(errno));
+            }
             return;
+        }
+        if (tp->nconns >= TCP_MAX_PENDING) {
+            pdx_warn("tcp: %s: %u connections await their HELLO; refusing another", tp->name,
+                     tp->nconns);
+            close(fd);
+            continue;
         }
         conn = calloc(1, sizeof(*conn));
         if (!conn) {
@@ -298,6 +318,7 @@ void tcp_conn_accept(tcp_tp_t *tp)
         if (tp->conns)
             tp->conns->prev = conn;
         tp->conns = conn;
+        tp->nconns++;
         if (tcp_poll_add(tp, fd, &conn->poll, EPOLLIN | EPOLLRDHUP | EPOLLET) != PDX_OK) {
             conn_free(conn, false);
             close(fd);
@@ -331,6 +352,9 @@ void tcp_conn_sweep(tcp_tp_t *tp, uint64_t now)
     tcp_conn_t *conn, *next;
     tcp_ep_t *ep, *ep_next;
 
+    if (tp->listen_paused &&
+        tcp_poll_add(tp, tp->listen_fd, &tp->listen_poll, EPOLLIN) == PDX_OK)
+        tp->listen_paused = false;
     for (conn = tp->conns; conn; conn = next) {
         next = conn->next;
         if (now >= conn->deadline_ns) {

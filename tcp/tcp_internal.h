@@ -48,6 +48,7 @@
 #define TCP_CTRL_MAX            64u        /* queued ACK/ERR/HELLO frames per ep */
 #define TCP_RXBUF               (64u << 10) /* header/small-frame buffer per ep */
 #define TCP_ERRMSG_MAX          256u
+#define TCP_MAX_PENDING         256u       /* incoming connections awaiting a match */
 
 typedef struct tcp_tp tcp_tp_t;
 typedef struct tcp_ep tcp_ep_t;
@@ -380,6 +381,8 @@ struct tcp_tp {
     alignas(PDX_CACHELINE) tcp_ep_t *eps;
     tcp_ep_t         *work;
     tcp_conn_t       *conns;
+    uint32_t          nconns;         /* incoming, not yet matched to an ep */
+    bool              listen_paused;  /* out of fds: listener off until the sweep */
     bool              rx_paused;
 };
 
