@@ -142,26 +142,27 @@ static pdx_status_t parse_number(const pdx_config_row_t *row, const char *text, 
     return PDX_OK;
 }
 
-static pdx_status_t parse_int(const pdx_config_row_t *row, const char *text, void *field,
-                              char *err, size_t errlen)
+static pdx_status_t parse_store(const pdx_config_row_t *row, const char *text, void *field,
+                                int suffixes, char *err, size_t errlen)
 {
     int64_t v;
-    pdx_status_t st = parse_number(row, text, &v, 0, err, errlen);
+    pdx_status_t st = parse_number(row, text, &v, suffixes, err, errlen);
 
     if (st == PDX_OK)
         store_uint(field, row->size, v);
     return st;
 }
 
+static pdx_status_t parse_int(const pdx_config_row_t *row, const char *text, void *field,
+                              char *err, size_t errlen)
+{
+    return parse_store(row, text, field, 0, err, errlen);
+}
+
 static pdx_status_t parse_size(const pdx_config_row_t *row, const char *text, void *field,
                                char *err, size_t errlen)
 {
-    int64_t v;
-    pdx_status_t st = parse_number(row, text, &v, 1, err, errlen);
-
-    if (st == PDX_OK)
-        store_uint(field, row->size, v);
-    return st;
+    return parse_store(row, text, field, 1, err, errlen);
 }
 
 /* Index of text among row->choices, or -1. */

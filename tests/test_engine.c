@@ -130,52 +130,51 @@ Test(engine, aux_bytes_arrive_with_the_last_chunk, .fini = fini, .timeout = 30)
     cr_expect_eq(dc.aux[356], 0);
 }
 
-/* Two prefill engines feed one decode room: SUCCESS only once both are done. */
-Test(engine, two_senders_one_room, .fini = fini, .timeout = 30)
+/*
+ * Two prefill engines feed one decode room: A sends pages sa to da, B sends
+ * sb to db (B's positions follow A's). Decode must not report SUCCESS until
+ * B's last chunk, even an empty one, has come.
+ */
+static void two_senders(uint64_t room, const pdx_pages_t *sa, const pdx_pages_t *da,
+                        const pdx_pages_t *sb, const pdx_pages_t *db)
 {
     geom_t g = {.layers = 2, .bytes_per_page = 4096, .npages = 64};
-    uint32_t dst_a[3] = {10, 11, 12}, dst_b[2] = {40, 7}, src_a[3] = {1, 2, 3}, src_b[2] = {9, 8};
-    pdx_pages_t da = {dst_a, 3}, db = {dst_b, 2}, sa = {src_a, 3}, sb = {src_b, 2};
     uint32_t peer_b;
 
     open_pair(&g, NULL);
     side_open(&pf2, &g, NULL);
     peer_b = side_connect(&dc, &pf2);
-    cr_assert_eq(pdx_expect(dc.e, peer, 77, dc.layout, &da, NULL, 1, 5000), PDX_OK);
-    cr_assert_eq(pdx_expect(dc.e, peer_b, 77, dc.layout, &db, NULL, 1, 5000), PDX_OK);
-    side_fill(&pf, 77, src_a, 3, 0);
-    side_fill(&pf2, 77, src_b, 2, 3);
-    cr_assert_eq(pdx_send(pf.e, 77, pf.layout, &sa, NULL, NULL, PDX_SEND_LAST), PDX_OK);
-    cr_assert_eq(wait_done(pf.e, 77, 5000), PDX_ROOM_SUCCESS);
+    cr_assert_eq(pdx_expect(dc.e, peer, room, dc.layout, da, NULL, 1, 5000), PDX_OK);
+    cr_assert_eq(pdx_expect(dc.e, peer_b, room, dc.layout, db, NULL, 1, 5000), PDX_OK);
+    side_fill(&pf, room, sa->pages, sa->npages, 0);
+    if (sb->npages)
+        side_fill(&pf2, room, sb->pages, sb->npages, sa->npages);
+    cr_assert_eq(pdx_send(pf.e, room, pf.layout, sa, NULL, NULL, PDX_SEND_LAST), PDX_OK);
+    cr_assert_eq(wait_done(pf.e, room, 5000), PDX_ROOM_SUCCESS);
     usleep(50000);
-    cr_expect_neq(pdx_poll(dc.e, 77), PDX_ROOM_SUCCESS, "SUCCESS before the second sender");
-    cr_assert_eq(pdx_send(pf2.e, 77, pf2.layout, &sb, NULL, NULL, PDX_SEND_LAST), PDX_OK);
-    cr_assert_eq(wait_done(dc.e, 77, 5000), PDX_ROOM_SUCCESS);
-    cr_expect_eq(side_check(&dc, 77, dst_a, 3, 0), 0);
-    cr_expect_eq(side_check(&dc, 77, dst_b, 2, 3), 0);
+    cr_expect_neq(pdx_poll(dc.e, room), PDX_ROOM_SUCCESS, "SUCCESS before the second sender");
+    cr_assert_eq(pdx_send(pf2.e, room, pf2.layout, sb, NULL, NULL, PDX_SEND_LAST), PDX_OK);
+    cr_assert_eq(wait_done(dc.e, room, 5000), PDX_ROOM_SUCCESS);
+    cr_expect_eq(side_check(&dc, room, da->pages, da->npages, 0), 0);
+    if (db->npages)
+        cr_expect_eq(side_check(&dc, room, db->pages, db->npages, sa->npages), 0);
+}
+
+Test(engine, two_senders_one_room, .fini = fini, .timeout = 30)
+{
+    uint32_t dst_a[3] = {10, 11, 12}, dst_b[2] = {40, 7}, src_a[3] = {1, 2, 3}, src_b[2] = {9, 8};
+    pdx_pages_t da = {dst_a, 3}, db = {dst_b, 2}, sa = {src_a, 3}, sb = {src_b, 2};
+
+    two_senders(77, &sa, &da, &sb, &db);
 }
 
 /* A sender with no pages (an MLA dummy rank) still counts: its last chunk is empty. */
 Test(engine, sender_without_pages, .fini = fini, .timeout = 30)
 {
-    geom_t g = {.layers = 2, .bytes_per_page = 4096, .npages = 64};
     uint32_t dst[2] = {10, 20}, src[2] = {1, 2};
     pdx_pages_t d = {dst, 2}, s = {src, 2}, none = {NULL, 0};
-    uint32_t peer_b;
 
-    open_pair(&g, NULL);
-    side_open(&pf2, &g, NULL);
-    peer_b = side_connect(&dc, &pf2);
-    cr_assert_eq(pdx_expect(dc.e, peer, 66, dc.layout, &d, NULL, 1, 5000), PDX_OK);
-    cr_assert_eq(pdx_expect(dc.e, peer_b, 66, dc.layout, &none, NULL, 1, 5000), PDX_OK);
-    side_fill(&pf, 66, src, 2, 0);
-    cr_assert_eq(pdx_send(pf.e, 66, pf.layout, &s, NULL, NULL, PDX_SEND_LAST), PDX_OK);
-    cr_assert_eq(wait_done(pf.e, 66, 5000), PDX_ROOM_SUCCESS);
-    usleep(50000);
-    cr_expect_neq(pdx_poll(dc.e, 66), PDX_ROOM_SUCCESS, "SUCCESS before the dummy sender");
-    cr_assert_eq(pdx_send(pf2.e, 66, pf2.layout, &none, NULL, NULL, PDX_SEND_LAST), PDX_OK);
-    cr_assert_eq(wait_done(dc.e, 66, 5000), PDX_ROOM_SUCCESS);
-    cr_expect_eq(side_check(&dc, 66, dst, 2, 0), 0);
+    two_senders(66, &s, &d, &none, &none);
 }
 
 /* Chunks sent before decode's pdx_expect wait for its metadata. */
