@@ -19,16 +19,38 @@
 #include "ctrl.h"
 #include "log.h"
 
-static pdx_status_t pick_transport(pdx_engine_t *e)
+/*
+ * PDX_TRANSPORT: rdma opens the RDMA device or fails; auto tries rdma and,
+ * when no device is usable, serves over tcp and says why; tcp is tcp.
+ */
+static pdx_status_t open_transport(pdx_engine_t *e, pdx_tp_params_t *params)
 {
     const char *name = e->cfg.transport;
+    bool want_rdma = strcmp(name, "rdma") == 0;
 
-    if (strcmp(name, "auto") == 0 || strcmp(name, "tcp") == 0) {
-        e->ops = &pdx_tcp_ops;
-        return PDX_OK;
+    if (want_rdma || strcmp(name, "auto") == 0) {
+#ifdef PDX_HAVE_RDMA
+        pdx_status_t st;
+
+        params->quiet_no_device = !want_rdma;
+        st = pdx_rdma_ops.open(params, &e->tp);
+        if (st == PDX_OK) {
+            e->ops = &pdx_rdma_ops;
+            return PDX_OK;
+        }
+        if (want_rdma || st != PDX_ERR_NO_DEVICE)
+            return st; /* the transport said why */
+        pdx_info("PDX_TRANSPORT=auto: no usable RDMA device, using tcp");
+#else
+        if (want_rdma) {
+            pdx_error("PDX_TRANSPORT=rdma: this build has no rdma transport (libibverbs was not "
+                      "found when it was built)");
+            return PDX_ERR_UNSUPPORTED;
+        }
+#endif
     }
-    pdx_error("PDX_TRANSPORT=%s: this build has no rdma transport yet; use tcp", name);
-    return PDX_ERR_UNSUPPORTED;
+    e->ops = &pdx_tcp_ops;
+    return e->ops->open(params, &e->tp);
 }
 
 /* The host part of PDX_LISTEN, as peers should reach this engine. */
@@ -157,12 +179,9 @@ pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p)
     pthread_cond_init(&e->accept_cond, &cattr);
     pthread_condattr_destroy(&cattr);
 
-    st = pick_transport(e);
-    if (st != PDX_OK)
-        goto err_lock;
     params = (pdx_tp_params_t){.host = e->host, .progress_timeout_ms = e->cfg.transfer_timeout_ms,
                                .max_msg_size = e->cfg.max_msg_size, .config = &e->cfg};
-    st = e->ops->open(&params, &e->tp);
+    st = open_transport(e, &params);
     if (st != PDX_OK)
         goto err_lock;
     st = rooms_init(e);
@@ -255,6 +274,11 @@ void pdx_engine_destroy(pdx_engine_t *e)
 const char *pdx_engine_address(const pdx_engine_t *e)
 {
     return e ? e->address : "";
+}
+
+const char *pdx_engine_transport(const pdx_engine_t *e)
+{
+    return e ? e->ops->name : "";
 }
 
 /* ------------------------------------------------------------------ memory */

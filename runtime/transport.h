@@ -29,6 +29,8 @@
 
 #include "pdx/pdx.h"
 
+#include <stdbool.h>
+
 typedef struct pdx_tp    pdx_tp_t;    /* one per engine: device context, "NIC" */
 typedef struct pdx_tp_cq pdx_tp_cq_t; /* completion queue: one per (shard, NIC) */
 typedef struct pdx_tp_ep pdx_tp_ep_t; /* endpoint: one RC connection */
@@ -49,6 +51,8 @@ typedef struct pdx_tp_params {
                                       * long goes to error */
     uint64_t    max_msg_size;    /* largest single WRITE */
     const pdx_config_t *config;  /* transport-specific knobs (PDX_IB_*, ...) */
+    bool        quiet_no_device; /* finding no device is not an error (the
+                                  * engine falls back): log why at info */
 } pdx_tp_params_t;
 
 /* An ep's address, exchanged over the control channel before ep_connect. */
@@ -89,6 +93,7 @@ typedef enum pdx_tp_opcode {
     PDX_TP_OP_WRITE = 0,
     PDX_TP_OP_SEND  = 1,
     PDX_TP_OP_RECV  = 2,
+    PDX_TP_OP_READ  = 3,
 } pdx_tp_opcode_t;
 
 typedef struct pdx_tp_wc {
@@ -111,12 +116,20 @@ typedef struct pdx_tp_ep_attr {
 struct pdx_transport_ops {
     const char *name;
 
+    /* PDX_ERR_NO_DEVICE when the transport has no usable device; why is
+     * logged (at info with params->quiet_no_device). */
     pdx_status_t (*open)(const pdx_tp_params_t *params, pdx_tp_t **tp_p);
     /* Frees every ep, CQ and region still open on it; peers see PDX_ERR_PEER. */
     void         (*close)(pdx_tp_t *tp);
 
     pdx_status_t (*mr_reg)(pdx_tp_t *tp, void *base, size_t len, unsigned access,
                            pdx_tp_mr_t **mr_p);
+    /* A region the engine sees at base whose bytes are [offset, offset + len)
+     * of a dmabuf (GPU memory exported by hip/). The caller may close fd
+     * after return. PDX_ERR_UNSUPPORTED where the transport or the device
+     * cannot (the message says which). */
+    pdx_status_t (*mr_reg_dmabuf)(pdx_tp_t *tp, void *base, size_t len, int fd,
+                                  uint64_t offset, unsigned access, pdx_tp_mr_t **mr_p);
     /* PDX_ERR_STATE while a WR still reads or places bytes in the region. */
     pdx_status_t (*mr_dereg)(pdx_tp_mr_t *mr);
     void         (*mr_remote)(const pdx_tp_mr_t *mr, pdx_tp_rkey_t *rkey_p);
@@ -157,13 +170,26 @@ struct pdx_transport_ops {
     /* A receive buffer of registered host memory for one SEND. */
     pdx_status_t (*post_recv)(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,
                               uint64_t offset, uint32_t len);
+    /* READ of len bytes at remote_addr (rkey) into mr at offset; always
+     * signaled. The flush read of DESIGN.md §5, on a loopback ep: its
+     * completion means every write the NIC placed before it is visible. */
+    pdx_status_t (*post_read)(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,
+                              uint64_t offset, uint32_t len, uint64_t remote_addr, uint32_t rkey);
 };
 
 /* Stubs for ops a transport does not implement. */
 pdx_status_t pdx_tp_unsupported_post_recv(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,
                                           uint64_t offset, uint32_t len);
+pdx_status_t pdx_tp_unsupported_mr_reg_dmabuf(pdx_tp_t *tp, void *base, size_t len, int fd,
+                                              uint64_t offset, unsigned access,
+                                              pdx_tp_mr_t **mr_p);
+pdx_status_t pdx_tp_unsupported_post_read(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,
+                                          uint64_t offset, uint32_t len, uint64_t remote_addr,
+                                          uint32_t rkey);
 
-/* Transports compiled into this library. */
+/* Transports compiled into this library. pdx_rdma_ops exists when the build
+ * found libibverbs (PDX_HAVE_RDMA). */
 extern const pdx_transport_ops_t pdx_tcp_ops;
+extern const pdx_transport_ops_t pdx_rdma_ops;
 
 #endif

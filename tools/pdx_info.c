@@ -6,10 +6,26 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: pdx-info [--version] [--config [--markdown]]\n"
+    fprintf(out, "usage: pdx-info [--version] [--config [--markdown]] [--transport]\n"
                  "  --version   library and protocol version\n"
+                 "  --transport open an engine as PDX_* says and print the transport it uses\n"
                  "  --config    every PDX_* variable: current value, default, meaning\n"
                  "  --markdown  with --config: the README's table\n");
+}
+
+/* What PDX_TRANSPORT picks on this machine, and why (PDX_LOG=info). */
+static int show_transport(void)
+{
+    pdx_engine_t *e;
+    pdx_status_t st = pdx_engine_create(NULL, &e);
+
+    if (st != PDX_OK) {
+        fprintf(stderr, "pdx-info: no engine: %s\n", pdx_status_str(st));
+        return 1;
+    }
+    printf("transport: %s\n", pdx_engine_transport(e));
+    pdx_engine_destroy(e);
+    return 0;
 }
 
 int main(int argc, char **argv)
@@ -22,6 +38,8 @@ int main(int argc, char **argv)
             config = 1;
         } else if (strcmp(argv[i], "--markdown") == 0) {
             markdown = 1;
+        } else if (strcmp(argv[i], "--transport") == 0) {
+            return show_transport();
         } else if (strcmp(argv[i], "--version") == 0) {
             printf("pdx %s, protocol %d\n", pdx_version(), PDX_PROTOCOL_VERSION);
             return 0;

@@ -207,6 +207,11 @@ PDX_API void pdx_engine_destroy(pdx_engine_t *engine);
 /* "host:port" the engine listens on; valid until pdx_engine_destroy(). */
 PDX_API const char *pdx_engine_address(const pdx_engine_t *engine);
 
+/* The data transport the engine uses: "rdma" or "tcp" (PDX_TRANSPORT=auto
+ * picks rdma when an RDMA device is usable). Valid until
+ * pdx_engine_destroy(). */
+PDX_API const char *pdx_engine_transport(const pdx_engine_t *engine);
+
 /* ------------------------------------------------------------------ memory */
 
 /*
