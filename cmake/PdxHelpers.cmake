@@ -31,13 +31,40 @@ function(pdx_library name)
   pdx_sanitize(${name})
 endfunction()
 
-# pdx_tool(NAME SOURCES ...): a program linked against the internal archive.
+# pdx_find_ibverbs(): PDX_HAVE_RDMA, PDX_IBVERBS_INCLUDE_DIR, PDX_IBVERBS_LIBRARY.
+function(pdx_find_ibverbs)
+  set(have OFF)
+  if(NOT PDX_RDMA STREQUAL "off")
+    find_path(PDX_IBVERBS_INCLUDE_DIR infiniband/verbs.h)
+    find_library(PDX_IBVERBS_LIBRARY ibverbs)
+    if(PDX_IBVERBS_INCLUDE_DIR AND PDX_IBVERBS_LIBRARY)
+      set(have ON)
+    elseif(PDX_RDMA STREQUAL "on")
+      message(FATAL_ERROR "PDX_RDMA=on but libibverbs (headers and library) was not found: "
+                          "install libibverbs-dev")
+    else()
+      message(STATUS "rdma transport skipped: libibverbs headers or library not found")
+    endif()
+  endif()
+  set(PDX_HAVE_RDMA ${have} PARENT_SCOPE)
+endfunction()
+
+# pdx_tool(NAME SOURCES ... [VERBS lib]): a program linked against the
+# internal archive. Its rdma objects resolve the verbs symbols against VERBS:
+# libibverbs by default, the software NIC (softnic) in tests.
 function(pdx_tool name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(ARG "" "VERBS" "SOURCES;LIBS" ${ARGN})
   add_executable(${name} ${ARG_SOURCES})
   target_compile_options(${name} PRIVATE ${PDX_WARNINGS})
   target_compile_definitions(${name} PRIVATE _GNU_SOURCE)
   target_link_libraries(${name} PRIVATE pdx_internal ${ARG_LIBS})
+  if(PDX_HAVE_RDMA)
+    if(NOT ARG_VERBS)
+      set(ARG_VERBS ${PDX_IBVERBS_LIBRARY})
+    endif()
+    target_link_libraries(${name} PRIVATE ${ARG_VERBS})
+    target_compile_definitions(${name} PRIVATE PDX_HAVE_RDMA=1)
+  endif()
   pdx_sanitize(${name})
 endfunction()
 
@@ -52,16 +79,21 @@ if(PDX_BUILD_TESTS AND NOT PDX_TEST_SHIM)
   pkg_check_modules(CRITERION REQUIRED IMPORTED_TARGET criterion)
 endif()
 
-# pdx_test(NAME SOURCES ... [TIMEOUT s]): a Criterion test registered with ctest.
+# pdx_test(NAME SOURCES ... [TIMEOUT s] [VERBS lib]): a Criterion test
+# registered with ctest; its verbs calls reach softnic unless VERBS says.
 function(pdx_test name)
-  cmake_parse_arguments(ARG "" "TIMEOUT" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(ARG "" "TIMEOUT;VERBS" "SOURCES;LIBS" ${ARGN})
+  if(NOT ARG_VERBS AND PDX_HAVE_RDMA)
+    set(ARG_VERBS softnic)
+  endif()
   if(PDX_TEST_SHIM)
     pdx_tool(${name} SOURCES ${ARG_SOURCES} ${PROJECT_SOURCE_DIR}/tests/shim/shim_main.c
-             LIBS ${ARG_LIBS})
+             LIBS ${ARG_LIBS} VERBS ${ARG_VERBS})
     target_include_directories(${name} BEFORE PRIVATE ${PROJECT_SOURCE_DIR}/tests/shim)
     target_compile_options(${name} PRIVATE -Wno-format-zero-length)
   else()
-    pdx_tool(${name} SOURCES ${ARG_SOURCES} LIBS PkgConfig::CRITERION ${ARG_LIBS})
+    pdx_tool(${name} SOURCES ${ARG_SOURCES} LIBS PkgConfig::CRITERION ${ARG_LIBS}
+             VERBS ${ARG_VERBS})
   endif()
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/tests)
   add_test(NAME ${name} COMMAND ${name} --jobs 2)

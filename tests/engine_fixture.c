@@ -30,6 +30,7 @@ void side_open(side_t *s, const geom_t *g, const char *const *cfg_pairs)
     cr_assert_eq(pdx_config_init(&cfg), PDX_OK);
     pdx_config_set(&cfg, "PDX_LISTEN", "127.0.0.1:0");
     pdx_config_set(&cfg, "PDX_SHARDS", "2");
+    pdx_config_set(&cfg, "PDX_TRANSPORT", PDX_TEST_TRANSPORT);
     for (int i = 0; cfg_pairs && cfg_pairs[i]; i++) {
         char name[64];
         const char *eq = strchr(cfg_pairs[i], '=');

@@ -1,5 +1,6 @@
 /*
- * Two engines in one process over the tcp transport on 127.0.0.1: a prefill
+ * Two engines in one process over PDX_TEST_TRANSPORT (tcp on 127.0.0.1, or
+ * rdma on softnic; the suites are built once per transport): a prefill
  * side and a decode side, each with a KV pool of `layers` buffers (one per
  * layer) of `npages` pages, an aux region, and the decode side connected to
  * the prefill side. Every byte of a page is a pattern of (room, layer,

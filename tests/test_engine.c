@@ -1,6 +1,7 @@
 /*
- * The engine end to end on the tcp transport: two engines in one process,
- * random page maps verified byte for byte.
+ * The engine end to end on PDX_TEST_TRANSPORT (the suite is built once per
+ * transport): two engines in one process, random page maps verified byte for
+ * byte.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>

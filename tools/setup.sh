@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   gcc libc6-dev make cmake ninja-build pkg-config   # toolchain
   libcriterion-dev                                  # unit tests
+  libibverbs-dev                                    # the rdma transport (and softnic)
   iproute2 procps                                   # tests and demo helpers
 )
 

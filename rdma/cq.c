@@ -1,0 +1,382 @@
+/*
+ * rdma completion queues: one ibv CQ and one completion channel each.
+ *
+ * The CQ keeps a table of its eps (slot, generation). Every WR's ibv wr_id
+ * names its ep's slot and generation, its queue and its ring index
+ * (rdma.h), so a completion finds its ep in O(1) and a completion of an ep
+ * that was destroyed (its slot's generation moved on) is dropped.
+ *
+ * Consuming a completion frees the ring entries it covers: a send-queue
+ * completion at ring index i frees every entry from the ep's sq_done to i
+ * (the unsignaled WRs before it succeeded silently), and releases the
+ * regions those WRs used. An ep therefore never has more completions
+ * pending than sq_depth + rq_depth, and ep_create refuses an ep whose depths
+ * do not fit what is left of the CQ: the CQ never overruns.
+ *
+ * Error completions: ibv_wc_status becomes a pdx_status_t and the ep goes
+ * to error (first error wins) with a message naming the status, the
+ * vendor_err and the remote QPN. A flushed WR completes with the status
+ * the ep failed with (ep_fail's `why`, else PDX_ERR_PEER). An error
+ * completion's opcode field is undefined in verbs; the ring says what the
+ * WR was.
+ *
+ * cq_fd is the completion channel's fd (nonblocking): cq_arm, poll once
+ * more, sleep on the fd, cq_ack (reads and acks every pending event).
+ */
+#include "rdma/rdma.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdlib.h>
+
+#define RDMA_POLL_BATCH 32
+
+static pdx_status_t map_status(enum ibv_wc_status s)
+{
+    switch (s) {
+    case IBV_WC_SUCCESS:
+        return PDX_OK;
+    case IBV_WC_LOC_LEN_ERR:
+    case IBV_WC_LOC_QP_OP_ERR:
+    case IBV_WC_LOC_PROT_ERR:
+        return PDX_ERR_IO;
+    case IBV_WC_REM_ACCESS_ERR:
+        return PDX_ERR_RANGE;
+    default:
+        /* flushes, retries exceeded, RNR, remote and fatal errors */
+        return PDX_ERR_PEER;
+    }
+}
+
+/* Translate one CQE; false when it belongs to no live ep (dropped). */
+static bool wc_process(rdma_cq_t *cq, const struct ibv_wc *w, pdx_tp_wc_t *out)
+{
+    uint64_t id = w->wr_id;
+    uint32_t slot = (uint32_t)(id >> RDMA_WR_SLOT_SHIFT) & RDMA_WR_SLOT_MASK;
+    uint32_t gen = (uint32_t)(id >> RDMA_WR_GEN_SHIFT) & RDMA_WR_GEN_MASK;
+    uint64_t idx = id & RDMA_WR_IDX_MASK, done, seq;
+    const rdma_wqe_t *e;
+    pdx_status_t status;
+    rdma_ep_t *ep;
+
+    if (slot >= cq->nslots || !cq->slots[slot].ep || cq->slots[slot].gen != gen)
+        return false;
+    ep = cq->slots[slot].ep;
+    if (id & RDMA_WR_RQ_BIT) {
+        done = atomic_load_explicit(&ep->rq_done, memory_order_relaxed);
+        seq = done + ((idx - done) & ep->rq_mask);
+        for (uint64_t s = done; s <= seq; s++)
+            rdma_mr_unref(ep->rq[s & ep->rq_mask].mr);
+        e = &ep->rq[seq & ep->rq_mask];
+        out->opcode = PDX_TP_OP_RECV;
+        out->byte_len = w->status == IBV_WC_SUCCESS ? w->byte_len : 0;
+    } else {
+        done = atomic_load_explicit(&ep->sq_done, memory_order_relaxed);
+        seq = done + ((idx - done) & ep->sq_mask);
+        for (uint64_t s = done; s <= seq; s++)
+            rdma_mr_unref(ep->sq[s & ep->sq_mask].mr);
+        e = &ep->sq[seq & ep->sq_mask];
+        out->opcode = (pdx_tp_opcode_t)e->opcode;
+        out->byte_len = 0;
+    }
+    out->wr_id = e->wr_id;
+    out->ep = rdma_ep_pub(ep);
+
+    status = map_status(w->status);
+    if (PDX_UNLIKELY(status != PDX_OK)) {
+        rdma_ep_set_error(ep, PDX_ERR_PEER, "%s (vendor_err 0x%x) on QP 0x%x, remote QP 0x%x",
+                          ibv_wc_status_str(w->status), w->vendor_err, w->qp_num,
+                          atomic_load_explicit(&ep->remote_qpn, memory_order_relaxed));
+        if (w->status == IBV_WC_WR_FLUSH_ERR) {
+            int why = atomic_load_explicit(&ep->err, memory_order_acquire);
+
+            /* 0: another thread claimed the error and is still writing it */
+            status = why ? (pdx_status_t)why : PDX_ERR_PEER;
+        }
+    }
+    out->status = status;
+    /* the entries are free once their contents were read */
+    if (id & RDMA_WR_RQ_BIT)
+        atomic_store_explicit(&ep->rq_done, seq + 1, memory_order_release);
+    else
+        atomic_store_explicit(&ep->sq_done, seq + 1, memory_order_release);
+    return true;
+}
+
+int rdma_cq_poll(pdx_tp_cq_t *pcq, pdx_tp_wc_t *wc, int max)
+{
+    rdma_cq_t *cq = rdma_cq(pcq);
+    struct ibv_wc w[RDMA_POLL_BATCH];
+    int got = 0;
+
+    if (max <= 0)
+        return 0;
+    pthread_mutex_lock(&cq->lock);
+    while (got < max && cq->stash_n) {
+        const struct ibv_wc *s = &cq->stash[cq->stash_head];
+
+        cq->stash_head = (cq->stash_head + 1) % cq->depth;
+        cq->stash_n--;
+        got += wc_process(cq, s, &wc[got]);
+    }
+    while (got < max) {
+        int want = PDX_MIN(max - got, RDMA_POLL_BATCH);
+        int n = ibv_poll_cq(cq->cq, want, w);
+
+        if (n <= 0) {
+            if (PDX_UNLIKELY(n < 0) && !cq->poll_failed) {
+                cq->poll_failed = true;
+                pdx_error("rdma: %s: ibv_poll_cq failed (%d): the CQ is in error",
+                          cq->tp->dev.name, n);
+            }
+            break;
+        }
+        for (int i = 0; i < n; i++)
+            got += wc_process(cq, &w[i], &wc[got]);
+        if (n < want)
+            break;
+    }
+    pthread_mutex_unlock(&cq->lock);
+    return got;
+}
+
+pdx_status_t rdma_cq_arm(pdx_tp_cq_t *pcq)
+{
+    rdma_cq_t *cq = rdma_cq(pcq);
+    int rc = ibv_req_notify_cq(cq->cq, 0);
+
+    if (rc) {
+        pdx_error("rdma: %s: ibv_req_notify_cq: %s", cq->tp->dev.name,
+                  strerror(rc > 0 ? rc : errno));
+        return PDX_ERR_IO;
+    }
+    return PDX_OK;
+}
+
+int rdma_cq_fd(pdx_tp_cq_t *pcq)
+{
+    return rdma_cq(pcq)->channel->fd;
+}
+
+void rdma_cq_ack(pdx_tp_cq_t *pcq)
+{
+    rdma_cq_t *cq = rdma_cq(pcq);
+    struct ibv_cq *ev_cq;
+    void *ev_ctx;
+    unsigned n = 0;
+
+    /* the channel is nonblocking: EAGAIN ends the loop */
+    while (ibv_get_cq_event(cq->channel, &ev_cq, &ev_ctx) == 0)
+        n++;
+    if (n)
+        ibv_ack_cq_events(cq->cq, n);
+}
+
+/* ------------------------------------------------------- ep attachment */
+
+pdx_status_t rdma_cq_reserve(rdma_cq_t *cq, uint32_t entries, uint32_t *slot_p, uint32_t *gen_p)
+{
+    uint32_t slot = UINT32_MAX;
+
+    pthread_mutex_lock(&cq->lock);
+    if (entries > cq->depth - cq->reserved) {
+        pthread_mutex_unlock(&cq->lock);
+        pdx_error("rdma: %s: CQ of depth %u has %u entries left, an endpoint needs %u",
+                  cq->tp->dev.name, cq->depth, cq->depth - cq->reserved, entries);
+        return PDX_ERR_FULL;
+    }
+    for (uint32_t k = 0; k < cq->nslots; k++) {
+        uint32_t i = (cq->slot_hint + k) % cq->nslots;
+
+        if (!cq->slots[i].busy) {
+            slot = i;
+            break;
+        }
+    }
+    if (slot == UINT32_MAX) {
+        pthread_mutex_unlock(&cq->lock);
+        pdx_error("rdma: %s: CQ already serves %u endpoints, the most it holds",
+                  cq->tp->dev.name, cq->nslots);
+        return PDX_ERR_FULL;
+    }
+    cq->slots[slot].busy = true;
+    cq->slot_hint = (slot + 1) % cq->nslots;
+    cq->reserved += entries;
+    cq->nep++;
+    *slot_p = slot;
+    *gen_p = cq->slots[slot].gen;
+    pthread_mutex_unlock(&cq->lock);
+    return PDX_OK;
+}
+
+void rdma_cq_attach(rdma_cq_t *cq, rdma_ep_t *ep)
+{
+    pthread_mutex_lock(&cq->lock);
+    cq->slots[ep->slot].ep = ep;
+    pthread_mutex_unlock(&cq->lock);
+}
+
+/* Does this CQE belong to a live ep? (under cq->lock) */
+static bool wc_live(const rdma_cq_t *cq, const struct ibv_wc *w)
+{
+    uint32_t slot = (uint32_t)(w->wr_id >> RDMA_WR_SLOT_SHIFT) & RDMA_WR_SLOT_MASK;
+    uint32_t gen = (uint32_t)(w->wr_id >> RDMA_WR_GEN_SHIFT) & RDMA_WR_GEN_MASK;
+
+    return slot < cq->nslots && cq->slots[slot].ep && cq->slots[slot].gen == gen;
+}
+
+void rdma_cq_detach(rdma_cq_t *cq, uint32_t slot, uint32_t entries)
+{
+    struct ibv_wc w[RDMA_POLL_BATCH];
+    int n;
+
+    pthread_mutex_lock(&cq->lock);
+    cq->slots[slot].ep = NULL;
+    cq->slots[slot].busy = false;
+    cq->slots[slot].gen = (cq->slots[slot].gen + 1) & RDMA_WR_GEN_MASK;
+    /*
+     * The ep's QP is gone, but CQEs it left may still sit in the CQ. Its
+     * reservation can be given to a new ep only once they are out: move
+     * the CQEs of live eps to the stash (cq_poll hands them out first, in
+     * order) and drop the rest.
+     */
+    while (cq->stash_n < cq->depth &&
+           (n = ibv_poll_cq(cq->cq, (int)PDX_MIN(cq->depth - cq->stash_n, RDMA_POLL_BATCH),
+                            w)) > 0) {
+        for (int i = 0; i < n; i++) {
+            if (!wc_live(cq, &w[i]))
+                continue;
+            cq->stash[(cq->stash_head + cq->stash_n) % cq->depth] = w[i];
+            cq->stash_n++;
+        }
+    }
+    cq->reserved -= entries;
+    cq->nep--;
+    pthread_mutex_unlock(&cq->lock);
+}
+
+/* ------------------------------------------------------ create/destroy */
+
+pdx_status_t rdma_cq_create(pdx_tp_t *ptp, uint32_t depth, pdx_tp_cq_t **cq_p)
+{
+    rdma_tp_t *tp = rdma_tp(ptp);
+    rdma_cq_t *cq;
+    int flags, rc;
+
+    if (depth == 0 || depth > INT_MAX) {
+        pdx_error("rdma: %s: CQ depth %u outside 1..%d", tp->dev.name, depth, INT_MAX);
+        return PDX_ERR_INVALID;
+    }
+    if (depth > tp->dev.max_cqe) {
+        pdx_error("rdma: %s: a CQ of depth %u exceeds the device's max_cqe of %u (the CQ "
+                  "holds the send and receive depths of all its endpoints: use fewer "
+                  "endpoints per shard or a smaller PDX_SQ_DEPTH)", tp->dev.name, depth,
+                  tp->dev.max_cqe);
+        return PDX_ERR_UNSUPPORTED;
+    }
+    cq = calloc(1, sizeof(*cq));
+    if (!cq)
+        goto err_nomem;
+    cq->tp = tp;
+    cq->depth = depth;
+    cq->nslots = PDX_MIN(depth, RDMA_CQ_MAX_EPS);
+    cq->slots = calloc(cq->nslots, sizeof(*cq->slots));
+    cq->stash = calloc(depth, sizeof(*cq->stash)); /* pages are touched only when used */
+    if (!cq->slots || !cq->stash)
+        goto err_free_cq;
+    rc = pthread_mutex_init(&cq->lock, NULL);
+    if (rc) {
+        pdx_error("rdma: mutex init: %s", strerror(rc));
+        goto err_free_io;
+    }
+    cq->channel = ibv_create_comp_channel(tp->ctx);
+    if (!cq->channel) {
+        pdx_error("rdma: %s: ibv_create_comp_channel: %s", tp->dev.name, strerror(errno));
+        goto err_mutex;
+    }
+    flags = fcntl(cq->channel->fd, F_GETFL);
+    if (flags < 0 || fcntl(cq->channel->fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+        pdx_error("rdma: %s: making the completion channel nonblocking: %s", tp->dev.name,
+                  strerror(errno));
+        goto err_channel;
+    }
+    cq->cq = ibv_create_cq(tp->ctx, (int)depth, cq, cq->channel, 0);
+    if (!cq->cq) {
+        pdx_error("rdma: %s: ibv_create_cq of depth %u: %s", tp->dev.name, depth,
+                  strerror(errno));
+        goto err_channel;
+    }
+    pthread_mutex_lock(&tp->lock);
+    cq->next = tp->cqs;
+    if (tp->cqs)
+        tp->cqs->prev = cq;
+    tp->cqs = cq;
+    pthread_mutex_unlock(&tp->lock);
+    *cq_p = (pdx_tp_cq_t *)(void *)cq;
+    return PDX_OK;
+
+err_channel:
+    ibv_destroy_comp_channel(cq->channel);
+err_mutex:
+    pthread_mutex_destroy(&cq->lock);
+err_free_io:
+    free(cq->stash);
+    free(cq->slots);
+    free(cq);
+    return PDX_ERR_IO;
+err_free_cq:
+    free(cq->stash);
+    free(cq->slots);
+    free(cq);
+err_nomem:
+    pdx_error("rdma: %s: out of memory for a CQ of depth %u", tp->dev.name, depth);
+    return PDX_ERR_NOMEM;
+}
+
+void rdma_cq_free(rdma_cq_t *cq)
+{
+    int rc;
+
+    rdma_cq_ack((pdx_tp_cq_t *)(void *)cq); /* every event read is acked before destroy */
+    pthread_mutex_lock(&cq->tp->async_lock);
+    rc = ibv_destroy_cq(cq->cq);
+    pthread_mutex_unlock(&cq->tp->async_lock);
+    if (rc)
+        pdx_error("rdma: %s: ibv_destroy_cq: %s", cq->tp->dev.name,
+                  strerror(rc > 0 ? rc : errno));
+    rc = ibv_destroy_comp_channel(cq->channel);
+    if (rc)
+        pdx_error("rdma: %s: ibv_destroy_comp_channel: %s", cq->tp->dev.name,
+                  strerror(rc > 0 ? rc : errno));
+    pthread_mutex_destroy(&cq->lock);
+    free(cq->stash);
+    free(cq->slots);
+    free(cq);
+}
+
+void rdma_cq_destroy(pdx_tp_cq_t *pcq)
+{
+    rdma_cq_t *cq = rdma_cq(pcq);
+    rdma_tp_t *tp = cq->tp;
+    uint32_t nep;
+
+    pthread_mutex_lock(&cq->lock);
+    nep = cq->nep;
+    pthread_mutex_unlock(&cq->lock);
+    if (nep) {
+        /* Freeing it would leave QPs completing into a destroyed CQ. */
+        pdx_error("rdma: %s: CQ destroyed while %u endpoints use it; kept until the tp "
+                  "closes", tp->dev.name, nep);
+        return;
+    }
+    pthread_mutex_lock(&tp->lock);
+    if (cq->prev)
+        cq->prev->next = cq->next;
+    else
+        tp->cqs = cq->next;
+    if (cq->next)
+        cq->next->prev = cq->prev;
+    pthread_mutex_unlock(&tp->lock);
+    rdma_cq_free(cq);
+}

@@ -1,0 +1,285 @@
+/*
+ * rdma post path: WRITE, SEND, RECV and READ on one ep, from its poster
+ * thread. No malloc, no lock, no syscall but the provider's post call: the
+ * WR array, the rings and the SEND slots are allocated at ep_create.
+ *
+ * Send-queue accounting: sq_head (poster) minus sq_done (advanced by the CQ
+ * owner as it consumes completions) is what the QP holds. post_write of n
+ * WRs answers PDX_ERR_AGAIN, posting nothing, when fewer than n slots are
+ * free, and PDX_ERR_INVALID when n exceeds sq_depth. Unsignaled WRs keep
+ * their slots until a later signaled WR of the ep completes.
+ *
+ * A post the provider refuses part-way: the WRs before *bad_wr are posted
+ * and stay in the ring; the ep is failed and its QP moved to ERR, so they
+ * (and everything else outstanding) complete as flushed error CQEs. Nothing
+ * is lost: the caller gets PDX_ERR_PEER for the call and one error
+ * completion for each WR that did get posted.
+ */
+#include "rdma/rdma.h"
+
+#include <errno.h>
+
+static inline bool ep_failed(const rdma_ep_t *ep)
+{
+    return atomic_load_explicit(&ep->err, memory_order_acquire) != 0;
+}
+
+static inline uint64_t sq_free(const rdma_ep_t *ep)
+{
+    return ep->sq_depth - (ep->sq_head - atomic_load_explicit(&ep->sq_done, memory_order_acquire));
+}
+
+static pdx_status_t not_connected(const rdma_ep_t *ep)
+{
+    pdx_error("rdma: %s: posting on QP 0x%x before ep_connect", ep->tp->dev.name,
+              ep->qp->qp_num);
+    return PDX_ERR_STATE;
+}
+
+/*
+ * The provider refused a post: count the WRs it took (posted of n), fail
+ * the ep so they flush, and tell the caller.
+ */
+static pdx_status_t post_refused(rdma_ep_t *ep, const char *what, int rc, uint32_t posted,
+                                 uint32_t n)
+{
+    rdma_ep_kill(ep, PDX_ERR_PEER, "%s refused after %u of %u work requests: %s", what, posted,
+                 n, strerror(rc > 0 ? rc : errno));
+    return PDX_ERR_PEER;
+}
+
+/*
+ * References on the regions of n ring entries from head, one atomic per run
+ * of one region. Taken before the post (a completion may be consumed before
+ * ibv_post_send returns), given back for the WRs a refused post did not take.
+ */
+static void ref_runs(rdma_wqe_t *ring, uint32_t mask, uint64_t head, uint32_t n)
+{
+    rdma_mr_t *run_mr = NULL;
+    uint32_t run = 0;
+
+    for (uint32_t i = 0; i < n; i++) {
+        rdma_mr_t *mr = ring[(head + i) & mask].mr;
+
+        if (mr != run_mr) {
+            if (run_mr)
+                atomic_fetch_add_explicit(&run_mr->refs, run, memory_order_relaxed);
+            run_mr = mr;
+            run = 0;
+        }
+        run++;
+    }
+    if (run_mr)
+        atomic_fetch_add_explicit(&run_mr->refs, run, memory_order_relaxed);
+}
+
+static void unref_range(rdma_wqe_t *ring, uint32_t mask, uint64_t from, uint64_t to)
+{
+    for (uint64_t s = from; s != to; s++)
+        rdma_mr_unref(ring[s & mask].mr);
+}
+
+pdx_status_t rdma_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_t n)
+{
+    rdma_ep_t *ep = rdma_ep(pep);
+    uint64_t head = ep->sq_head;
+    struct ibv_send_wr *bad = NULL;
+    uint32_t posted;
+    int rc;
+
+    if (PDX_UNLIKELY(ep_failed(ep)))
+        return PDX_ERR_PEER;
+    if (PDX_UNLIKELY(n == 0 || n > ep->sq_depth)) {
+        if (n == 0)
+            return PDX_OK;
+        pdx_error("rdma: %u chained WRITEs never fit a send queue of %u", n, ep->sq_depth);
+        return PDX_ERR_INVALID;
+    }
+    if (PDX_UNLIKELY(!atomic_load_explicit(&ep->connected, memory_order_acquire)))
+        return not_connected(ep);
+    if (n > sq_free(ep))
+        return PDX_ERR_AGAIN;
+    for (uint32_t i = 0; i < n; i++) {
+        const rdma_mr_t *mr = rdma_mr(wr[i].mr);
+
+        if (PDX_UNLIKELY(!mr || mr->tp != ep->tp || wr[i].length > ep->tp->max_msg_size ||
+                         wr[i].offset > mr->len || wr[i].length > mr->len - wr[i].offset)) {
+            pdx_error("rdma: WRITE %u of %u (wr_id %llu): %llu bytes at offset %llu do not fit "
+                      "its source region or the %llu-byte message limit", i, n,
+                      (unsigned long long)wr[i].wr_id, (unsigned long long)wr[i].length,
+                      (unsigned long long)wr[i].offset,
+                      (unsigned long long)ep->tp->max_msg_size);
+            return PDX_ERR_INVALID;
+        }
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        rdma_mr_t *mr = rdma_mr(wr[i].mr);
+        rdma_wqe_t *q = &ep->sq[(head + i) & ep->sq_mask];
+        struct ibv_send_wr *w = &ep->wrs[i];
+        struct ibv_sge *sge = &ep->sges[i];
+
+        q->wr_id = wr[i].wr_id;
+        q->mr = mr;
+        q->opcode = PDX_TP_OP_WRITE;
+        sge->addr = (uint64_t)(uintptr_t)mr->base + wr[i].offset;
+        sge->length = (uint32_t)wr[i].length;
+        sge->lkey = mr->mr->lkey;
+        w->wr_id = rdma_wr_id(ep, false, head + i);
+        w->next = i + 1 < n ? &ep->wrs[i + 1] : NULL;
+        w->sg_list = sge;
+        w->num_sge = 1;
+        w->opcode = IBV_WR_RDMA_WRITE;
+        w->send_flags = wr[i].flags & PDX_TP_SIGNALED ? IBV_SEND_SIGNALED : 0;
+        w->wr.rdma.remote_addr = wr[i].remote_addr;
+        w->wr.rdma.rkey = wr[i].rkey;
+    }
+    ref_runs(ep->sq, ep->sq_mask, head, n);
+    rc = ibv_post_send(ep->qp, &ep->wrs[0], &bad);
+    if (PDX_LIKELY(rc == 0)) {
+        ep->sq_head = head + n;
+        return PDX_OK;
+    }
+    posted = bad >= &ep->wrs[0] && bad < &ep->wrs[n] ? (uint32_t)(bad - &ep->wrs[0]) : 0;
+    unref_range(ep->sq, ep->sq_mask, head + posted, head + n);
+    ep->sq_head = head + posted;
+    return post_refused(ep, "ibv_post_send of WRITEs", rc, posted, n);
+}
+
+pdx_status_t rdma_post_send(pdx_tp_ep_t *pep, uint64_t wr_id, const void *data, uint32_t len,
+                            unsigned flags)
+{
+    rdma_ep_t *ep = rdma_ep(pep);
+    uint64_t head = ep->sq_head;
+    rdma_wqe_t *q = &ep->sq[head & ep->sq_mask];
+    struct ibv_sge sge;
+    struct ibv_send_wr w = {0}, *bad = NULL;
+    int rc;
+
+    if (PDX_UNLIKELY(ep_failed(ep)))
+        return PDX_ERR_PEER;
+    if (PDX_UNLIKELY(len > PDX_TP_SEND_MAX || (len && !data))) {
+        pdx_error("rdma: SEND of %u bytes (at most %d, inline)", len, PDX_TP_SEND_MAX);
+        return PDX_ERR_INVALID;
+    }
+    if (PDX_UNLIKELY(!atomic_load_explicit(&ep->connected, memory_order_acquire)))
+        return not_connected(ep);
+    if (sq_free(ep) < 1)
+        return PDX_ERR_AGAIN;
+    q->wr_id = wr_id;
+    q->mr = NULL;
+    q->opcode = PDX_TP_OP_SEND;
+    w.wr_id = rdma_wr_id(ep, false, head);
+    w.opcode = IBV_WR_SEND;
+    w.send_flags = flags & PDX_TP_SIGNALED ? IBV_SEND_SIGNALED : 0;
+    if (len) {
+        if (ep->max_inline) {
+            /* the provider copies inline data before ibv_post_send returns */
+            sge.addr = (uint64_t)(uintptr_t)data;
+            sge.lkey = 0;
+            w.send_flags |= IBV_SEND_INLINE;
+        } else {
+            uint8_t *slot = ep->send_slots + (head & ep->sq_mask) * PDX_TP_SEND_MAX;
+
+            memcpy(slot, data, len);
+            sge.addr = (uint64_t)(uintptr_t)slot;
+            sge.lkey = ep->send_slots_mr->lkey;
+        }
+        sge.length = len;
+        w.sg_list = &sge;
+        w.num_sge = 1;
+    }
+    rc = ibv_post_send(ep->qp, &w, &bad);
+    if (PDX_UNLIKELY(rc))
+        return post_refused(ep, "ibv_post_send of a SEND", rc, 0, 1);
+    ep->sq_head = head + 1;
+    return PDX_OK;
+}
+
+pdx_status_t rdma_post_read(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t *pmr,
+                            uint64_t offset, uint32_t len, uint64_t remote_addr, uint32_t rkey)
+{
+    rdma_ep_t *ep = rdma_ep(pep);
+    rdma_mr_t *mr = rdma_mr(pmr);
+    uint64_t head = ep->sq_head;
+    rdma_wqe_t *q = &ep->sq[head & ep->sq_mask];
+    struct ibv_sge sge;
+    struct ibv_send_wr w = {0}, *bad = NULL;
+    int rc;
+
+    if (PDX_UNLIKELY(ep_failed(ep)))
+        return PDX_ERR_PEER;
+    if (PDX_UNLIKELY(!mr || mr->tp != ep->tp || !(mr->access & PDX_TP_ACCESS_LOCAL_WRITE) ||
+                     offset > mr->len || len > mr->len - offset ||
+                     len > ep->tp->max_msg_size)) {
+        pdx_error("rdma: READ of %u bytes into offset %llu is outside its region, beyond the "
+                  "message limit, or the region lacks local write access", len,
+                  (unsigned long long)offset);
+        return PDX_ERR_INVALID;
+    }
+    if (PDX_UNLIKELY(!atomic_load_explicit(&ep->connected, memory_order_acquire)))
+        return not_connected(ep);
+    if (sq_free(ep) < 1)
+        return PDX_ERR_AGAIN;
+    q->wr_id = wr_id;
+    q->mr = mr;
+    q->opcode = PDX_TP_OP_READ;
+    sge.addr = (uint64_t)(uintptr_t)mr->base + offset;
+    sge.length = len;
+    sge.lkey = mr->mr->lkey;
+    w.wr_id = rdma_wr_id(ep, false, head);
+    w.sg_list = &sge;
+    w.num_sge = 1;
+    w.opcode = IBV_WR_RDMA_READ;
+    w.send_flags = IBV_SEND_SIGNALED;
+    w.wr.rdma.remote_addr = remote_addr;
+    w.wr.rdma.rkey = rkey;
+    atomic_fetch_add_explicit(&mr->refs, 1, memory_order_relaxed);
+    rc = ibv_post_send(ep->qp, &w, &bad);
+    if (PDX_UNLIKELY(rc)) {
+        rdma_mr_unref(mr);
+        return post_refused(ep, "ibv_post_send of a READ", rc, 0, 1);
+    }
+    ep->sq_head = head + 1;
+    return PDX_OK;
+}
+
+pdx_status_t rdma_post_recv(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t *pmr,
+                            uint64_t offset, uint32_t len)
+{
+    rdma_ep_t *ep = rdma_ep(pep);
+    rdma_mr_t *mr = rdma_mr(pmr);
+    uint64_t head = ep->rq_head;
+    rdma_wqe_t *q = &ep->rq[head & ep->rq_mask];
+    struct ibv_sge sge;
+    struct ibv_recv_wr w = {0}, *bad = NULL;
+    int rc;
+
+    if (PDX_UNLIKELY(ep_failed(ep)))
+        return PDX_ERR_PEER;
+    if (PDX_UNLIKELY(!mr || mr->tp != ep->tp || !(mr->access & PDX_TP_ACCESS_LOCAL_WRITE) ||
+                     offset > mr->len || len > mr->len - offset)) {
+        pdx_error("rdma: receive buffer of %u bytes at offset %llu is outside its region or "
+                  "the region lacks local write access", len, (unsigned long long)offset);
+        return PDX_ERR_INVALID;
+    }
+    if (head + 1 - atomic_load_explicit(&ep->rq_done, memory_order_acquire) > ep->rq_depth)
+        return PDX_ERR_AGAIN;
+    q->wr_id = wr_id;
+    q->mr = mr;
+    q->opcode = PDX_TP_OP_RECV;
+    sge.addr = (uint64_t)(uintptr_t)mr->base + offset;
+    sge.length = len;
+    sge.lkey = mr->mr->lkey;
+    w.wr_id = rdma_wr_id(ep, true, head);
+    w.sg_list = &sge;
+    w.num_sge = 1;
+    atomic_fetch_add_explicit(&mr->refs, 1, memory_order_relaxed);
+    rc = ibv_post_recv(ep->qp, &w, &bad);
+    if (PDX_UNLIKELY(rc)) {
+        rdma_mr_unref(mr);
+        rdma_ep_kill(ep, PDX_ERR_PEER, "ibv_post_recv refused: %s", strerror(rc > 0 ? rc : errno));
+        return PDX_ERR_PEER;
+    }
+    ep->rq_head = head + 1;
+    return PDX_OK;
+}

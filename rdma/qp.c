@@ -1,0 +1,522 @@
+/*
+ * rdma endpoints: one RC QP each, on a CQ used for both its queues.
+ *
+ * Life: ep_create makes the QP and moves it to INIT (receives may be posted
+ * from then on); ep_connect takes the peer's address blob and moves it
+ * through RTR to RTS (WRs may be posted once it returns); ep_fail and fatal
+ * events move it to ERR, and the NIC flushes every outstanding WR and
+ * receive as error CQEs; ep_destroy frees it and the CQ forgets it.
+ *
+ * The address blob (little-endian, RDMA_ADDR_LEN bytes):
+ *   0 version  1 link layer  2 active MTU  3 flags (bit 0: GID valid)
+ *   4 QPN (u32)  8 PSN (u32)  12 LID (u16)  14 reserved (u16)  16 GID[16]
+ *
+ * SEND payloads go inline (max_inline_data = PDX_TP_SEND_MAX). A device
+ * that refuses that inline size gets a QP without inline data, and SENDs
+ * are copied into a registered slot per SQ entry instead.
+ */
+#include "rdma/rdma.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/random.h>
+
+/* ------------------------------------------------------------ errors */
+
+static bool ep_record(rdma_ep_t *ep, pdx_status_t why, const char *fmt, va_list ap)
+    __attribute__((format(printf, 3, 0)));
+
+static bool ep_record(rdma_ep_t *ep, pdx_status_t why, const char *fmt, va_list ap)
+{
+    if (atomic_flag_test_and_set_explicit(&ep->err_claimed, memory_order_acq_rel))
+        return false;
+    if (why >= 0)
+        why = PDX_ERR_ABORTED;
+    vsnprintf(ep->errmsg, sizeof(ep->errmsg), fmt, ap);
+    atomic_store_explicit(&ep->err, why, memory_order_release);
+    pdx_warn("rdma: %s: endpoint QP 0x%x failed (%s): %s", ep->tp->dev.name, ep->qp->qp_num,
+             pdx_status_str(why), ep->errmsg);
+    return true;
+}
+
+bool rdma_ep_set_error(rdma_ep_t *ep, pdx_status_t why, const char *fmt, ...)
+{
+    va_list ap;
+    bool first;
+
+    va_start(ap, fmt);
+    first = ep_record(ep, why, fmt, ap);
+    va_end(ap);
+    return first;
+}
+
+static void qp_to_err(rdma_ep_t *ep)
+{
+    struct ibv_qp_attr attr = {.qp_state = IBV_QPS_ERR};
+    struct ibv_qp_init_attr init;
+    int rc = ibv_modify_qp(ep->qp, &attr, IBV_QP_STATE), err = rc > 0 ? rc : errno;
+
+    if (rc == 0)
+        return;
+    /* The NIC may have moved it there already (a fatal error). */
+    if (ibv_query_qp(ep->qp, &attr, IBV_QP_STATE, &init) == 0 && attr.qp_state == IBV_QPS_ERR)
+        return;
+    pdx_error("rdma: %s: moving QP 0x%x to ERR: %s", ep->tp->dev.name, ep->qp->qp_num,
+              strerror(err));
+}
+
+/*
+ * Whoever records the error first moves the QP to ERR; a later caller finds
+ * it there or on its way (an error CQE means the NIC put it there).
+ */
+void rdma_ep_kill(rdma_ep_t *ep, pdx_status_t why, const char *fmt, ...)
+{
+    va_list ap;
+    bool first;
+
+    va_start(ap, fmt);
+    first = ep_record(ep, why, fmt, ap);
+    va_end(ap);
+    if (first)
+        qp_to_err(ep);
+}
+
+void rdma_ep_fail(pdx_tp_ep_t *pep, pdx_status_t why, const char *msg)
+{
+    rdma_ep_t *ep = rdma_ep(pep);
+
+    rdma_ep_kill(ep, why < 0 ? why : PDX_ERR_ABORTED, "%s",
+                 msg && msg[0] ? msg : pdx_status_str(why));
+}
+
+const char *rdma_ep_error(const pdx_tp_ep_t *pep)
+{
+    const rdma_ep_t *ep = rdma_ep(pep);
+
+    if (atomic_load_explicit(&ep->err, memory_order_acquire) == 0)
+        return "";
+    return ep->errmsg;
+}
+
+/* ------------------------------------------------------------ create */
+
+static pdx_status_t random_psn(uint32_t *psn_p)
+{
+    uint32_t v;
+    ssize_t n;
+
+    do {
+        n = getrandom(&v, sizeof(v), 0);
+    } while (n < 0 && errno == EINTR);
+    if (n != (ssize_t)sizeof(v)) {
+        pdx_error("rdma: getrandom for a PSN: %s", n < 0 ? strerror(errno) : "short read");
+        return PDX_ERR_IO;
+    }
+    *psn_p = v & 0xffffffu;
+    return PDX_OK;
+}
+
+/* Under async_lock: never between the async thread's read and ack of an event. */
+static int qp_destroy(rdma_ep_t *ep)
+{
+    int rc;
+
+    pthread_mutex_lock(&ep->tp->async_lock);
+    rc = ibv_destroy_qp(ep->qp);
+    pthread_mutex_unlock(&ep->tp->async_lock);
+    return rc;
+}
+
+static void ep_free(rdma_ep_t *ep)
+{
+    if (ep->send_slots_mr)
+        ibv_dereg_mr(ep->send_slots_mr);
+    free(ep->send_slots);
+    free(ep->sges);
+    free(ep->wrs);
+    free(ep->rq);
+    free(ep->sq);
+    free(ep);
+}
+
+/* The QP, with inline SENDs if the device takes PDX_TP_SEND_MAX bytes. */
+static pdx_status_t qp_create(rdma_ep_t *ep)
+{
+    rdma_tp_t *tp = ep->tp;
+    struct ibv_qp_init_attr ia = {
+        .qp_context = ep,
+        .send_cq = ep->cq->cq,
+        .recv_cq = ep->cq->cq,
+        .cap = {.max_send_wr = ep->sq_depth, .max_recv_wr = ep->rq_depth,
+                .max_send_sge = 1, .max_recv_sge = 1, .max_inline_data = PDX_TP_SEND_MAX},
+        .qp_type = IBV_QPT_RC,
+        .sq_sig_all = 0,
+    };
+
+    ep->qp = ibv_create_qp(tp->pd, &ia);
+    if (!ep->qp && errno == EINVAL) {
+        pdx_info("rdma: %s refuses %d bytes of inline data; SENDs go from registered slots",
+                 tp->dev.name, PDX_TP_SEND_MAX);
+        ia.cap.max_inline_data = 0;
+        ep->qp = ibv_create_qp(tp->pd, &ia);
+    }
+    if (!ep->qp) {
+        pdx_error("rdma: %s: ibv_create_qp (RC, %u send, %u receive WRs): %s", tp->dev.name,
+                  ep->sq_depth, ep->rq_depth, strerror(errno));
+        return PDX_ERR_IO;
+    }
+    ep->max_inline = ia.cap.max_inline_data >= PDX_TP_SEND_MAX ? ia.cap.max_inline_data : 0;
+    return PDX_OK;
+}
+
+static pdx_status_t send_slots_create(rdma_ep_t *ep)
+{
+    size_t len = (size_t)(ep->sq_mask + 1) * PDX_TP_SEND_MAX;
+
+    ep->send_slots = calloc(1, len);
+    if (!ep->send_slots) {
+        pdx_error("rdma: out of memory for %zu bytes of SEND slots", len);
+        return PDX_ERR_NOMEM;
+    }
+    ep->send_slots_mr = (ibv_reg_mr)(ep->tp->pd, ep->send_slots, len, 0);
+    if (!ep->send_slots_mr) {
+        pdx_error("rdma: %s: ibv_reg_mr of %zu bytes of SEND slots: %s", ep->tp->dev.name, len,
+                  strerror(errno));
+        return PDX_ERR_IO;
+    }
+    return PDX_OK;
+}
+
+static pdx_status_t qp_init(rdma_ep_t *ep)
+{
+    struct ibv_qp_attr attr = {
+        .qp_state = IBV_QPS_INIT,
+        .pkey_index = 0,
+        .port_num = ep->tp->dev.port,
+        /* REMOTE_READ: a loopback ep is the target of the flush READ */
+        .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
+    };
+    int rc = ibv_modify_qp(ep->qp, &attr,
+                           IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+
+    if (rc) {
+        pdx_error("rdma: %s: QP 0x%x RESET -> INIT: %s", ep->tp->dev.name, ep->qp->qp_num,
+                  strerror(rc > 0 ? rc : errno));
+        return PDX_ERR_IO;
+    }
+    return PDX_OK;
+}
+
+pdx_status_t rdma_ep_create(pdx_tp_t *ptp, pdx_tp_cq_t *pcq, const pdx_tp_ep_attr_t *attr,
+                            pdx_tp_ep_t **ep_p)
+{
+    rdma_tp_t *tp = rdma_tp(ptp);
+    rdma_cq_t *cq = rdma_cq(pcq);
+    uint32_t entries, sq_size, rq_size, slot, gen;
+    pdx_status_t status;
+    rdma_ep_t *ep;
+    void *mem;
+    int rc;
+
+    if (!attr || !cq || cq->tp != tp || attr->sq_depth == 0 || attr->sq_depth > RDMA_MAX_DEPTH ||
+        attr->rq_depth > RDMA_MAX_DEPTH) {
+        pdx_error("rdma: endpoint needs a CQ of this tp, sq_depth 1..%u and rq_depth 0..%u",
+                  RDMA_MAX_DEPTH, RDMA_MAX_DEPTH);
+        return PDX_ERR_INVALID;
+    }
+    if (attr->sq_depth > tp->dev.max_qp_wr || attr->rq_depth > tp->dev.max_qp_wr) {
+        pdx_error("rdma: %s: endpoint depths (sq %u, rq %u) exceed the device's max_qp_wr "
+                  "of %u", tp->dev.name, attr->sq_depth, attr->rq_depth, tp->dev.max_qp_wr);
+        return PDX_ERR_UNSUPPORTED;
+    }
+    entries = attr->sq_depth + attr->rq_depth;
+    status = rdma_cq_reserve(cq, entries, &slot, &gen);
+    if (status != PDX_OK)
+        return status;
+
+    status = PDX_ERR_NOMEM;
+    if (posix_memalign(&mem, PDX_CACHELINE, sizeof(*ep))) {
+        pdx_error("rdma: out of memory for an endpoint");
+        goto err_release;
+    }
+    ep = memset(mem, 0, sizeof(*ep));
+    ep->tp = tp;
+    ep->cq = cq;
+    ep->slot = slot;
+    ep->gen = gen;
+    ep->sq_depth = attr->sq_depth;
+    ep->rq_depth = attr->rq_depth;
+    sq_size = pdx_pow2_ceil(attr->sq_depth);
+    rq_size = pdx_pow2_ceil(PDX_MAX(attr->rq_depth, 1u));
+    ep->sq_mask = sq_size - 1;
+    ep->rq_mask = rq_size - 1;
+    atomic_init(&ep->sq_done, 0);
+    atomic_init(&ep->rq_done, 0);
+    atomic_init(&ep->err, 0);
+    atomic_flag_clear(&ep->err_claimed);
+    atomic_init(&ep->connect_called, false);
+    atomic_init(&ep->connected, false);
+    atomic_init(&ep->remote_qpn, 0);
+    ep->sq = calloc(sq_size, sizeof(*ep->sq));
+    ep->rq = calloc(rq_size, sizeof(*ep->rq));
+    ep->wrs = calloc(attr->sq_depth, sizeof(*ep->wrs));
+    ep->sges = calloc(attr->sq_depth, sizeof(*ep->sges));
+    if (!ep->sq || !ep->rq || !ep->wrs || !ep->sges) {
+        pdx_error("rdma: out of memory for an endpoint (sq %u, rq %u)", attr->sq_depth,
+                  attr->rq_depth);
+        goto err_free_ep;
+    }
+    status = random_psn(&ep->psn);
+    if (status != PDX_OK)
+        goto err_free_ep;
+    status = qp_create(ep);
+    if (status != PDX_OK)
+        goto err_free_ep;
+    if (!ep->max_inline) {
+        status = send_slots_create(ep);
+        if (status != PDX_OK)
+            goto err_destroy_qp;
+    }
+    status = qp_init(ep);
+    if (status != PDX_OK)
+        goto err_destroy_qp;
+
+    pthread_mutex_lock(&tp->lock);
+    ep->prev = NULL;
+    ep->next = tp->eps;
+    if (tp->eps)
+        tp->eps->prev = ep;
+    tp->eps = ep;
+    pthread_mutex_unlock(&tp->lock);
+    rdma_cq_attach(cq, ep);
+    pdx_debug("rdma: %s: endpoint QP 0x%x (sq %u, rq %u, inline %u)", tp->dev.name,
+              ep->qp->qp_num, ep->sq_depth, ep->rq_depth, ep->max_inline);
+    *ep_p = rdma_ep_pub(ep);
+    return PDX_OK;
+
+err_destroy_qp:
+    rc = qp_destroy(ep);
+    if (rc)
+        pdx_error("rdma: %s: ibv_destroy_qp: %s", tp->dev.name, strerror(rc > 0 ? rc : errno));
+err_free_ep:
+    ep_free(ep);
+err_release:
+    rdma_cq_detach(cq, slot, entries);
+    return status;
+}
+
+/* ----------------------------------------------------------- address */
+
+static void put32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)v;
+    p[1] = (uint8_t)(v >> 8);
+    p[2] = (uint8_t)(v >> 16);
+    p[3] = (uint8_t)(v >> 24);
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+void rdma_ep_address(const pdx_tp_ep_t *pep, pdx_tp_addr_t *addr_p)
+{
+    const rdma_ep_t *ep = rdma_ep(pep);
+    const rdma_dev_info_t *dev = &ep->tp->dev;
+    uint8_t *b = addr_p->bytes;
+
+    _Static_assert(RDMA_ADDR_LEN <= PDX_TP_ADDR_MAX, "the address fits pdx_tp_addr_t");
+    memset(addr_p, 0, sizeof(*addr_p));
+    addr_p->len = RDMA_ADDR_LEN;
+    b[0] = RDMA_ADDR_VERSION;
+    b[1] = dev->link_layer;
+    b[2] = dev->active_mtu;
+    b[3] = dev->gid_index >= 0 ? 1 : 0;
+    put32(b + 4, ep->qp->qp_num);
+    put32(b + 8, ep->psn);
+    b[12] = (uint8_t)dev->lid;
+    b[13] = (uint8_t)(dev->lid >> 8);
+    memcpy(b + 16, dev->gid.raw, 16);
+}
+
+typedef struct rdma_remote {
+    uint8_t       link_layer;
+    uint8_t       mtu;
+    bool          has_gid;
+    uint32_t      qpn;
+    uint32_t      psn;
+    uint16_t      lid;
+    union ibv_gid gid;
+} rdma_remote_t;
+
+static pdx_status_t addr_decode(const rdma_ep_t *ep, const pdx_tp_addr_t *a, rdma_remote_t *r)
+{
+    const uint8_t *b = a->bytes;
+
+    if (a->len != RDMA_ADDR_LEN || b[0] != RDMA_ADDR_VERSION) {
+        pdx_error("rdma: %s: endpoint address of %u bytes, version %u: expected %u bytes, "
+                  "version %u", ep->tp->dev.name, a->len, a->len ? b[0] : 0, RDMA_ADDR_LEN,
+                  RDMA_ADDR_VERSION);
+        return PDX_ERR_PROTO;
+    }
+    r->link_layer = b[1];
+    r->mtu = b[2];
+    r->has_gid = b[3] & 1;
+    r->qpn = get32(b + 4);
+    r->psn = get32(b + 8);
+    r->lid = (uint16_t)(b[12] | b[13] << 8);
+    memcpy(r->gid.raw, b + 16, 16);
+    if (r->mtu < IBV_MTU_256 || r->mtu > IBV_MTU_4096 || r->qpn == 0 || r->qpn > 0xffffffu ||
+        r->psn > 0xffffffu) {
+        pdx_error("rdma: %s: malformed endpoint address (MTU %u, QPN 0x%x, PSN 0x%x)",
+                  ep->tp->dev.name, r->mtu, r->qpn, r->psn);
+        return PDX_ERR_PROTO;
+    }
+    if (r->link_layer != ep->tp->dev.link_layer) {
+        pdx_error("rdma: %s: the peer's link layer (%u) differs from ours (%u)",
+                  ep->tp->dev.name, r->link_layer, ep->tp->dev.link_layer);
+        return PDX_ERR_INVALID;
+    }
+    if (ep->tp->dev.gid_index >= 0 && !r->has_gid) {
+        pdx_error("rdma: %s: the peer's address has no GID and ours routes by GID",
+                  ep->tp->dev.name);
+        return PDX_ERR_INVALID;
+    }
+    return PDX_OK;
+}
+
+/* ----------------------------------------------------------- connect */
+
+static pdx_status_t qp_rtr(rdma_ep_t *ep, const rdma_remote_t *r)
+{
+    const rdma_dev_info_t *dev = &ep->tp->dev;
+    const rdma_knobs_t *k = &ep->tp->knobs;
+    struct ibv_qp_attr attr = {
+        .qp_state = IBV_QPS_RTR,
+        .path_mtu = (enum ibv_mtu)PDX_MIN(dev->active_mtu, r->mtu),
+        .dest_qp_num = r->qpn,
+        .rq_psn = r->psn,
+        .max_dest_rd_atomic = (uint8_t)PDX_MIN(dev->max_dest_rd_atomic, RDMA_RD_ATOMIC_MAX),
+        .min_rnr_timer = RDMA_MIN_RNR_TIMER,
+        .ah_attr = {.port_num = dev->port, .sl = 0},
+    };
+    int rc;
+
+    if (dev->gid_index >= 0) {
+        attr.ah_attr.is_global = 1;
+        attr.ah_attr.grh.dgid = r->gid;
+        attr.ah_attr.grh.sgid_index = (uint8_t)dev->gid_index;
+        attr.ah_attr.grh.hop_limit = k->hop_limit;
+        attr.ah_attr.grh.traffic_class = k->traffic_class;
+    }
+    if (dev->link_layer != IBV_LINK_LAYER_ETHERNET)
+        attr.ah_attr.dlid = r->lid;
+    rc = ibv_modify_qp(ep->qp, &attr,
+                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                       IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+    if (rc) {
+        pdx_error("rdma: %s: QP 0x%x INIT -> RTR (remote QP 0x%x, MTU %s): %s", dev->name,
+                  ep->qp->qp_num, r->qpn, rdma_mtu_str(attr.path_mtu),
+                  strerror(rc > 0 ? rc : errno));
+        return PDX_ERR_IO;
+    }
+    return PDX_OK;
+}
+
+static pdx_status_t qp_rts(rdma_ep_t *ep)
+{
+    const rdma_dev_info_t *dev = &ep->tp->dev;
+    const rdma_knobs_t *k = &ep->tp->knobs;
+    struct ibv_qp_attr attr = {
+        .qp_state = IBV_QPS_RTS,
+        .timeout = k->timeout,
+        .retry_cnt = k->retry_count,
+        .rnr_retry = k->rnr_retry,
+        .sq_psn = ep->psn,
+        .max_rd_atomic = (uint8_t)PDX_MIN(dev->max_rd_atomic, RDMA_RD_ATOMIC_MAX),
+    };
+    int rc = ibv_modify_qp(ep->qp, &attr,
+                           IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                           IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+
+    if (rc) {
+        pdx_error("rdma: %s: QP 0x%x RTR -> RTS: %s", dev->name, ep->qp->qp_num,
+                  strerror(rc > 0 ? rc : errno));
+        return PDX_ERR_IO;
+    }
+    return PDX_OK;
+}
+
+pdx_status_t rdma_ep_connect(pdx_tp_ep_t *pep, const pdx_tp_addr_t *remote)
+{
+    rdma_ep_t *ep = rdma_ep(pep);
+    pdx_status_t status;
+    rdma_remote_t r;
+
+    if (!remote) {
+        pdx_error("rdma: %s: ep_connect without an address", ep->tp->dev.name);
+        return PDX_ERR_INVALID;
+    }
+    status = addr_decode(ep, remote, &r);
+    if (status != PDX_OK)
+        return status;
+    if (atomic_exchange(&ep->connect_called, true)) {
+        pdx_error("rdma: %s: ep_connect called twice on QP 0x%x", ep->tp->dev.name,
+                  ep->qp->qp_num);
+        return PDX_ERR_STATE;
+    }
+    if (atomic_load_explicit(&ep->err, memory_order_acquire)) {
+        pdx_error("rdma: %s: ep_connect on QP 0x%x, which is in error: %s", ep->tp->dev.name,
+                  ep->qp->qp_num, ep->errmsg);
+        return PDX_ERR_STATE;
+    }
+    atomic_store_explicit(&ep->remote_qpn, r.qpn, memory_order_relaxed);
+    status = qp_rtr(ep, &r);
+    if (status == PDX_OK)
+        status = qp_rts(ep);
+    if (status != PDX_OK)
+        return status;
+    atomic_store_explicit(&ep->connected, true, memory_order_release);
+    pdx_debug("rdma: %s: QP 0x%x connected to QP 0x%x", ep->tp->dev.name, ep->qp->qp_num,
+              r.qpn);
+    return PDX_OK;
+}
+
+/* ----------------------------------------------------------- destroy */
+
+void rdma_ep_destroy(pdx_tp_ep_t *pep)
+{
+    rdma_ep_t *ep = rdma_ep(pep);
+    rdma_tp_t *tp = ep->tp;
+    int rc;
+
+    /* After this the async thread cannot find it. */
+    pthread_mutex_lock(&tp->lock);
+    if (ep->prev)
+        ep->prev->next = ep->next;
+    else
+        tp->eps = ep->next;
+    if (ep->next)
+        ep->next->prev = ep->prev;
+    pthread_mutex_unlock(&tp->lock);
+
+    rc = qp_destroy(ep);
+    if (rc) {
+        /* The QP may still complete into the CQ: keep the ep attached (leaked). */
+        pdx_error("rdma: %s: ibv_destroy_qp of QP 0x%x: %s; the endpoint is leaked",
+                  tp->dev.name, ep->qp->qp_num, strerror(rc > 0 ? rc : errno));
+        return;
+    }
+    rdma_cq_detach(ep->cq, ep->slot, ep->sq_depth + ep->rq_depth);
+    /* WRs dropped without completions release their regions */
+    for (uint64_t s = atomic_load_explicit(&ep->sq_done, memory_order_relaxed);
+         s != ep->sq_head; s++)
+        rdma_mr_unref(ep->sq[s & ep->sq_mask].mr);
+    for (uint64_t s = atomic_load_explicit(&ep->rq_done, memory_order_relaxed);
+         s != ep->rq_head; s++)
+        rdma_mr_unref(ep->rq[s & ep->rq_mask].mr);
+    ep_free(ep);
+}

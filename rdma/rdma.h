@@ -1,0 +1,327 @@
+/*
+ * rdma transport internals: ibverbs RC QPs behind the ops table of
+ * runtime/transport.h (DESIGN.md §8).
+ *
+ * Files, one object each:
+ *   device.c  device, port and GID selection, device limits
+ *   mr.c      registered regions (host memory and dmabuf)
+ *   cq.c      completion queues: wr_id decoding, status mapping, slot freeing
+ *   qp.c      endpoints: QP creation, address blob, connect, fail, destroy
+ *   post.c    the post path: WRITE, SEND, RECV, READ
+ *   async.c   the async-event thread
+ *   tp.c      open/close and the ops table
+ *
+ * Threads and ownership:
+ * - One poster per ep at a time (its shard): post_* touch only the ep's
+ *   poster fields (sq_head, rq_head, the WR array) and never lock, allocate
+ *   or make a syscall beyond ibv_post_send / ibv_post_recv.
+ * - One poller per CQ (its shard): cq_poll holds the CQ's lock while it
+ *   reads CQEs, so ep_destroy from another thread never frees an ep under it.
+ *   Consuming a completion frees the ep's SQ/RQ slots it covers (sq_done,
+ *   rq_done, release stores the poster reads with acquire).
+ * - Setup calls (mr_*, cq_create/destroy, ep_create/connect/fail/destroy)
+ *   may come from any thread; each object is set up and torn down by one
+ *   thread at a time. ep_destroy is the last call on its ep.
+ * - The async-event thread (async.c) fails eps on fatal events. It finds
+ *   eps through the tp's list under tp->lock; ep_destroy unlinks under it.
+ *   Ep error state (err, errmsg) is C11 atomics: the first writer claims
+ *   it, writes the message, then publishes err with a release store.
+ * - Locks: tp->lock (ep, CQ and region lists), tp->async_lock (held by the
+ *   async thread from reading an event until it is acked, and around
+ *   ibv_destroy_qp/cq, which must not run between the two), each CQ's lock
+ *   (its ep table, reservations, stash, ibv_poll_cq). Only the async thread
+ *   holds two: async_lock, then tp->lock.
+ *
+ * Work-request ids: the ibv wr_id of every WR encodes (slot of the ep in its
+ * CQ's ep table, that slot's generation, send or receive queue, ring index);
+ * the engine's wr_id lives in the ep's ring. A completion finds its ep by the
+ * slot, not by scanning QP numbers, and a completion of a destroyed ep (the
+ * slot's generation moved on) is dropped.
+ */
+#ifndef PDX_RDMA_INTERNAL_H
+#define PDX_RDMA_INTERNAL_H
+
+#include "log.h"
+#include "transport.h"
+#include "util.h"
+
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdalign.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <string.h>
+
+#define RDMA_DEFAULT_MAX_MSG  (1ull << 20)
+#define RDMA_ERRMSG_MAX       256u
+#define RDMA_DEVNAME_MAX      64u
+#define RDMA_RD_ATOMIC_MAX    16u   /* outstanding READs per QP, both directions */
+#define RDMA_MIN_RNR_TIMER    12u   /* 0.64 ms */
+#define RDMA_CQ_MAX_EPS       (1u << 16)
+#define RDMA_ADDR_VERSION     1u
+#define RDMA_ADDR_LEN         32u
+
+/* ibv wr_id layout: | generation 23 | ep slot 16 | queue 1 | ring index 24 | */
+#define RDMA_WR_IDX_BITS      24u
+#define RDMA_WR_IDX_MASK      ((1ull << RDMA_WR_IDX_BITS) - 1)
+#define RDMA_WR_RQ_BIT        (1ull << RDMA_WR_IDX_BITS)
+#define RDMA_WR_SLOT_SHIFT    (RDMA_WR_IDX_BITS + 1u)
+#define RDMA_WR_SLOT_MASK     (RDMA_CQ_MAX_EPS - 1u)
+#define RDMA_WR_GEN_SHIFT     (RDMA_WR_SLOT_SHIFT + 16u)
+#define RDMA_WR_GEN_MASK      ((1u << (64u - RDMA_WR_GEN_SHIFT)) - 1u)
+#define RDMA_MAX_DEPTH        (1u << RDMA_WR_IDX_BITS)
+
+typedef struct rdma_tp rdma_tp_t;
+typedef struct rdma_ep rdma_ep_t;
+typedef struct rdma_cq rdma_cq_t;
+typedef struct rdma_mr rdma_mr_t;
+
+/* ------------------------------------------------------------- device */
+
+/* What device.c found: the device, port and GID this tp uses. */
+typedef struct rdma_dev_info {
+    char           name[RDMA_DEVNAME_MAX];
+    uint8_t        port;
+    uint8_t        link_layer;      /* IBV_LINK_LAYER_* */
+    uint8_t        active_mtu;      /* enum ibv_mtu */
+    uint16_t       lid;
+    int            gid_index;       /* -1: no GRH (IB without PDX_IB_GID_INDEX) */
+    union ibv_gid  gid;
+    uint32_t       port_max_msg;
+    /* device limits */
+    uint64_t       max_mr_size;
+    uint32_t       max_qp_wr;
+    uint32_t       max_sge;
+    uint32_t       max_cqe;
+    uint32_t       max_rd_atomic;       /* as initiator */
+    uint32_t       max_dest_rd_atomic;  /* as responder */
+} rdma_dev_info_t;
+
+/* Knobs from the configuration (params->config may be NULL: defaults). */
+typedef struct rdma_knobs {
+    char     devices[PDX_NAME_MAX];
+    int32_t  gid_index;
+    uint8_t  traffic_class;
+    uint8_t  hop_limit;
+    uint8_t  timeout;
+    uint8_t  retry_count;
+    uint8_t  rnr_retry;
+} rdma_knobs_t;
+
+void rdma_knobs_read(const pdx_config_t *cfg, rdma_knobs_t *knobs_p);
+/*
+ * Open the first device (in the order of knobs->devices, else the list's)
+ * with an ACTIVE port and a usable GID. PDX_ERR_NO_DEVICE when there is
+ * none, logged with the reason (at info when quiet, else as an error). On
+ * success *list_p (to free at close) and *ctx_p are set.
+ */
+pdx_status_t rdma_device_open(const rdma_knobs_t *knobs, bool quiet, struct ibv_device ***list_p,
+                              struct ibv_context **ctx_p, rdma_dev_info_t *info_p);
+const char *rdma_mtu_str(uint8_t mtu);
+
+/* ------------------------------------------------------------------ mr */
+
+struct rdma_mr {
+    rdma_tp_t        *tp;
+    struct ibv_mr    *mr;
+    uint8_t          *base;     /* the address WRs use (the iova for dmabuf) */
+    size_t            len;
+    unsigned          access;   /* PDX_TP_ACCESS_* */
+    _Atomic uint32_t  refs;     /* posted WRs reading or writing it */
+    rdma_mr_t        *next, *prev;   /* tp->mrs, under tp->lock */
+};
+
+static inline rdma_mr_t *rdma_mr(const pdx_tp_mr_t *mr)
+{
+    return (rdma_mr_t *)(void *)(uintptr_t)mr;
+}
+
+static inline void rdma_mr_unref(rdma_mr_t *mr)
+{
+    if (mr)
+        atomic_fetch_sub_explicit(&mr->refs, 1, memory_order_release);
+}
+
+pdx_status_t rdma_mr_reg(pdx_tp_t *tp, void *base, size_t len, unsigned access,
+                         pdx_tp_mr_t **mr_p);
+pdx_status_t rdma_mr_reg_dmabuf(pdx_tp_t *tp, void *base, size_t len, int fd, uint64_t offset,
+                                unsigned access, pdx_tp_mr_t **mr_p);
+pdx_status_t rdma_mr_dereg(pdx_tp_mr_t *mr);
+void rdma_mr_remote(const pdx_tp_mr_t *mr, pdx_tp_rkey_t *rkey_p);
+/* tp close: deregister whatever is left. */
+void rdma_mr_free(rdma_mr_t *mr);
+
+/* ------------------------------------------------------------------ cq */
+
+typedef struct rdma_cq_slot {
+    rdma_ep_t *ep;              /* NULL until attached */
+    uint32_t   gen;             /* of the ep using it, or of the next one */
+    bool       busy;            /* reserved by an ep */
+} rdma_cq_slot_t;
+
+struct rdma_cq {
+    rdma_tp_t               *tp;
+    struct ibv_cq           *cq;
+    struct ibv_comp_channel *channel;
+    uint32_t                 depth;
+
+    pthread_mutex_t          lock;      /* everything below */
+    uint32_t                 reserved;  /* sum of sq + rq depths of its eps */
+    uint32_t                 nep;
+    rdma_cq_slot_t          *slots;
+    uint32_t                 nslots;
+    uint32_t                 slot_hint;
+    /* CQEs of live eps that ep_destroy read while it drained the CQ; cq_poll
+     * hands them out first */
+    struct ibv_wc           *stash;
+    uint32_t                 stash_head, stash_n;
+    bool                     poll_failed;
+
+    rdma_cq_t               *next, *prev;   /* tp->cqs, under tp->lock */
+};
+
+static inline rdma_cq_t *rdma_cq(pdx_tp_cq_t *cq)
+{
+    return (rdma_cq_t *)(void *)cq;
+}
+
+pdx_status_t rdma_cq_create(pdx_tp_t *tp, uint32_t depth, pdx_tp_cq_t **cq_p);
+void rdma_cq_destroy(pdx_tp_cq_t *cq);
+int rdma_cq_poll(pdx_tp_cq_t *cq, pdx_tp_wc_t *wc, int max);
+pdx_status_t rdma_cq_arm(pdx_tp_cq_t *cq);
+int rdma_cq_fd(pdx_tp_cq_t *cq);
+void rdma_cq_ack(pdx_tp_cq_t *cq);
+/* tp close: free a CQ without eps. */
+void rdma_cq_free(rdma_cq_t *cq);
+/* ep_create: reserve depth and a table slot (PDX_ERR_FULL when the CQ lacks
+ * either); the slot stays empty until rdma_cq_attach. */
+pdx_status_t rdma_cq_reserve(rdma_cq_t *cq, uint32_t entries, uint32_t *slot_p, uint32_t *gen_p);
+void rdma_cq_attach(rdma_cq_t *cq, rdma_ep_t *ep);
+/* ep_destroy, after its QP is gone: empty the slot (new generation), keep
+ * the CQ's other completions, drop the ep's, give back its reservation. */
+void rdma_cq_detach(rdma_cq_t *cq, uint32_t slot, uint32_t entries);
+
+/* ------------------------------------------------------------------ ep */
+
+/* One ring entry per posted WR. */
+typedef struct rdma_wqe {
+    uint64_t   wr_id;           /* the engine's */
+    rdma_mr_t *mr;              /* region it reads or writes; NULL: inline SEND */
+    uint32_t   opcode;          /* pdx_tp_opcode_t */
+} rdma_wqe_t;
+
+struct rdma_ep {
+    rdma_tp_t          *tp;
+    rdma_cq_t          *cq;
+    struct ibv_qp      *qp;
+    uint32_t            slot, gen;          /* in cq's ep table */
+    uint32_t            sq_depth, rq_depth;
+    uint32_t            sq_mask, rq_mask;
+    uint32_t            max_inline;         /* 0: SENDs go from the slot ring */
+    uint32_t            psn;
+    rdma_wqe_t         *sq, *rq;
+    struct ibv_send_wr *wrs;                /* sq_depth WRITEs of one post_write */
+    struct ibv_sge     *sges;
+    uint8_t            *send_slots;         /* PDX_TP_SEND_MAX per SQ entry */
+    struct ibv_mr      *send_slots_mr;
+
+    /* poster only */
+    alignas(PDX_CACHELINE) uint64_t sq_head;
+    uint64_t            rq_head;
+
+    /* CQ owner -> poster: WRs before these are completed */
+    alignas(PDX_CACHELINE) _Atomic uint64_t sq_done;
+    _Atomic uint64_t    rq_done;
+
+    /* anyone -> anyone: 0 while healthy, else the status flushed WRs get;
+     * errmsg is written once, by whoever claimed it, before err is set */
+    alignas(PDX_CACHELINE) _Atomic int err;
+    atomic_flag         err_claimed;
+    char                errmsg[RDMA_ERRMSG_MAX];
+
+    _Atomic bool        connect_called;
+    _Atomic bool        connected;
+    _Atomic uint32_t    remote_qpn;
+
+    rdma_ep_t          *next, *prev;        /* tp->eps, under tp->lock */
+};
+
+static inline rdma_ep_t *rdma_ep(const pdx_tp_ep_t *ep)
+{
+    return (rdma_ep_t *)(void *)(uintptr_t)ep;
+}
+
+static inline pdx_tp_ep_t *rdma_ep_pub(rdma_ep_t *ep)
+{
+    return (pdx_tp_ep_t *)(void *)ep;
+}
+
+static inline uint64_t rdma_wr_id(const rdma_ep_t *ep, bool rq, uint64_t seq)
+{
+    return ((uint64_t)ep->gen << RDMA_WR_GEN_SHIFT) | ((uint64_t)ep->slot << RDMA_WR_SLOT_SHIFT) |
+           (rq ? RDMA_WR_RQ_BIT : 0) | (seq & RDMA_WR_IDX_MASK);
+}
+
+pdx_status_t rdma_ep_create(pdx_tp_t *tp, pdx_tp_cq_t *cq, const pdx_tp_ep_attr_t *attr,
+                            pdx_tp_ep_t **ep_p);
+void rdma_ep_address(const pdx_tp_ep_t *ep, pdx_tp_addr_t *addr_p);
+pdx_status_t rdma_ep_connect(pdx_tp_ep_t *ep, const pdx_tp_addr_t *remote);
+void rdma_ep_fail(pdx_tp_ep_t *ep, pdx_status_t why, const char *msg);
+void rdma_ep_destroy(pdx_tp_ep_t *ep);
+const char *rdma_ep_error(const pdx_tp_ep_t *ep);
+
+/*
+ * Record why the ep failed; the first caller wins (true), later ones change
+ * nothing. `why` is what its flushed WRs complete with. Logs at warn.
+ */
+bool rdma_ep_set_error(rdma_ep_t *ep, pdx_status_t why, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Record the error (if first) and move the QP to ERR: the NIC flushes every
+ * outstanding WR and receive as error CQEs. Any thread. */
+void rdma_ep_kill(rdma_ep_t *ep, pdx_status_t why, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+/* post.c, the ep's poster */
+pdx_status_t rdma_post_write(pdx_tp_ep_t *ep, const pdx_tp_write_t *wr, uint32_t n);
+pdx_status_t rdma_post_send(pdx_tp_ep_t *ep, uint64_t wr_id, const void *data, uint32_t len,
+                            unsigned flags);
+pdx_status_t rdma_post_recv(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,
+                            uint64_t offset, uint32_t len);
+pdx_status_t rdma_post_read(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,
+                            uint64_t offset, uint32_t len, uint64_t remote_addr, uint32_t rkey);
+
+/* ------------------------------------------------------------------ tp */
+
+struct rdma_tp {
+    pdx_tp_t             base;
+    struct ibv_device  **devices;
+    struct ibv_context  *ctx;
+    struct ibv_pd       *pd;
+    rdma_dev_info_t      dev;
+    rdma_knobs_t         knobs;
+    uint64_t             max_msg_size;
+
+    pthread_mutex_t      lock;          /* the lists below */
+    rdma_ep_t           *eps;
+    rdma_cq_t           *cqs;
+    rdma_mr_t           *mrs;
+
+    /* async.c */
+    pthread_mutex_t      async_lock;    /* an event read and not yet acked */
+    pthread_t            async_thread;
+    int                  async_stop_fd;
+    bool                 async_started;
+};
+
+static inline rdma_tp_t *rdma_tp(pdx_tp_t *tp)
+{
+    return pdx_container_of(tp, rdma_tp_t, base);
+}
+
+/* async.c: start (fd made nonblocking) and stop (bounded join) the thread.
+ * rdma_async_stop returns false when the thread did not stop in time. */
+pdx_status_t rdma_async_start(rdma_tp_t *tp);
+bool rdma_async_stop(rdma_tp_t *tp);
+
+#endif

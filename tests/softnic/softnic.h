@@ -1,0 +1,165 @@
+/*
+ * softnic: a software RDMA NIC for tests and benchmarks.
+ *
+ * It defines the libibverbs symbols rdma/ uses (ibv_get_device_list,
+ * ibv_open_device, ibv_reg_mr, ibv_create_qp, ...), and its contexts are real
+ * `struct verbs_context`s, so the inline dispatchers of <infiniband/verbs.h>
+ * (ibv_post_send, ibv_post_recv, ibv_poll_cq, ibv_req_notify_cq,
+ * ibv_query_port) reach it. A program links libsoftnic instead of
+ * libibverbs; the rdma objects are the same.
+ *
+ * The fabric is this process: every softnic device of the process is on one
+ * switch; a QP reaches a remote QP by (GID, QPN). Each device has one port,
+ * link layer Ethernet (RoCE), GID index 0 a RoCEv1 link-local GID and index
+ * 1 a RoCEv2 IPv4-mapped GID (::ffff:10.0.0.<device index + 1>).
+ *
+ * What it enforces, as hardware does: the QP state machine (post_send before
+ * RTS, post_recv before INIT: the call fails), max_send_wr / max_recv_wr
+ * (ENOMEM, *bad_wr set), max_send_sge / max_recv_sge and max_inline_data
+ * (EINVAL), lkeys (IBV_WC_LOC_PROT_ERR), rkeys, access flags and bounds on
+ * every remote access (IBV_WC_REM_ACCESS_ERR; the requester QP goes to
+ * error and its later WRs are flushed with IBV_WC_WR_FLUSH_ERR), ordering
+ * (a QP's WRs execute in order; a SEND's data lands after the WRITEs before
+ * it), RNR (a SEND with no receive posted is retried rnr_retry times, then
+ * IBV_WC_RNR_RETRY_EXC_ERR), a receive buffer shorter than the SEND
+ * (IBV_WC_REM_INV_REQ_ERR for the requester, IBV_WC_LOC_LEN_ERR for the
+ * responder, both QPs to error), a remote QP that does not exist or is not
+ * in RTR/RTS (retries, then IBV_WC_RETRY_EXC_ERR), CQ overrun (the CQ and
+ * every QP on it go to error; IBV_EVENT_CQ_ERR and IBV_EVENT_QP_FATAL).
+ * Every outstanding WR of a QP in error completes with IBV_WC_WR_FLUSH_ERR,
+ * signaled or not, as do its posted receives.
+ *
+ * Completion channels are eventfds (ibv_get_cq_event honours O_NONBLOCK on
+ * channel->fd); the async fd of a context is an eventfd too.
+ *
+ * Where verbs leaves room, softnic does this:
+ *  - A QP in ERR accepts ibv_post_send and ibv_post_recv (after the usual
+ *    checks) and flushes the WRs at once with IBV_WC_WR_FLUSH_ERR, as mlx5.
+ *  - A send WR holds its SQ slot (and a receive its RQ slot) until its CQE,
+ *    or a later CQE of the same queue, has been polled: ENOMEM until then.
+ *  - CQ overrun: ibv_create_cq rounds cqe up to 2^k - 1 and the CQ holds
+ *    ibv_cq.cqe entries. The CQE that does not fit is dropped, the CQ stops
+ *    taking CQEs for good (ibv_poll_cq returns those written before, then 0,
+ *    as mlx5), IBV_EVENT_CQ_ERR is raised, and every QP using the CQ goes
+ *    to error with IBV_EVENT_QP_FATAL (stats.cq_overruns counts CQs).
+ *  - ibv_req_notify_cq: the next CQE written raises one event; CQEs already
+ *    in the CQ do not (arm, then poll). solicited_only is ignored.
+ *  - ibv_destroy_cq with events read and not acknowledged, or with QPs on
+ *    it, ibv_destroy_qp with async events read and not acknowledged, and
+ *    ibv_destroy_comp_channel with CQs on it return EBUSY (rdma-core would
+ *    wait forever in the first two). ibv_dealloc_pd with MRs or QPs: EBUSY.
+ *  - ibv_close_device always returns 0, stops its NIC thread, and frees the
+ *    objects still open on it; those stay counted in softnic_open_objects().
+ *  - QPs: RC only, no SRQ; a WR reaches its remote only if the AV's dgid is
+ *    the remote device's GID at the local sgid_index (RoCEv1 and v2 do not
+ *    mix), the remote is in RTR or RTS with dest_qp_num naming this QP, and
+ *    both ports are ACTIVE. The responder QP's qp_access_flags are checked
+ *    as the MR's (REMOTE_WRITE, REMOTE_READ). ACK timeout 0 waits forever.
+ *  - ibv_qp.state changes only in ibv_modify_qp / ibv_query_qp (as
+ *    rdma-core); ibv_query_qp reports a QP the NIC moved to error.
+ *  - delay_us counts from ibv_post_send (a latency: WRs still pipeline).
+ *    Bandwidth pacing is a token bucket with 1 ms of credit.
+ *  - ibv_query_gid returns -1 with errno, _ibv_query_gid_ex an errno value,
+ *    for a port other than 1 or an index other than 0 and 1.
+ *  - ndev_ifindex of the GIDs is 1 (the loopback interface).
+ *  - Change the mode only while no WR is outstanding.
+ *
+ * Trace: SOFTNIC_DEBUG=1 in the environment makes softnic say on stderr why
+ * it refused a call or failed a WR.
+ *
+ * Thread safety: as libibverbs. Posting and polling may run on different
+ * threads; the NIC threads execute WRs in the background.
+ */
+#ifndef PDX_SOFTNIC_H
+#define PDX_SOFTNIC_H
+
+#include <infiniband/verbs.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef enum softnic_mode {
+    SOFTNIC_THREAD  = 0, /* default: a NIC thread per device executes WRs */
+    SOFTNIC_ON_POLL = 1, /* deterministic: WRs execute inside ibv_poll_cq
+                          * and ibv_get_cq_event of any softnic CQ, on the
+                          * caller's thread */
+    SOFTNIC_NULL    = 2, /* benchmarks: ibv_post_send completes every WR at
+                          * once (CQEs for signaled ones), moves no data */
+} softnic_mode_t;
+
+typedef struct softnic_config {
+    uint32_t       devices;        /* devices listed (default 1, at most 8) */
+    softnic_mode_t mode;
+    uint32_t       delay_us;       /* added to every WR's execution (default 0) */
+    uint64_t       nic_bw;         /* bytes/s per device, 0 = unlimited */
+    uint64_t       qp_bw;          /* bytes/s per QP, 0 = unlimited */
+    bool           move_data;      /* copy bytes (default true) */
+    uint32_t       timeout_scale;  /* divides the QP's ACK timeout (4.096 us *
+                                    * 2^timeout) and the RNR timer, so retry
+                                    * tests run in milliseconds (default 1000) */
+    uint32_t       active_mtu;     /* IBV_MTU_* of every port (default 4096) */
+    uint64_t       max_mr_size;    /* device limit (default 1 << 40) */
+    uint32_t       max_qp_wr;      /* default 32768 */
+    uint32_t       max_sge;        /* default 30 */
+    uint32_t       max_inline;     /* largest max_inline_data a QP gets (default 220) */
+    uint32_t       max_cqe;        /* default 4194303 */
+    bool           no_devices;     /* ibv_get_device_list returns an empty list */
+} softnic_config_t;
+
+/* The defaults above. */
+void softnic_config_default(softnic_config_t *cfg);
+/*
+ * Set the configuration. Devices, MTU, limits and no_devices take effect at
+ * the next ibv_get_device_list / ibv_open_device; mode, delay, bandwidth,
+ * move_data and timeout_scale at once. 0 on success, -1 while any device is
+ * open and the device count or limits would change.
+ */
+int softnic_configure(const softnic_config_t *cfg);
+/* Without a call to softnic_configure, SOFTNIC_DEVICES, SOFTNIC_MODE
+ * (thread|poll|null) and SOFTNIC_DELAY_US are read at the first verbs call. */
+
+/*
+ * Fault injection. A fault matches WRs executed from now on, on the QP
+ * `qpn` (0: any QP), counting only WRs of that QP (of all QPs when 0); the
+ * nth (1-based) matching WR is hit, then the fault is spent. Faults are
+ * process-wide; softnic_faults_clear() drops those not yet spent.
+ */
+/* The nth WR completes with `status` (not IBV_WC_SUCCESS); its QP goes to
+ * error as hardware would, so its later WRs are flushed. Nothing of that WR
+ * is placed. */
+void softnic_fault_wr_status(uint32_t qpn, uint64_t nth, enum ibv_wc_status status);
+/* The nth WR's ACK is lost: with `placed` its data (or SEND) reaches the
+ * responder, which completes a receive as usual; the requester retries until
+ * retry_cnt is spent and completes it with IBV_WC_RETRY_EXC_ERR (the QP goes
+ * to error). */
+void softnic_fault_lost_ack(uint32_t qpn, uint64_t nth, bool placed);
+/* Move a QP to error now (as a NIC does on a fatal error), with an
+ * IBV_EVENT_QP_FATAL async event on its context. -1 if no such QP. */
+int  softnic_qp_fatal(uint32_t qpn);
+/* Raise an async event on device `dev` (index in the device list):
+ * IBV_EVENT_PORT_ERR (the port goes DOWN; its QPs go to error),
+ * IBV_EVENT_PORT_ACTIVE (the port comes back), IBV_EVENT_DEVICE_FATAL (every
+ * QP of the device goes to error). -1 on a bad argument. */
+int  softnic_async(uint32_t dev, enum ibv_event_type type);
+void softnic_faults_clear(void);
+
+/* Counters since the process started (or softnic_stats_reset). */
+typedef struct softnic_stats {
+    uint64_t wrs_posted;       /* send WRs accepted by ibv_post_send */
+    uint64_t wrs_executed;     /* send WRs executed (any status) */
+    uint64_t bytes_placed;     /* bytes written into remote or local memory */
+    uint64_t access_errors;    /* remote accesses refused (rkey, bounds, access) */
+    uint64_t rnr_naks;         /* SENDs that found no receive posted */
+    uint64_t retries;          /* transport retries (lost ACK, no remote QP) */
+    uint64_t cqes;             /* completions written */
+    uint64_t cq_overruns;
+    uint64_t post_errors;      /* post calls refused (state, depth, sge, inline) */
+} softnic_stats_t;
+
+void softnic_stats(softnic_stats_t *stats_p);
+void softnic_stats_reset(void);
+
+/* Open objects (contexts, PDs, MRs, CQs, QPs, channels) of the process:
+ * tests check that a transport closes everything it opened. */
+uint32_t softnic_open_objects(void);
+
+#endif

@@ -1,0 +1,799 @@
+/*
+ * The rdma transport alone over softnic (tests/softnic): tps on software
+ * NICs of this process, eps connected through their addresses, no engine.
+ * Each test sets the NIC up with softnic_configure and checks that it leaves
+ * no file descriptor and no verbs object behind and, unless it provokes
+ * them, logs no errors.
+ */
+#include <criterion/criterion.h>
+
+#include "log.h"
+#include "rdma/rdma.h"
+#include "softnic.h"
+#include "transport.h"
+#include "util.h"
+
+#include <dirent.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define MAXMSG  (1u << 20)
+#define WAIT_MS 5000
+#define RW      (PDX_TP_ACCESS_LOCAL_WRITE | PDX_TP_ACCESS_REMOTE_WRITE)
+
+static const pdx_transport_ops_t *const ops = &pdx_rdma_ops;
+
+static int count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int n = 0;
+
+    cr_assert_not_null(d);
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n - 1; /* the directory's own fd */
+}
+
+typedef struct env {
+    int      fds;
+    uint32_t objects;
+    uint64_t errors;
+} env_t;
+
+/* Configure the NIC (devices, mode, tweaks), then note what is open. */
+static void env_begin(env_t *env, const softnic_config_t *nic)
+{
+    cr_assert_eq(softnic_configure(nic), 0);
+    softnic_faults_clear();
+    env->fds = count_fds();
+    env->errors = pdx_log_error_count();
+    env->objects = softnic_open_objects();
+}
+
+static void env_end(const env_t *env, bool errors_expected)
+{
+    int fds = count_fds();
+
+    cr_assert_eq(softnic_open_objects(), env->objects, "verbs objects left open: %u, not %u",
+                 softnic_open_objects(), env->objects);
+    cr_assert_eq(fds, env->fds, "file descriptors leaked: %d before, %d after", env->fds, fds);
+    if (!errors_expected)
+        cr_assert_eq(pdx_log_error_count(), env->errors, "unexpected error messages");
+}
+
+static softnic_config_t nic(uint32_t devices, softnic_mode_t mode)
+{
+    softnic_config_t c;
+
+    softnic_config_default(&c);
+    c.devices = devices;
+    c.mode = mode;
+    return c;
+}
+
+static void fill_random(uint8_t *p, size_t len)
+{
+    static uint64_t x = 0x9e3779b97f4a7c15ull;
+
+    for (size_t i = 0; i < len; i++, x ^= x << 13, x ^= x >> 7, x ^= x << 17)
+        p[i] = (uint8_t)x;
+}
+
+/* Open a tp, quiet about no device; PDX_* name, value pairs, NULL-terminated. */
+static pdx_status_t tp_try(pdx_tp_t **tp_p, const char *var, ...)
+{
+    pdx_tp_params_t params = {.progress_timeout_ms = 10000, .max_msg_size = MAXMSG,
+                              .quiet_no_device = true};
+    pdx_config_t cfg;
+    va_list ap;
+
+    cr_assert_eq(pdx_config_init(&cfg), PDX_OK);
+    va_start(ap, var);
+    for (const char *v = var; v; v = va_arg(ap, const char *))
+        cr_assert_eq(pdx_config_set(&cfg, v, va_arg(ap, const char *)), PDX_OK);
+    va_end(ap);
+    params.config = &cfg;
+    return ops->open(&params, tp_p);
+}
+
+static pdx_tp_cq_t *cq_new(pdx_tp_t *tp, uint32_t depth)
+{
+    pdx_tp_cq_t *cq = NULL;
+
+    cr_assert_eq(ops->cq_create(tp, depth, &cq), PDX_OK);
+    return cq;
+}
+
+static pdx_tp_ep_t *ep_new(pdx_tp_t *tp, pdx_tp_cq_t *cq, uint32_t sq, uint32_t rq)
+{
+    pdx_tp_ep_attr_t attr = {.sq_depth = sq, .rq_depth = rq};
+    pdx_tp_ep_t *ep = NULL;
+
+    cr_assert_eq(ops->ep_create(tp, cq, &attr, &ep), PDX_OK);
+    return ep;
+}
+
+static void connect_eps(pdx_tp_ep_t *a, pdx_tp_ep_t *b)
+{
+    pdx_tp_addr_t aa, ba;
+
+    ops->ep_address(a, &aa);
+    ops->ep_address(b, &ba);
+    cr_assert_eq(ops->ep_connect(a, &ba), PDX_OK);
+    cr_assert_eq(ops->ep_connect(b, &aa), PDX_OK);
+}
+
+static pdx_tp_mr_t *mr_new(pdx_tp_t *tp, void *base, size_t len, unsigned access)
+{
+    pdx_tp_mr_t *mr = NULL;
+
+    cr_assert_eq(ops->mr_reg(tp, base, len, access, &mr), PDX_OK);
+    return mr;
+}
+
+static struct ibv_qp_attr qp_query(pdx_tp_ep_t *ep)
+{
+    struct ibv_qp_attr attr;
+    struct ibv_qp_init_attr init;
+
+    cr_assert_eq(ibv_query_qp(rdma_ep(ep)->qp, &attr, IBV_QP_STATE | IBV_QP_PATH_MTU | IBV_QP_AV |
+                              IBV_QP_RNR_RETRY | IBV_QP_TIMEOUT, &init), 0);
+    return attr;
+}
+
+/* Collect `want` completions within timeout_ms; returns how many came. */
+static int wait_wc(pdx_tp_cq_t *cq, pdx_tp_wc_t *wc, int want, int timeout_ms)
+{
+    uint64_t deadline = pdx_deadline_ns((uint32_t)timeout_ms);
+    int got = 0;
+
+    while (got < want) {
+        struct pollfd pfd = {.fd = ops->cq_fd(cq), .events = POLLIN};
+        uint64_t now = pdx_now_ns();
+        int n = ops->cq_poll(cq, wc + got, want - got);
+
+        if (n == 0 && now < deadline && ops->cq_arm(cq) == PDX_OK) /* then poll once more */
+            n = ops->cq_poll(cq, wc + got, want - got);
+        got += n;
+        if (n > 0)
+            continue;
+        if (now >= deadline)
+            break;
+        if (poll(&pfd, 1, (int)PDX_MIN((deadline - now) / 1000000u + 1, 20u)) > 0)
+            ops->cq_ack(cq);
+    }
+    return got;
+}
+
+/* Wait, without polling, until ep_error(ep) says something. */
+static void wait_error(pdx_tp_ep_t *ep)
+{
+    uint64_t deadline = pdx_deadline_ns(WAIT_MS);
+
+    while (!ops->ep_error(ep)[0] && pdx_now_ns() < deadline)
+        usleep(1000);
+    cr_assert_str_neq(ops->ep_error(ep), "", "the ep never failed");
+}
+
+/* The usual setup: tp 0 (softnic0) writes from src into dst on tp 1 (softnic1);
+ * dst is twice as long as its region, to see that nothing lands past it. */
+typedef struct rig {
+    env_t            env;
+    softnic_config_t nic;
+    pdx_tp_t        *tp[2];
+    pdx_tp_cq_t     *cq[2];
+    pdx_tp_ep_t     *ep[2];
+    size_t           len;
+    uint8_t         *src, *dst;
+    pdx_tp_mr_t     *smr, *dmr;
+    pdx_tp_rkey_t    rk;
+} rig_t;
+
+/* c: the NIC's configuration, NULL for two devices in THREAD mode. */
+static void rig_open(rig_t *r, const softnic_config_t *c, size_t len, uint32_t sq, uint32_t rq)
+{
+    memset(r, 0, sizeof(*r));
+    r->nic = c ? *c : nic(2, SOFTNIC_THREAD);
+    env_begin(&r->env, &r->nic);
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(tp_try(&r->tp[i], "PDX_IB_DEVICES", i ? "softnic1" : "softnic0", NULL),
+                     PDX_OK);
+        r->cq[i] = cq_new(r->tp[i], sq + rq);
+        r->ep[i] = ep_new(r->tp[i], r->cq[i], sq, rq);
+    }
+    connect_eps(r->ep[0], r->ep[1]);
+    r->len = len;
+    r->src = malloc(len);
+    r->dst = calloc(2, len);
+    cr_assert(r->src && r->dst);
+    fill_random(r->src, len);
+    r->smr = mr_new(r->tp[0], r->src, len, 0);
+    r->dmr = mr_new(r->tp[1], r->dst, len, RW);
+    ops->mr_remote(r->dmr, &r->rk);
+}
+
+/* Eps first: an ep destroyed drops its WRs and their hold on the regions. */
+static void rig_close(rig_t *r, bool errors_expected)
+{
+    for (int i = 0; i < 2; i++)
+        if (r->ep[i])
+            ops->ep_destroy(r->ep[i]);
+    cr_assert_eq(ops->mr_dereg(r->smr), PDX_OK);
+    cr_assert_eq(ops->mr_dereg(r->dmr), PDX_OK);
+    for (int i = 0; i < 2; i++) {
+        ops->cq_destroy(r->cq[i]);
+        ops->close(r->tp[i]);
+    }
+    free(r->src);
+    free(r->dst);
+    env_end(&r->env, errors_expected);
+}
+
+static pdx_tp_write_t wr_make(const rig_t *r, uint64_t id, uint64_t src_off, uint64_t len,
+                              uint64_t dst_off, bool signaled)
+{
+    pdx_tp_write_t w = {.wr_id = id, .mr = r->smr, .offset = src_off, .length = len,
+                        .remote_addr = r->rk.addr + dst_off, .rkey = r->rk.rkey,
+                        .flags = signaled ? PDX_TP_SIGNALED : 0};
+    return w;
+}
+
+static void expect_wc(const pdx_tp_wc_t *wc, uint64_t wr_id, pdx_status_t status,
+                      pdx_tp_opcode_t opcode)
+{
+    cr_assert_eq(wc->wr_id, wr_id, "wr_id %llu, expected %llu", (unsigned long long)wc->wr_id,
+                 (unsigned long long)wr_id);
+    cr_assert_eq(wc->status, status, "wr %llu: %s", (unsigned long long)wr_id,
+                 pdx_status_str(wc->status));
+    cr_assert_eq(wc->opcode, opcode);
+}
+
+/* Every WR waits delay_us before it executes (applies at once). */
+static void nic_delay(rig_t *r, uint32_t delay_us)
+{
+    r->nic.delay_us = delay_us;
+    cr_assert_eq(softnic_configure(&r->nic), 0);
+}
+
+/* ------------------------------------------------------------ devices */
+
+Test(rdma, open_close_and_device_choice)
+{
+    softnic_config_t c = nic(1, SOFTNIC_THREAD);
+    pdx_tp_t *tp = NULL, *tp2 = (pdx_tp_t *)0x1;
+    uint8_t buf[256];
+    pdx_tp_mr_t *mr;
+    pdx_tp_ep_t *ep;
+    pdx_tp_cq_t *cq;
+    env_t env;
+
+    env_begin(&env, &c);
+    cr_assert_eq(ops->open(NULL, &tp), PDX_OK, "no params, no config: defaults");
+    cr_assert_str_eq(rdma_tp(tp)->dev.name, "softnic0");
+    cr_assert_eq(rdma_tp(tp)->max_msg_size, 1u << 20);
+    cq = cq_new(tp, 16);
+    ep = ep_new(tp, cq, 4, 4);
+    mr = mr_new(tp, buf, sizeof(buf), RW);
+    (void)mr_new(tp, buf, 64, RW);
+    /* an ep not connected yet takes receives, not sends */
+    cr_assert_eq(ops->post_recv(ep, 1, mr, 0, 64), PDX_OK);
+    cr_assert_eq(ops->post_send(ep, 2, "x", 1, 0), PDX_ERR_STATE);
+    ops->cq_destroy(cq); /* refused while an ep uses it */
+    ops->close(tp);      /* warns, frees the ep, the CQ and both regions */
+    env_end(&env, true);
+
+    c.no_devices = true;
+    env_begin(&env, &c);
+    cr_assert_eq(tp_try(&tp2, NULL), PDX_ERR_NO_DEVICE, "quiet: info, the engine falls back");
+    cr_assert_eq(pdx_log_error_count(), env.errors);
+    cr_assert_eq(ops->open(&(pdx_tp_params_t){0}, &tp2), PDX_ERR_NO_DEVICE);
+    cr_assert_eq(pdx_log_error_count(), env.errors + 1, "not quiet: one error says why");
+    cr_assert_eq(tp2, (pdx_tp_t *)0x1, "output written on failure");
+    env_end(&env, true);
+
+    c = nic(2, SOFTNIC_THREAD);
+    env_begin(&env, &c);
+    cr_assert_eq(tp_try(&tp, NULL), PDX_OK);
+    cr_assert_str_eq(rdma_tp(tp)->dev.name, "softnic0", "no filter: the first device");
+    cr_assert_eq(tp_try(&tp2, "PDX_IB_DEVICES", "nosuch, softnic1,softnic0", NULL), PDX_OK);
+    cr_assert_str_eq(rdma_tp(tp2)->dev.name, "softnic1", "the filter's order");
+    ops->close(tp2);
+    cr_assert_eq(tp_try(&tp2, "PDX_IB_DEVICES", "nosuch", NULL), PDX_ERR_NO_DEVICE);
+    cr_assert_eq(tp_try(&tp2, "PDX_IB_GID_INDEX", "5", NULL), PDX_ERR_NO_DEVICE);
+    ops->close(tp);
+    env_end(&env, false);
+}
+
+/* GID choice, MTU negotiation and the QP knobs, seen through the QP attributes */
+Test(rdma, addressing_and_knobs)
+{
+    static const uint8_t v4[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1};
+    softnic_config_t c = nic(2, SOFTNIC_THREAD);
+    struct ibv_qp_attr q[2];
+    pdx_tp_addr_t a[2];
+    rig_t r;
+
+    c.active_mtu = IBV_MTU_2048;
+    rig_open(&r, &c, 64, 4, 0);
+    for (int i = 0; i < 2; i++)
+        ops->ep_destroy(r.ep[i]);
+    ops->close(r.tp[1]); /* again, with settings */
+    cr_assert_eq(tp_try(&r.tp[1], "PDX_IB_DEVICES", "softnic1", "PDX_IB_GID_INDEX", "0",
+                        "PDX_IB_HOP_LIMIT", "7", "PDX_IB_RNR_RETRY", "3", NULL), PDX_OK);
+    r.cq[1] = cq_new(r.tp[1], 4);
+    r.dmr = mr_new(r.tp[1], r.dst, r.len, RW);
+    for (int i = 0; i < 2; i++) {
+        r.ep[i] = ep_new(r.tp[i], r.cq[i], 4, 0);
+        ops->ep_address(r.ep[i], &a[i]);
+        cr_assert_eq(a[i].len, 32u);
+        cr_assert_eq(a[i].bytes[2], IBV_MTU_2048, "the address carries the active MTU");
+    }
+    cr_assert_arr_eq(a[0].bytes + 16, v4, 16, "the RoCEv2 IPv4-mapped GID (index 1)");
+    cr_assert_eq(a[1].bytes[16], 0xfe, "PDX_IB_GID_INDEX=0: the link-local RoCEv1 GID");
+    a[1].bytes[2] = IBV_MTU_1024; /* as a peer with a smaller MTU would say */
+    cr_assert_eq(ops->ep_connect(r.ep[0], &a[1]), PDX_OK);
+    cr_assert_eq(ops->ep_connect(r.ep[1], &a[0]), PDX_OK);
+    for (int i = 0; i < 2; i++) {
+        q[i] = qp_query(r.ep[i]);
+        cr_assert(q[i].qp_state == IBV_QPS_RTS && q[i].timeout == 18);
+    }
+    cr_assert_eq(q[0].path_mtu, IBV_MTU_1024, "the smaller of both active MTUs");
+    cr_assert_eq(q[1].path_mtu, IBV_MTU_2048);
+    cr_assert(q[0].ah_attr.grh.sgid_index == 1 && q[1].ah_attr.grh.sgid_index == 0);
+    cr_assert(q[0].ah_attr.grh.hop_limit == 64 && q[1].ah_attr.grh.hop_limit == 7);
+    cr_assert(q[0].rnr_retry == 6 && q[1].rnr_retry == 3);
+    rig_close(&r, false);
+}
+
+/* -------------------------------------------------------------- data */
+
+Test(rdma, write_both_ways_and_cq_fd)
+{
+    uint8_t back[4096] = {0};
+    struct pollfd pfd;
+    pdx_tp_mr_t *bmr;
+    pdx_tp_rkey_t brk;
+    pdx_tp_write_t w;
+    pdx_tp_wc_t wc;
+    rig_t r;
+
+    rig_open(&r, NULL, MAXMSG, 8, 0);
+    pfd = (struct pollfd){.fd = ops->cq_fd(r.cq[0]), .events = POLLIN};
+    cr_assert_eq(ops->cq_arm(r.cq[0]), PDX_OK);
+    cr_assert_eq(ops->cq_poll(r.cq[0], &wc, 1), 0);
+    cr_assert_eq(poll(&pfd, 1, 0), 0, "readable before any completion");
+    w = wr_make(&r, 100, 0, r.len, 0, true);
+    cr_assert_eq(ops->post_write(r.ep[0], &w, 1), PDX_OK);
+    cr_assert_eq(poll(&pfd, 1, WAIT_MS), 1, "the completion did not wake the fd");
+    ops->cq_ack(r.cq[0]);
+    cr_assert_eq(poll(&pfd, 1, 0), 0, "still readable after cq_ack");
+    cr_assert_eq(ops->cq_poll(r.cq[0], &wc, 1), 1);
+    expect_wc(&wc, 100, PDX_OK, PDX_TP_OP_WRITE);
+    cr_assert_eq(wc.ep, r.ep[0]);
+    cr_assert_eq(memcmp(r.dst, r.src, r.len), 0);
+
+    bmr = mr_new(r.tp[0], back, sizeof(back), RW);
+    ops->mr_remote(bmr, &brk);
+    cr_assert(brk.addr == (uintptr_t)back && brk.len == sizeof(back));
+    w = (pdx_tp_write_t){.wr_id = 200, .mr = r.dmr, .offset = 1000, .length = sizeof(back),
+                         .remote_addr = brk.addr, .rkey = brk.rkey, .flags = PDX_TP_SIGNALED};
+    cr_assert_eq(ops->post_write(r.ep[1], &w, 1), PDX_OK);
+    cr_assert_eq(wait_wc(r.cq[1], &wc, 1, WAIT_MS), 1);
+    expect_wc(&wc, 200, PDX_OK, PDX_TP_OP_WRITE);
+    cr_assert_eq(wc.ep, r.ep[1]);
+    cr_assert_eq(memcmp(back, r.src + 1000, sizeof(back)), 0);
+    cr_assert(!ops->ep_error(r.ep[0])[0] && !ops->ep_error(r.ep[1])[0]);
+    cr_assert_eq(ops->mr_dereg(bmr), PDX_OK);
+    rig_close(&r, false);
+}
+
+Test(rdma, signaled_and_unsignaled_slots)
+{
+    pdx_tp_write_t w[9];
+    pdx_tp_wc_t wc;
+    rig_t r;
+
+    rig_open(&r, NULL, 8192, 8, 0);
+    for (int i = 0; i < 9; i++)
+        w[i] = wr_make(&r, (uint64_t)i, (uint64_t)i * 1024, 1024, (uint64_t)i * 1024, i == 7);
+    cr_assert_eq(ops->post_write(r.ep[0], w, 9), PDX_ERR_INVALID, "more than the SQ holds");
+    /* one signaled WR at the end: one completion, and it frees all 8 slots */
+    cr_assert_eq(ops->post_write(r.ep[0], w, 8), PDX_OK);
+    cr_assert_eq(ops->post_write(r.ep[0], w, 1), PDX_ERR_AGAIN, "nothing free yet");
+    cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
+    expect_wc(&wc, 7, PDX_OK, PDX_TP_OP_WRITE);
+    cr_assert_eq(wait_wc(r.cq[0], &wc, 1, 50), 0, "an unsignaled WR completed");
+    cr_assert_eq(memcmp(r.src, r.dst, r.len), 0);
+    /* a signaled WR in the middle frees the slots up to it, not after it */
+    w[7].flags = 0;
+    w[3].flags = PDX_TP_SIGNALED;
+    cr_assert_eq(ops->post_write(r.ep[0], w, 8), PDX_OK);
+    cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
+    expect_wc(&wc, 3, PDX_OK, PDX_TP_OP_WRITE);
+    cr_assert_eq(ops->post_write(r.ep[0], w, 5), PDX_ERR_AGAIN, "4 free, not 5");
+    cr_assert_eq(ops->post_write(r.ep[0], w, 4), PDX_OK);
+    cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1, "it covers the 4 unsignaled ones too");
+    /* unsignaled only: no completion, and the slots stay taken */
+    w[3].flags = 0;
+    cr_assert_eq(ops->post_write(r.ep[0], w, 8), PDX_OK);
+    cr_assert_eq(wait_wc(r.cq[0], &wc, 1, 100), 0);
+    cr_assert_eq(ops->post_send(r.ep[0], 1, "x", 1, 0), PDX_ERR_AGAIN);
+    cr_assert_eq(ops->mr_dereg(r.smr), PDX_ERR_STATE, "unsignaled WRs hold their region");
+    rig_close(&r, true); /* until their ep is destroyed; INVALID was logged */
+}
+
+/* Wait for some completions (at most max): all succeed, in posting order. */
+static int take(pdx_tp_cq_t *cq, pdx_tp_wc_t *wc, int max, int timeout_ms, uint64_t *last_p)
+{
+    int n = wait_wc(cq, wc, 1, timeout_ms);
+
+    n += n ? ops->cq_poll(cq, wc + 1, max - 1) : 0;
+    for (int k = 0; k < n; k++) {
+        cr_assert_eq(wc[k].status, PDX_OK);
+        cr_assert_gt(wc[k].wr_id, *last_p, "completions out of posting order");
+        *last_p = wc[k].wr_id;
+    }
+    return n;
+}
+
+Test(rdma, burst_larger_than_the_send_queue)
+{
+    const int total = 5000;
+    pdx_tp_wc_t wc[32];
+    int done = 0, signaled = 0;
+    uint64_t last = 0;
+    rig_t r;
+
+    rig_open(&r, NULL, 4u << 20, 16, 0);
+    for (int i = 1; i <= total; i++) {
+        bool sig = i % 4 == 0 || i == total;
+        uint64_t off = (uint64_t)(i % 1024) * 4096, deadline = pdx_deadline_ns(WAIT_MS);
+        pdx_tp_write_t w = wr_make(&r, (uint64_t)i, off, 4096, off, sig);
+        pdx_status_t st;
+
+        while ((st = ops->post_write(r.ep[0], &w, 1)) == PDX_ERR_AGAIN) {
+            done += take(r.cq[0], wc, 32, 10, &last);
+            cr_assert_lt(pdx_now_ns(), deadline, "the send queue never drained");
+        }
+        cr_assert_eq(st, PDX_OK);
+        signaled += sig;
+    }
+    while (done < signaled) {
+        int n = take(r.cq[0], wc, 32, WAIT_MS, &last);
+
+        cr_assert_gt(n, 0, "only %d of %d signaled writes completed", done, signaled);
+        done += n;
+    }
+    cr_assert_eq(last, (uint64_t)total);
+    cr_assert_eq(memcmp(r.dst, r.src, r.len), 0);
+    rig_close(&r, false);
+}
+
+Test(rdma, send_after_writes_and_rnr)
+{
+    uint8_t msg[48], rbuf[2][PDX_TP_SEND_MAX] = {{0}};
+    pdx_tp_write_t w[16];
+    pdx_tp_mr_t *rmr;
+    pdx_tp_wc_t wc;
+    rig_t r;
+
+    rig_open(&r, NULL, 16u * 65536, 32, 4);
+    fill_random(msg, sizeof(msg));
+    rmr = mr_new(r.tp[1], rbuf, sizeof(rbuf), PDX_TP_ACCESS_LOCAL_WRITE);
+    cr_assert_eq(ops->post_recv(r.ep[1], 55, rmr, PDX_TP_SEND_MAX, PDX_TP_SEND_MAX), PDX_OK);
+    cr_assert_eq(ops->mr_dereg(rmr), PDX_ERR_STATE, "a posted receive uses it");
+    for (uint64_t i = 0; i < 16; i++)
+        w[i] = wr_make(&r, i, i * 65536, 65536, i * 65536, false);
+    cr_assert_eq(ops->post_write(r.ep[0], w, 16), PDX_OK);
+    cr_assert_eq(ops->mr_dereg(r.smr), PDX_ERR_STATE, "posted writes read it");
+    cr_assert_eq(ops->post_send(r.ep[0], 99, msg, sizeof(msg), PDX_TP_SIGNALED), PDX_OK);
+    cr_assert_eq(wait_wc(r.cq[1], &wc, 1, WAIT_MS), 1);
+    cr_assert_eq(memcmp(r.src, r.dst, r.len), 0, "the SEND overtook the writes before it");
+    expect_wc(&wc, 55, PDX_OK, PDX_TP_OP_RECV);
+    cr_assert(wc.byte_len == sizeof(msg) && wc.ep == r.ep[1]);
+    cr_assert_eq(memcmp(rbuf[1], msg, sizeof(msg)), 0);
+    cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
+    expect_wc(&wc, 99, PDX_OK, PDX_TP_OP_SEND);
+    cr_assert_eq(ops->mr_dereg(rmr), PDX_OK);
+    /* no receive posted: RNR retries run out; failed WRs complete, unsignaled too */
+    cr_assert_eq(ops->post_send(r.ep[0], 1, "x", 1, 0), PDX_OK);
+    cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
+    expect_wc(&wc, 1, PDX_ERR_PEER, PDX_TP_OP_SEND);
+    cr_assert(strstr(ops->ep_error(r.ep[0]), "RNR"), "%s", ops->ep_error(r.ep[0]));
+    cr_assert_eq(ops->post_send(r.ep[0], 2, "x", 1, 0), PDX_ERR_PEER);
+    rig_close(&r, false); /* the SEND's completion released the writes' region */
+}
+
+/* A WRITE into a dmabuf region at an offset, then a READ back from it */
+Test(rdma, dmabuf_region_and_read)
+{
+    const size_t page = 4096, len = 2 * 4096;
+    uint8_t local[4096] = {0}, *map;
+    pdx_tp_mr_t *mr, *lmr;
+    pdx_tp_rkey_t rk;
+    pdx_tp_write_t w;
+    pdx_tp_wc_t wc;
+    rig_t r;
+    int fd;
+
+    rig_open(&r, NULL, len, 4, 0);
+    fd = memfd_create("pdx-test-dmabuf", MFD_CLOEXEC);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(ftruncate(fd, (off_t)(page + len + page)), 0);
+    map = mmap(NULL, page + len + page, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    cr_assert_neq(map, MAP_FAILED);
+    /* the engine sees the region at map + page: bytes [page, page + len) of the fd */
+    cr_assert_eq(ops->mr_reg_dmabuf(r.tp[1], map + page, len, fd, page,
+                                    RW | PDX_TP_ACCESS_REMOTE_READ, &mr), PDX_OK);
+    close(fd); /* the caller may close it after return */
+    ops->mr_remote(mr, &rk);
+    cr_assert_eq(rk.addr, (uint64_t)(uintptr_t)(map + page));
+    w = (pdx_tp_write_t){.wr_id = 1, .mr = r.smr, .offset = 0, .length = len - 100,
+                         .remote_addr = rk.addr + 100, .rkey = rk.rkey, .flags = PDX_TP_SIGNALED};
+    cr_assert_eq(ops->post_write(r.ep[0], &w, 1), PDX_OK);
+    cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
+    expect_wc(&wc, 1, PDX_OK, PDX_TP_OP_WRITE);
+    cr_assert_eq(memcmp(map + page + 100, r.src, len - 100), 0);
+    for (size_t i = 0; i < page + 100; i++)
+        cr_assert_eq(map[i], 0, "byte %zu before the region's target was written", i);
+
+    lmr = mr_new(r.tp[0], local, sizeof(local), PDX_TP_ACCESS_LOCAL_WRITE);
+    cr_assert_eq(ops->post_read(r.ep[0], 7, lmr, 100, 3000, rk.addr + 500, rk.rkey), PDX_OK);
+    cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
+    expect_wc(&wc, 7, PDX_OK, PDX_TP_OP_READ);
+    cr_assert_eq(memcmp(local + 100, r.src + 400, 3000), 0);
+    cr_assert_eq(local[99] | local[3100], 0);
+    cr_assert_eq(ops->post_read(r.ep[0], 8, r.smr, 0, 16, rk.addr, rk.rkey), PDX_ERR_INVALID,
+                 "the target region lacks local write access");
+    /* a region without REMOTE_READ refuses the READ; the QP goes to error */
+    cr_assert_eq(ops->post_read(r.ep[0], 9, lmr, 0, 16, r.rk.addr, r.rk.rkey), PDX_OK);
+    cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
+    expect_wc(&wc, 9, PDX_ERR_RANGE, PDX_TP_OP_READ);
+    cr_assert_eq(ops->mr_dereg(lmr), PDX_OK);
+    cr_assert_eq(ops->mr_dereg(mr), PDX_OK);
+    cr_assert_eq(ops->mr_reg_dmabuf(r.tp[1], map, len, -1, 0, RW, &mr), PDX_ERR_INVALID);
+    munmap(map, page + len + page);
+    rig_close(&r, true);
+}
+
+/* ------------------------------------------------------------ errors */
+
+Test(rdma, out_of_range_write_then_everything_flushed)
+{
+    pdx_tp_write_t w[8];
+    pdx_tp_wc_t wc[8];
+    rig_t r;
+
+    rig_open(&r, NULL, 65536, 8, 0);
+    for (int i = 0; i < 8; i++)
+        w[i] = wr_make(&r, (uint64_t)i, 0, 1024, (uint64_t)i * 1024, i % 2 == 0);
+    w[0].flags = 0;                                 /* succeeds silently */
+    w[2].remote_addr = r.rk.addr + r.len - 100;     /* runs past the end */
+    cr_assert_eq(ops->post_write(r.ep[0], w, 8), PDX_OK);
+    cr_assert_eq(wait_wc(r.cq[0], wc, 6, WAIT_MS), 6, "the failed WR and 5 flushed ones");
+    cr_assert_eq(wait_wc(r.cq[0], wc + 6, 1, 50), 0);
+    cr_assert_eq(wc[0].wr_id, 2u, "the unsignaled w0 and w1 before it succeeded silently");
+    expect_wc(&wc[0], 2, PDX_ERR_RANGE, PDX_TP_OP_WRITE);
+    for (int i = 1; i < 6; i++) /* flushed, signaled or not */
+        expect_wc(&wc[i], (uint64_t)i + 2, PDX_ERR_PEER, PDX_TP_OP_WRITE);
+    cr_assert(strstr(ops->ep_error(r.ep[0]), "remote access"), "%s", ops->ep_error(r.ep[0]));
+    cr_assert_eq(memcmp(r.dst, r.src, 1024), 0);
+    cr_assert_eq(memcmp(r.dst + 1024, r.src, 1024), 0);
+    for (size_t i = 2048; i < 2 * r.len; i++)
+        cr_assert_eq(r.dst[i], 0, "byte %zu written after the failed WR", i);
+    cr_assert_eq(ops->post_write(r.ep[0], w, 1), PDX_ERR_PEER);
+    rig_close(&r, false); /* flushed WRs released their region */
+}
+
+Test(rdma, ep_fail_flushes_everything)
+{
+    pdx_tp_write_t w[6];
+    uint8_t rbuf[3 * 64];
+    pdx_tp_mr_t *rmr;
+    pdx_tp_wc_t wc[16];
+    int nwr = 0, nrecv = 0;
+    rig_t r;
+
+    rig_open(&r, NULL, 4096, 8, 4);
+    rmr = mr_new(r.tp[0], rbuf, sizeof(rbuf), PDX_TP_ACCESS_LOCAL_WRITE);
+    nic_delay(&r, 2000000); /* nothing executes for 2 s */
+    for (int i = 0; i < 6; i++)
+        w[i] = wr_make(&r, (uint64_t)i, 0, r.len, 0, i % 3 == 0);
+    cr_assert_eq(ops->post_write(r.ep[0], w, 6), PDX_OK);
+    cr_assert_eq(ops->post_send(r.ep[0], 6, "note", 4, 0), PDX_OK);
+    for (uint64_t i = 0; i < 3; i++)
+        cr_assert_eq(ops->post_recv(r.ep[0], 100 + i, rmr, i * 64, 64), PDX_OK);
+    ops->ep_fail(r.ep[0], PDX_ERR_ABORTED, "room aborted by the test");
+    cr_assert_str_eq(ops->ep_error(r.ep[0]), "room aborted by the test");
+    cr_assert_eq(wait_wc(r.cq[0], wc, 10, WAIT_MS), 10);
+    cr_assert_eq(wait_wc(r.cq[0], wc + 10, 1, 50), 0);
+    nic_delay(&r, 0);
+    for (int i = 0; i < 10; i++) { /* each queue in order, with ep_fail's status */
+        bool recv = wc[i].opcode == PDX_TP_OP_RECV;
+
+        expect_wc(&wc[i], recv ? 100u + (uint64_t)nrecv : (uint64_t)nwr, PDX_ERR_ABORTED,
+                  recv ? PDX_TP_OP_RECV : nwr == 6 ? PDX_TP_OP_SEND : PDX_TP_OP_WRITE);
+        *(recv ? &nrecv : &nwr) += 1;
+    }
+    cr_assert(nwr == 7 && nrecv == 3);
+    ops->ep_fail(r.ep[0], PDX_ERR_TIMEOUT, "second");
+    cr_assert_str_eq(ops->ep_error(r.ep[0]), "room aborted by the test", "first error wins");
+    cr_assert_eq(ops->post_write(r.ep[0], &(pdx_tp_write_t){.mr = r.smr, .length = 1}, 1),
+                 PDX_ERR_PEER);
+    cr_assert_eq(ops->post_recv(r.ep[0], 1, rmr, 0, 64), PDX_ERR_PEER);
+    cr_assert_eq(ops->mr_dereg(rmr), PDX_OK, "flushed WRs release their regions");
+    rig_close(&r, false);
+}
+
+Test(rdma, destroyed_ep_never_completes)
+{
+    pdx_tp_ep_t *b[2];
+    pdx_tp_wc_t wc[16];
+    pdx_tp_write_t w;
+    softnic_stats_t st;
+    rig_t r;
+
+    rig_open(&r, NULL, 4096, 8, 0);
+    for (int i = 0; i < 2; i++) { /* one CQ of 16 per tp for two pairs */
+        ops->ep_destroy(r.ep[i]);
+        ops->cq_destroy(r.cq[i]);
+        r.cq[i] = cq_new(r.tp[i], 16);
+        r.ep[i] = ep_new(r.tp[i], r.cq[i], 8, 0);
+        b[i] = ep_new(r.tp[i], r.cq[i], 8, 0);
+    }
+    connect_eps(r.ep[0], r.ep[1]);
+    connect_eps(b[0], b[1]);
+    /* completions of both eps wait in the CQ when ep 0 is destroyed */
+    softnic_stats(&st);
+    for (uint64_t i = 0; i < 16; i++) {
+        w = wr_make(&r, i % 2 ? 1000 + i / 2 : i / 2, 0, 512, 0, true);
+        cr_assert_eq(ops->post_write(i % 2 ? b[0] : r.ep[0], &w, 1), PDX_OK);
+    }
+    for (uint64_t n = st.wrs_executed + 16, end = pdx_deadline_ns(WAIT_MS);
+         st.wrs_executed < n && pdx_now_ns() < end; usleep(1000))
+        softnic_stats(&st);
+    for (int i = 0; i < 2; i++) { /* its share of the CQ is free again */
+        ops->ep_destroy(r.ep[i]);
+        r.ep[i] = ep_new(r.tp[i], r.cq[i], 8, 0);
+    }
+    connect_eps(r.ep[0], r.ep[1]);
+    w = wr_make(&r, 77, 0, 512, 0, true);
+    cr_assert_eq(ops->post_write(r.ep[0], &w, 1), PDX_OK);
+    cr_assert_eq(wait_wc(r.cq[0], wc, 9, WAIT_MS), 9);
+    for (int i = 0; i < 9; i++) {
+        cr_assert(wc[i].status == PDX_OK && wc[i].ep == (i < 8 ? b[0] : r.ep[0]));
+        cr_assert_eq(wc[i].wr_id, i < 8 ? 1000u + (uint64_t)i : 77u,
+                     "kept completions first, in order; none of the destroyed ep");
+    }
+    /* WRs in flight when their ep goes are dropped too */
+    nic_delay(&r, 100000);
+    w = wr_make(&r, 500, 0, 512, 0, true);
+    cr_assert_eq(ops->post_write(b[0], &w, 1), PDX_OK);
+    ops->ep_destroy(b[0]);
+    cr_assert_eq(wait_wc(r.cq[0], wc, 1, 300), 0, "a completion of the destroyed ep came out");
+    nic_delay(&r, 0);
+    ops->ep_destroy(b[1]);
+    rig_close(&r, false);
+}
+
+Test(rdma, async_events_fail_eps)
+{
+    pdx_tp_write_t w[4];
+    pdx_tp_wc_t wc[8];
+    rig_t r;
+
+    rig_open(&r, NULL, 4096, 8, 0);
+    nic_delay(&r, 2000000);
+    for (int i = 0; i < 4; i++)
+        w[i] = wr_make(&r, (uint64_t)i, 0, 1024, 0, i == 1);
+    cr_assert_eq(ops->post_write(r.ep[0], w, 4), PDX_OK);
+    cr_assert_eq(softnic_qp_fatal(rdma_ep(r.ep[0])->qp->qp_num), 0);
+    wait_error(r.ep[0]); /* not polling: the async thread says why */
+    cr_assert(strstr(ops->ep_error(r.ep[0]), "async event"), "%s", ops->ep_error(r.ep[0]));
+    cr_assert_eq(wait_wc(r.cq[0], wc, 4, WAIT_MS), 4, "every WR flushed, signaled or not");
+    for (int i = 0; i < 4; i++)
+        expect_wc(&wc[i], (uint64_t)i, PDX_ERR_PEER, PDX_TP_OP_WRITE);
+    nic_delay(&r, 0);
+    cr_assert_str_eq(ops->ep_error(r.ep[1]), "");
+    /* a port going down fails every ep of its tp */
+    cr_assert_eq(softnic_async(1, IBV_EVENT_PORT_ERR), 0);
+    wait_error(r.ep[1]);
+    cr_assert(strstr(ops->ep_error(r.ep[1]), "port error"), "%s", ops->ep_error(r.ep[1]));
+    cr_assert_eq(softnic_async(1, IBV_EVENT_PORT_ACTIVE), 0);
+    rig_close(&r, true);
+}
+
+/* ON_POLL: nothing runs unless someone polls; no inline: SENDs go from slots */
+Test(rdma, on_poll_mode_and_sends_without_inline)
+{
+    softnic_config_t c = nic(2, SOFTNIC_ON_POLL);
+    uint8_t rbuf[PDX_TP_SEND_MAX] = {0};
+    char msg[PDX_TP_SEND_MAX];
+    pdx_tp_mr_t *rmr;
+    pdx_tp_write_t w;
+    pdx_tp_wc_t wc;
+    rig_t r;
+
+    c.max_inline = 0;
+    rig_open(&r, &c, 65536, 4, 4);
+    cr_assert_eq(rdma_ep(r.ep[0])->max_inline, 0u, "the device refused inline data");
+    rmr = mr_new(r.tp[1], rbuf, sizeof(rbuf), PDX_TP_ACCESS_LOCAL_WRITE);
+    w = wr_make(&r, 1, 0, r.len, 0, false);
+    for (uint64_t i = 0; i < 6; i++) { /* more SENDs than SQ slots: slots are reused */
+        memset(msg, 'a' + (int)i, sizeof(msg));
+        cr_assert_eq(ops->post_recv(r.ep[1], i, rmr, 0, sizeof(rbuf)), PDX_OK);
+        cr_assert_eq(ops->post_write(r.ep[0], &w, 1), PDX_OK);
+        cr_assert_eq(ops->post_send(r.ep[0], i, msg, sizeof(msg), PDX_TP_SIGNALED), PDX_OK);
+        memset(msg, 0, sizeof(msg)); /* copied before return */
+        if (i == 0) {
+            usleep(20000);
+            for (size_t k = 0; k < r.len; k++)
+                cr_assert_eq(r.dst[k], 0, "executed without a poll");
+        }
+        cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
+        expect_wc(&wc, i, PDX_OK, PDX_TP_OP_SEND);
+        cr_assert_eq(wait_wc(r.cq[1], &wc, 1, WAIT_MS), 1);
+        expect_wc(&wc, i, PDX_OK, PDX_TP_OP_RECV);
+        cr_assert(wc.byte_len == sizeof(msg) && rbuf[0] == 'a' + i && rbuf[63] == 'a' + i);
+    }
+    cr_assert_eq(memcmp(r.dst, r.src, r.len), 0);
+    cr_assert_eq(ops->mr_dereg(rmr), PDX_OK);
+    rig_close(&r, false);
+}
+
+Test(rdma, bad_arguments_are_refused)
+{
+    softnic_config_t c = nic(2, SOFTNIC_THREAD);
+    pdx_tp_mr_t *mr = (pdx_tp_mr_t *)0x1;
+    pdx_tp_ep_t *ep = (pdx_tp_ep_t *)0x1;
+    pdx_tp_cq_t *cq = (pdx_tp_cq_t *)0x1;
+    pdx_tp_ep_attr_t attr = {.sq_depth = 4, .rq_depth = 1};
+    pdx_tp_addr_t junk = {.len = 3, .bytes = {1, 2, 3}}, good;
+    pdx_tp_write_t w;
+    pdx_tp_wc_t wc;
+    char big[PDX_TP_SEND_MAX + 1] = {0};
+    rig_t r;
+
+    c.max_mr_size = 1u << 20;
+    c.max_cqe = 1024;
+    c.max_qp_wr = 512;
+    rig_open(&r, &c, 4096, 4, 0);
+    cr_assert_eq(ops->mr_reg(r.tp[0], NULL, 10, 0, &mr), PDX_ERR_INVALID);
+    cr_assert_eq(ops->mr_reg(r.tp[0], r.src, (2u << 20), 0, &mr), PDX_ERR_UNSUPPORTED,
+                 "above max_mr_size: no registration in pieces yet");
+    cr_assert_eq(mr, (pdx_tp_mr_t *)0x1, "output written on failure");
+    cr_assert_eq(ops->cq_create(r.tp[0], 0, &cq), PDX_ERR_INVALID);
+    cr_assert_eq(ops->cq_create(r.tp[0], 1025, &cq), PDX_ERR_UNSUPPORTED, "above max_cqe");
+    cr_assert_eq(cq, (pdx_tp_cq_t *)0x1, "output written on failure");
+    cr_assert_eq(ops->ep_create(r.tp[0], r.cq[0], &attr, &ep), PDX_ERR_FULL, "CQ is full");
+    cr_assert_eq(ops->ep_create(r.tp[1], r.cq[0], &attr, &ep), PDX_ERR_INVALID, "other tp");
+    attr.sq_depth = 513;
+    cr_assert_eq(ops->ep_create(r.tp[0], r.cq[0], &attr, &ep), PDX_ERR_UNSUPPORTED);
+    cr_assert_eq(ep, (pdx_tp_ep_t *)0x1, "output written on failure");
+    w = wr_make(&r, 1, 0, MAXMSG + 1, 0, true);
+    cr_assert_eq(ops->post_write(r.ep[0], &w, 1), PDX_ERR_INVALID, "above max_msg_size");
+    w = wr_make(&r, 1, 4000, 200, 0, true);
+    cr_assert_eq(ops->post_write(r.ep[0], &w, 1), PDX_ERR_INVALID, "past the source region");
+    cr_assert_eq(ops->post_send(r.ep[0], 1, big, sizeof(big), 0), PDX_ERR_INVALID);
+    cr_assert_eq(ops->post_recv(r.ep[1], 1, r.dmr, 0, 64), PDX_ERR_AGAIN, "rq_depth 0");
+    cr_assert_eq(ops->post_recv(r.ep[0], 1, r.smr, 0, 64), PDX_ERR_INVALID, "no local write");
+    cr_assert_eq(ops->ep_connect(r.ep[0], &junk), PDX_ERR_PROTO);
+    ops->ep_address(r.ep[1], &good);
+    cr_assert_eq(ops->ep_connect(r.ep[0], &good), PDX_ERR_STATE, "connected already");
+    good.bytes[0] = 9;
+    cr_assert_eq(ops->ep_connect(r.ep[0], &good), PDX_ERR_PROTO, "another version");
+    /* nothing was posted: the ep still works */
+    w = wr_make(&r, 2, 0, 100, 0, true);
+    cr_assert_eq(ops->post_write(r.ep[0], &w, 1), PDX_OK);
+    cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
+    expect_wc(&wc, 2, PDX_OK, PDX_TP_OP_WRITE);
+    cr_assert_str_eq(ops->ep_error(r.ep[0]), "");
+    rig_close(&r, true);
+}
