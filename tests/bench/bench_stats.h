@@ -12,6 +12,13 @@ static int bench_cmp_u64(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+static inline int bench_cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+
+    return x < y ? -1 : x > y;
+}
+
 /* Sorts v in place and returns its p-th percentile (0 <= p <= 100). */
 static inline double bench_percentile(uint64_t *v, size_t n, double p)
 {
