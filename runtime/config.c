@@ -69,8 +69,9 @@ static const pdx_config_row_t config_table[] = {
              DMABUF, dmabuf, parse_mode, "auto|off"),
     ROW_WORD("PDX_MARKERS", "off", "roctx / NVTX ranges around gates, posts and notifies",
              MARKERS, markers, parse_mode, "on|off"),
-    ROW_WORD("PDX_IB_DEVICES", "", "RDMA devices to use, comma-separated; empty: all active",
-             IB_DEVICES, ib_devices, parse_text, NULL),
+    ROW_WORD("PDX_IB_DEVICES", "",
+             "RDMA devices to try in order, comma-separated; the first usable one serves "
+             "(empty: all)", IB_DEVICES, ib_devices, parse_text, NULL),
     ROW_INT("PDX_IB_GID_INDEX", "-1", "GID index; -1 picks a RoCEv2 GID", IB_GID_INDEX,
             ib_gid_index, -1, 255),
     ROW_INT("PDX_IB_TRAFFIC_CLASS", "0", "Traffic class (DSCP << 2) of RoCE packets",
