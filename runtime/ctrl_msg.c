@@ -389,6 +389,8 @@ static void on_credit(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_credit_t
         return;
     }
     dep = &peer->deps[m->pair * peer->qps + m->index];
+    if (pdx_dep_on_credit(e, peer, dep, m))
+        return; /* about a reset endpoint */
     atomic_fetch_add(&dep->credits, (int32_t)m->count);
     pdx_shard_wake(&e->shards[m->pair % e->nshards]);
 }
@@ -420,10 +422,16 @@ void pdx_ctrl_on_msg(pdx_engine_t *e, pdx_peer_t *peer, pdx_wire_msg_t *msg)
         on_layout(peer, &msg->u.layout);
         return;
     case PDX_WIRE_EP:
-        if (peer->outgoing)
+        if (msg->u.ep.epoch != 0) {
+            if (ready)
+                pdx_dep_on_ep(e, peer, &msg->u.ep); /* a reset endpoint's new address */
+            else
+                out_of_place(peer, msg->type, "of a later epoch before READY");
+        } else if (peer->outgoing) {
             on_ep_reply(peer, &msg->u.ep);
-        else
+        } else {
             on_ep_offer(peer, &msg->u.ep);
+        }
         return;
     case PDX_WIRE_READY:
         if (peer->outgoing)
@@ -455,6 +463,9 @@ void pdx_ctrl_on_msg(pdx_engine_t *e, pdx_peer_t *peer, pdx_wire_msg_t *msg)
         return;
     case PDX_WIRE_ERROR:
         pdx_rooms_on_error(e, peer, &msg->u.error);
+        return;
+    case PDX_WIRE_RESET:
+        pdx_dep_on_reset(e, peer, &msg->u.reset);
         return;
     default:
         out_of_place(peer, msg->type, "(not a control message)");

@@ -42,6 +42,8 @@
 #define PDX_SWEEP_MS        10     /* control thread tick: deadlines, heartbeats */
 #define PDX_PEER_OUT_MAX    (8u << 20) /* bytes queued per control connection */
 #define PDX_ERRMSG_MAX      PDX_ROOM_ERR_MAX
+#define PDX_DEP_RESET_STREAK 4     /* resets of an endpoint with no WR done between:
+                                    * then its peer fails */
 
 typedef struct pdx_peer  pdx_peer_t;
 typedef struct pdx_shard pdx_shard_t;
@@ -98,6 +100,17 @@ struct pdx_dep {
     /* receive buffers for notify records */
     pdx_tp_mr_t        *rx_mr;
     uint8_t            *rx_buf;        /* PDX_NOTIFY_RQ * PDX_TP_SEND_MAX */
+    _Atomic uint32_t    rx_out;        /* receives posted, not completed */
+    /* reset and reconnect (dep_reset.c): lock guards ep replacement and
+     * what follows; epoch is also read without it */
+    pthread_mutex_t     lock;
+    _Atomic uint32_t    epoch;         /* incarnation: 0, + 1 per reset */
+    _Atomic uint32_t    resetting;     /* failed; not usable until reconnected */
+    _Atomic uint32_t    streak;        /* resets since a WR last succeeded on it */
+    bool                rebuilt;       /* the ep of `epoch` exists, its EP went out */
+    bool                up_local;      /* ... and is connected, receives posted */
+    bool                have_remote;   /* the peer's EP of the next incarnation */
+    pdx_tp_addr_t       remote;
 };
 
 /* ------------------------------------------------------------------ peers */
@@ -245,6 +258,8 @@ struct pdx_shard {
     /* data endpoints this shard owns (control thread adds, shard reads) */
     pdx_dep_t *_Atomic deps[PDX_MAX_PEERS * 8];
     _Atomic uint32_t   ndeps;
+    _Atomic uint32_t   deps_gen;       /* + 1 when a dep stops or starts being usable */
+    _Atomic uint32_t   resets;         /* deps being reset (dep_reset.c) */
     /* shard only: rooms with queued chunks */
     uint32_t           active_head;    /* room obj index, UINT32_MAX: none; */
     uint32_t           active_tail;    /* oldest first, so no room starves */
@@ -323,7 +338,8 @@ extern uint32_t pdx_protocol_version;
 /* Append a whole frame to the peer's output (any thread). PDX_ERR_AGAIN when
  * the bounded buffer lacks room, PDX_ERR_PEER once the peer failed. */
 pdx_status_t pdx_peer_send(pdx_peer_t *peer, const void *frame, size_t len);
-pdx_status_t pdx_peer_send_credit(pdx_peer_t *peer, uint32_t pair, uint32_t index, uint32_t count);
+pdx_status_t pdx_peer_send_credit(pdx_peer_t *peer, uint32_t pair, uint32_t index, uint32_t epoch,
+                                  uint32_t count);
 /* Tell every peer that has our descriptors about a new region / layout (call
  * without engine->lock: it takes it). */
 void pdx_peer_broadcast_mem(pdx_engine_t *e, uint32_t mem);
@@ -351,6 +367,24 @@ void pdx_shard_wake(pdx_shard_t *s);
  */
 pdx_status_t pdx_shard_add_dep(pdx_shard_t *s, pdx_dep_t *dep);
 pdx_status_t pdx_dep_connect(pdx_dep_t *dep, const pdx_tp_addr_t *remote);
+
+/*
+ * dep_reset.c: a data endpoint that failed while its peer is READY is reset
+ * instead of failing the peer: its outstanding WRs fail their rooms, the
+ * peer is told (RESET), both sides rebuild the endpoint once it drained and
+ * exchange addresses (EP of the next epoch), and the endpoint carries rooms
+ * again once both sides' receives are posted (the peer's first CREDIT of the
+ * epoch). Rooms to that peer on that shard wait meanwhile (their deadlines
+ * apply). Any thread may begin a reset; tell_peer is false when the peer
+ * asked for it.
+ */
+void pdx_dep_reset_begin(pdx_dep_t *dep, pdx_status_t status, const char *why, bool tell_peer);
+/* Control thread: RESET, EP of a later epoch, CREDIT of a reset endpoint. */
+void pdx_dep_on_reset(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_reset_t *m);
+void pdx_dep_on_ep(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_ep_t *m);
+/* Returns true when the CREDIT was about a reset endpoint (and handled). */
+bool pdx_dep_on_credit(pdx_engine_t *e, pdx_peer_t *peer, pdx_dep_t *dep,
+                       const pdx_wire_credit_t *m);
 
 /* rooms.c: room-side control messages and deadlines */
 void pdx_rooms_on_room_msg(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_room_t *m);

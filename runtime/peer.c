@@ -304,9 +304,10 @@ void pdx_peer_destroy(pdx_peer_t *peer)
     peer_free(peer);
 }
 
-pdx_status_t pdx_peer_send_credit(pdx_peer_t *peer, uint32_t pair, uint32_t index, uint32_t count)
+pdx_status_t pdx_peer_send_credit(pdx_peer_t *peer, uint32_t pair, uint32_t index, uint32_t epoch,
+                                  uint32_t count)
 {
-    pdx_wire_credit_t m = {.pair = pair, .index = index, .count = count};
+    pdx_wire_credit_t m = {.pair = pair, .index = index, .epoch = epoch, .count = count};
     uint8_t frame[PDX_WIRE_HEADER_SIZE + 16];
     size_t len;
     pdx_status_t st;
@@ -524,10 +525,12 @@ static void fail_deps(pdx_peer_t *peer)
     for (uint32_t i = 0; i < n; i++) {
         pdx_dep_t *dep = &peer->deps[i];
 
-        if (!dep->ep)
-            continue;
+        /* The lock: a shard may be replacing the ep of a dep being reset. */
+        pthread_mutex_lock(&dep->lock);
         atomic_store_explicit(&dep->failed, 1, memory_order_release);
-        e->ops->ep_fail(dep->ep, peer->status, peer->err);
+        if (dep->ep)
+            e->ops->ep_fail(dep->ep, peer->status, peer->err);
+        pthread_mutex_unlock(&dep->lock);
     }
 }
 

@@ -260,6 +260,12 @@ pdx_status_t pdx_shard_add_dep(pdx_shard_t *s, pdx_dep_t *dep)
     atomic_init(&dep->connected, 0);
     atomic_init(&dep->failed, 0);
     atomic_init(&dep->credits, 0);
+    atomic_init(&dep->rx_out, 0);
+    atomic_init(&dep->epoch, 0);
+    atomic_init(&dep->resetting, 0);
+    atomic_init(&dep->streak, 0);
+    dep->rebuilt = dep->up_local = dep->have_remote = false;
+    pthread_mutex_init(&dep->lock, NULL);
 
     status = e->ops->ep_create(e->tp, s->cq, &attr, &dep->ep);
     if (status != PDX_OK)
@@ -316,6 +322,8 @@ pdx_status_t pdx_dep_connect(pdx_dep_t *dep, const pdx_tp_addr_t *remote)
     for (uint32_t i = 0; i < PDX_NOTIFY_RQ; i++) {
         status = e->ops->post_recv(dep->ep, pdx_wr_id_recv(dep, i), dep->rx_mr,
                                    (uint64_t)i * PDX_TP_SEND_MAX, PDX_TP_SEND_MAX);
+        if (status == PDX_OK)
+            atomic_fetch_add_explicit(&dep->rx_out, 1, memory_order_relaxed);
         if (status != PDX_OK) {
             pdx_error("data endpoint %u.%u to %s: posting notify receive %u of %u: %s",
                       dep->pair, dep->index, dep->peer->addr, i, PDX_NOTIFY_RQ,
@@ -326,6 +334,7 @@ pdx_status_t pdx_dep_connect(pdx_dep_t *dep, const pdx_tp_addr_t *remote)
     /* The peer posted as many for us; CREDIT messages add to it later. */
     atomic_fetch_add_explicit(&dep->credits, PDX_NOTIFY_RQ, memory_order_relaxed);
     atomic_store_explicit(&dep->connected, 1, memory_order_release);
+    atomic_fetch_add_explicit(&s->deps_gen, 1, memory_order_release);
     pdx_shard_wake(s); /* rooms may wait for an endpoint to their peer */
     return PDX_OK;
 }
@@ -339,10 +348,11 @@ void pdx_shard_index_deps(pdx_shard_loop_t *L)
 {
     pdx_shard_t *s = L->s;
     uint32_t n = atomic_load_explicit(&s->ndeps, memory_order_acquire);
+    uint32_t gen = atomic_load_explicit(&s->deps_gen, memory_order_acquire);
     uint16_t fill[PDX_MAX_PEERS] = {0};
     bool complete = true;
 
-    if (n == L->idx_ndeps && L->idx_complete)
+    if (n == L->idx_ndeps && gen == L->idx_gen && L->idx_complete)
         return;
     /* One look at each dep: the connected ones into L->use (scratch) by slot. */
     memset(L->idx_pending, 0, sizeof(L->idx_pending));
@@ -371,6 +381,7 @@ void pdx_shard_index_deps(pdx_shard_loop_t *L)
             L->idx_deps[L->idx_start[d->peer->id] + fill[d->peer->id]++] = d;
     }
     L->idx_ndeps = n;
+    L->idx_gen = gen;
     L->idx_complete = complete;
 }
 
@@ -445,6 +456,8 @@ static void shard_pass(pdx_shard_loop_t *L)
     L->progress = false;
     L->gated = false;
     pdx_shard_poll(L);
+    if (atomic_load_explicit(&L->s->resets, memory_order_relaxed))
+        pdx_shard_resets(L);
     pdx_shard_intake(L);
     pdx_shard_send(L);
     if (L->credit_retry)

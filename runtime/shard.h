@@ -53,6 +53,7 @@ typedef struct pdx_shard_loop {
     bool            wait_error;    /* epoll failed once (logged) */
     /* connected deps grouped by peer id, rebuilt while the table changes */
     uint32_t        idx_ndeps;     /* s->ndeps when built */
+    uint32_t        idx_gen;       /* s->deps_gen when built */
     bool            idx_complete;  /* every dep was connected when built */
     uint16_t        idx_start[PDX_MAX_PEERS + 1];
     bool            idx_pending[PDX_MAX_PEERS]; /* the peer has a dep not connected */
@@ -80,9 +81,12 @@ void pdx_shard_credit_retry(pdx_shard_loop_t *L);
 
 /*
  * The endpoint broke (error completion, post refused, malformed notify):
- * mark it failed and fail its peer, once per dep. Any shard function.
+ * reset it (dep_reset.c), or fail its peer while the handshake runs. Once
+ * per failure. Any shard function.
  */
 void pdx_shard_dep_broken(pdx_dep_t *dep, pdx_status_t status, const char *why);
+/* dep_reset.c: rebuild the deps of this shard whose reset drained. */
+void pdx_shard_resets(pdx_shard_loop_t *L);
 
 /* WRs a dep may still take: data leaves room for the notifies. */
 static inline uint32_t pdx_dep_room(const pdx_dep_t *dep, uint32_t reserve)

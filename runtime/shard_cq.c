@@ -23,11 +23,17 @@
 
 void pdx_shard_dep_broken(pdx_dep_t *dep, pdx_status_t status, const char *why)
 {
-    /* peer.c may have marked it while failing the peer: then it is told. */
-    if (atomic_exchange_explicit(&dep->failed, 1, memory_order_acq_rel))
+    /* Failed already: being reset, or failed with its peer (peer.c). */
+    if (atomic_load_explicit(&dep->failed, memory_order_acquire))
         return;
-    pdx_peer_fail(dep->peer, status, "data endpoint %u.%u to %s failed: %s", dep->pair,
-                  dep->index, dep->peer->addr, why);
+    if (status == PDX_ERR_PROTO) {
+        /* Malformed bytes from the peer: it goes, not only the endpoint. */
+        atomic_store_explicit(&dep->failed, 1, memory_order_release);
+        pdx_peer_fail(dep->peer, status, "data endpoint %u.%u to %s: %s", dep->pair,
+                      dep->index, dep->peer->addr, why);
+        return;
+    }
+    pdx_dep_reset_begin(dep, status, why, true);
 }
 
 /* One WR of a room completed (or was flushed): it no longer holds the room. */
@@ -75,6 +81,9 @@ static void on_send(pdx_shard_loop_t *L, pdx_dep_t *dep, const pdx_tp_wc_t *wc)
     }
     retire(e, &dep->ledger[end % dep->sq_depth]);
     dep->completed = end + 1;
+    if (wc->status == PDX_OK && PDX_UNLIKELY(atomic_load_explicit(&dep->streak,
+                                                                  memory_order_relaxed)))
+        atomic_store_explicit(&dep->streak, 0, memory_order_relaxed); /* it works */
     /* An endpoint still healthy refused only that WR (tcp: out of range). */
     if (wc->status != PDX_OK && why[0])
         pdx_shard_dep_broken(dep, wc->status, why);
@@ -83,7 +92,10 @@ static void on_send(pdx_shard_loop_t *L, pdx_dep_t *dep, const pdx_tp_wc_t *wc)
 /* Return the reposted receives to the sender; kept while its output is full. */
 static void credit_return(pdx_shard_loop_t *L, pdx_dep_t *dep)
 {
-    pdx_status_t status = pdx_peer_send_credit(dep->peer, dep->pair, dep->index, dep->reposted);
+    pdx_status_t status = pdx_peer_send_credit(dep->peer, dep->pair, dep->index,
+                                               atomic_load_explicit(&dep->epoch,
+                                                                    memory_order_relaxed),
+                                               dep->reposted);
 
     if (status == PDX_ERR_AGAIN) {
         L->credit_retry = true; /* keep the count; the worker sleeps bounded */
@@ -105,6 +117,7 @@ static void on_recv(pdx_shard_loop_t *L, pdx_dep_t *dep, const pdx_tp_wc_t *wc)
                   L->s->index, i, dep->pair, dep->index);
         return;
     }
+    atomic_fetch_sub_explicit(&dep->rx_out, 1, memory_order_relaxed);
     if (wc->status != PDX_OK) {
         /* Flushed: the endpoint is in error; it takes no more receives. */
         const char *err = e->ops->ep_error(dep->ep);
@@ -122,6 +135,8 @@ static void on_recv(pdx_shard_loop_t *L, pdx_dep_t *dep, const pdx_tp_wc_t *wc)
         return;
     }
     atomic_fetch_add_explicit(&L->s->stats.notifies_received, 1, memory_order_relaxed);
+    if (PDX_UNLIKELY(atomic_load_explicit(&dep->streak, memory_order_relaxed)))
+        atomic_store_explicit(&dep->streak, 0, memory_order_relaxed); /* it works */
     pdx_rooms_on_notify(e, dep->peer, &n);
 
     if (atomic_load_explicit(&dep->failed, memory_order_acquire))
@@ -134,6 +149,7 @@ static void on_recv(pdx_shard_loop_t *L, pdx_dep_t *dep, const pdx_tp_wc_t *wc)
         pdx_shard_dep_broken(dep, status, err[0] ? err : "reposting a notify receive failed");
         return;
     }
+    atomic_fetch_add_explicit(&dep->rx_out, 1, memory_order_relaxed);
     if (++dep->reposted >= PDX_CREDIT_BATCH)
         credit_return(L, dep);
 }

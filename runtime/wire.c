@@ -1,6 +1,6 @@
 /*
  * wire: frames, the small control messages (HELLO, EP, ABORT, ABORT_ACK,
- * HEARTBEAT, ERROR) and the notify record. The descriptor messages (MEM,
+ * HEARTBEAT, ERROR, CREDIT, READY, RESET) and the notify record. The descriptor messages (MEM,
  * LAYOUT, ROOM) are in wire_desc.c; byte readers and writers in wire_buf.h.
  * Pure: no I/O, no logging; malformed input is PDX_ERR_PROTO with a static
  * reason the caller logs.
@@ -11,11 +11,12 @@
 
 #include <stdlib.h>
 
-#define EP_FIXED     (4u + 4u + 4u)
+#define EP_FIXED     (4u + 4u + 4u + 4u)
 #define ABORT_FIXED  (8u + 4u + 2u)  /* ABORT and ERROR: room, status, string */
 #define ACK_FIXED    8u
 #define BEAT_FIXED   16u
-#define CREDIT_FIXED 12u
+#define CREDIT_FIXED 16u
+#define RESET_FIXED  (4u + 4u + 4u + 4u + 2u)
 
 #define NOTIFY_FLAGS (PDX_WIRE_NOTIFY_LAST | PDX_WIRE_NOTIFY_STATUS_ONLY)
 
@@ -43,6 +44,7 @@ static const struct {
     [PDX_WIRE_ERROR]     = {"ERROR", ABORT_FIXED, ABORT_FIXED + PDX_WIRE_REASON_MAX},
     [PDX_WIRE_CREDIT]    = {"CREDIT", CREDIT_FIXED, CREDIT_FIXED},
     [PDX_WIRE_READY]     = {"READY", 0, 0},
+    [PDX_WIRE_RESET]     = {"RESET", RESET_FIXED, RESET_FIXED + PDX_WIRE_REASON_MAX},
 };
 
 static bool type_known(uint32_t type)
@@ -227,6 +229,7 @@ static void put_ep(pdx_wire_wr_t *w, const void *arg, const void *extra)
     (void)extra;
     pdx_wire_wr_u32(w, m->shard);
     pdx_wire_wr_u32(w, m->index);
+    pdx_wire_wr_u32(w, m->epoch);
     pdx_wire_wr_u32(w, m->addr.len);
     pdx_wire_wr_bytes(w, m->addr.bytes, m->addr.len);
 }
@@ -242,6 +245,7 @@ static pdx_status_t get_ep(pdx_wire_rd_t *r, pdx_wire_ep_t *m, const char **why)
 {
     m->shard = pdx_wire_rd_u32(r);
     m->index = pdx_wire_rd_u32(r);
+    m->epoch = pdx_wire_rd_u32(r);
     m->addr.len = pdx_wire_rd_u32(r);
     if (r->short_read) {
         *why = "truncated EP";
@@ -378,6 +382,7 @@ static void put_credit(pdx_wire_wr_t *w, const void *arg, const void *extra)
     (void)extra;
     pdx_wire_wr_u32(w, m->pair);
     pdx_wire_wr_u32(w, m->index);
+    pdx_wire_wr_u32(w, m->epoch);
     pdx_wire_wr_u32(w, m->count);
 }
 
@@ -387,6 +392,52 @@ pdx_status_t pdx_wire_encode_credit(const pdx_wire_credit_t *m, void *buf, size_
     if (!m)
         return PDX_ERR_INVALID;
     return pdx_wire_encode_frame(PDX_WIRE_CREDIT, put_credit, m, NULL, buf, cap, size_p);
+}
+
+static void put_reset(pdx_wire_wr_t *w, const void *arg, const void *extra)
+{
+    const pdx_wire_reset_t *m = arg;
+
+    (void)extra;
+    pdx_wire_wr_u32(w, m->pair);
+    pdx_wire_wr_u32(w, m->index);
+    pdx_wire_wr_u32(w, m->epoch);
+    pdx_wire_wr_i32(w, m->status);
+    wr_str(w, m->reason);
+}
+
+pdx_status_t pdx_wire_encode_reset(const pdx_wire_reset_t *m, void *buf, size_t cap,
+                                   size_t *size_p)
+{
+    if (!m || m->status >= 0 || !str_fits(m->reason, PDX_WIRE_REASON_MAX))
+        return PDX_ERR_INVALID;
+    return pdx_wire_encode_frame(PDX_WIRE_RESET, put_reset, m, NULL, buf, cap, size_p);
+}
+
+static pdx_status_t get_reset(pdx_wire_rd_t *r, pdx_wire_reset_t *m, const char **why)
+{
+    int32_t s;
+    pdx_status_t st;
+
+    m->pair = pdx_wire_rd_u32(r);
+    m->index = pdx_wire_rd_u32(r);
+    m->epoch = pdx_wire_rd_u32(r);
+    s = pdx_wire_rd_i32(r);
+    if (r->short_read) {
+        *why = "truncated RESET";
+        return PDX_ERR_PROTO;
+    }
+    if (s >= 0) {
+        *why = "RESET status is not an error";
+        return PDX_ERR_PROTO;
+    }
+    m->status = (pdx_status_t)s;
+    st = rd_str(r, m->reason, PDX_WIRE_REASON_MAX, why);
+    if (st == PDX_OK && pdx_wire_rd_left(r)) {
+        *why = "bytes after the RESET reason";
+        st = PDX_ERR_PROTO;
+    }
+    return st;
 }
 
 static void put_nothing(pdx_wire_wr_t *w, const void *arg, const void *extra)
@@ -460,7 +511,11 @@ pdx_status_t pdx_wire_decode(const void *buf, size_t len, pdx_wire_msg_t *msg_p,
     case PDX_WIRE_CREDIT: /* peek checked the exact length */
         msg.u.credit.pair = pdx_wire_rd_u32(&r);
         msg.u.credit.index = pdx_wire_rd_u32(&r);
+        msg.u.credit.epoch = pdx_wire_rd_u32(&r);
         msg.u.credit.count = pdx_wire_rd_u32(&r);
+        break;
+    case PDX_WIRE_RESET:
+        st = get_reset(&r, &msg.u.reset, why);
         break;
     case PDX_WIRE_READY:
         break;

@@ -57,6 +57,7 @@ typedef enum pdx_wire_type {
     PDX_WIRE_ERROR     = 9,
     PDX_WIRE_CREDIT    = 10,
     PDX_WIRE_READY     = 11,
+    PDX_WIRE_RESET     = 12,
 } pdx_wire_type_t;
 
 typedef struct pdx_wire_header {
@@ -96,10 +97,14 @@ typedef struct pdx_wire_layout {
     pdx_layout_t *layout;                    /* decode: allocated, see pdx_wire_msg_free() */
 } pdx_wire_layout_t;
 
-/* EP: the address of data endpoint `index` of shard `shard`. */
+/*
+ * EP: the address of data endpoint `index` of shard `shard`, incarnation
+ * `epoch` (0 in the handshake; each RESET of the endpoint starts the next).
+ */
 typedef struct pdx_wire_ep {
     uint32_t      shard;                     /* < PDX_WIRE_MAX_SHARDS */
     uint32_t      index;
+    uint32_t      epoch;
     pdx_tp_addr_t addr;                      /* len <= PDX_TP_ADDR_MAX */
 } pdx_wire_ep_t;
 
@@ -153,13 +158,28 @@ typedef struct pdx_wire_error {
 
 /*
  * CREDIT: the receiver reposted `count` receive buffers on data endpoint
- * (pair, index): the sender may send that many more notify records on it.
+ * (pair, index) of incarnation `epoch`: the sender may send that many more
+ * notify records on it.
  */
 typedef struct pdx_wire_credit {
     uint32_t pair;
     uint32_t index;
+    uint32_t epoch;
     uint32_t count;
 } pdx_wire_credit_t;
+
+/*
+ * RESET: the sender's data endpoint (pair, index) of incarnation `epoch`
+ * failed (why: status, reason); the receiver fails its side too. Each side
+ * then sends an EP of incarnation epoch + 1 once its old endpoint drained.
+ */
+typedef struct pdx_wire_reset {
+    uint32_t     pair;
+    uint32_t     index;
+    uint32_t     epoch;
+    pdx_status_t status;                     /* an error (< 0) */
+    char         reason[PDX_WIRE_REASON_MAX + 1];
+} pdx_wire_reset_t;
 
 /* READY (no body): the sender has sent every handshake message. */
 
@@ -177,6 +197,7 @@ typedef struct pdx_wire_msg {
         pdx_wire_heartbeat_t heartbeat;
         pdx_wire_error_t     error;
         pdx_wire_credit_t    credit;
+        pdx_wire_reset_t     reset;
     } u;
 } pdx_wire_msg_t;
 
@@ -235,6 +256,8 @@ pdx_status_t pdx_wire_encode_abort(const pdx_wire_abort_t *m, void *buf, size_t 
                                    size_t *size_p);
 pdx_status_t pdx_wire_encode_abort_ack(const pdx_wire_abort_ack_t *m, void *buf, size_t cap,
                                        size_t *size_p);
+pdx_status_t pdx_wire_encode_reset(const pdx_wire_reset_t *m, void *buf, size_t cap,
+                                   size_t *size_p);
 pdx_status_t pdx_wire_encode_credit(const pdx_wire_credit_t *m, void *buf, size_t cap,
                                     size_t *size_p);
 pdx_status_t pdx_wire_encode_ready(void *buf, size_t cap, size_t *size_p);

@@ -379,3 +379,76 @@ Test(faults, version_mismatch, .timeout = 30)
               "the other side did not see PDX_ERR_VERSION (status %d)", status);
     side_close(&dc);
 }
+
+/* Prefill's data endpoint `index` to its first peer. */
+static pdx_dep_t *prefill_dep(uint32_t index)
+{
+    pdx_peer_t *p = atomic_load(&pf.e->peers[0]);
+
+    cr_assert_not_null(p);
+    cr_assert_lt(index, p->npairs * p->qps);
+    return &p->deps[index];
+}
+
+static void wait_reconnected(pdx_dep_t *dep, uint32_t epoch)
+{
+    for (int i = 0; i < 5000; i++) {
+        if (atomic_load(&dep->epoch) >= epoch && atomic_load(&dep->connected) &&
+            !atomic_load(&dep->resetting))
+            return;
+        usleep(1000);
+    }
+    cr_assert_fail("endpoint %u.%u not reconnected at epoch %u (now %u)", dep->pair, dep->index,
+                   epoch, atomic_load(&dep->epoch));
+}
+
+/*
+ * One data endpoint goes to error (as a NIC does on a fatal error): a room
+ * that was sending over it fails on both sides, the endpoint is reset and
+ * reconnected on both sides, and the same peer carries new rooms; rooms
+ * queued meanwhile wait for it and succeed.
+ */
+Test(faults, failed_endpoint_is_reset_and_reconnected, .fini = fini, .timeout = 30)
+{
+    static const char *const cfg[] = {"PDX_SHARDS=1", "PDX_QPS_PER_PEER=2", NULL};
+    static volatile uint64_t word;
+    uint32_t pages[4] = {1, 2, 3, 4}, later[2] = {10, 11};
+    pdx_pages_t p = {pages, 4}, l = {later, 2};
+    pdx_gate_t gate = {.kind = PDX_GATE_WORD, .word = &word, .value = 1};
+    pdx_dep_t *dep;
+
+    open_pair(cfg);
+    dep = prefill_dep(1);
+    /* Idle endpoint to error: its flushed receives tell the engine. */
+    pf.e->ops->ep_fail(dep->ep, PDX_ERR_IO, "injected fault");
+    wait_reconnected(dep, 1);
+    expect_a_good_room(130);
+
+    /* Again, with a room queued behind a closed gate meanwhile. */
+    cr_assert_eq(pdx_expect(dc.e, peer, 131, dc.layout, &l, NULL, 1, 5000), PDX_OK);
+    side_fill(&pf, 131, later, 2, 0);
+    cr_assert_eq(pdx_send(pf.e, 131, pf.layout, &l, &gate, NULL, PDX_SEND_LAST), PDX_OK);
+    pf.e->ops->ep_fail(dep->ep, PDX_ERR_IO, "injected fault");
+    wait_reconnected(dep, 2);
+    __atomic_store_n(&word, 1, __ATOMIC_RELEASE);
+    cr_assert_eq(wait_done(dc.e, 131, 5000), PDX_ROOM_SUCCESS);
+    cr_expect_eq(side_check(&dc, 131, later, 2, 0), 0);
+
+    /* The decode side's endpoint fails: prefill is told and resets too. */
+    cr_assert_eq(pdx_expect(dc.e, peer, 132, dc.layout, &p, NULL, 1, 5000), PDX_OK);
+    side_fill(&pf, 132, pages, 4, 0);
+    {
+        pdx_peer_t *dp = atomic_load(&dc.e->peers[peer]);
+
+        dc.e->ops->ep_fail(dp->deps[0].ep, PDX_ERR_IO, "injected fault on decode");
+        wait_reconnected(dep, 2);
+        for (int i = 0; i < 5000 && atomic_load(&dp->deps[0].epoch) < 1; i++)
+            usleep(1000);
+        wait_reconnected(&dp->deps[0], 1);
+    }
+    cr_assert_eq(pdx_send(pf.e, 132, pf.layout, &p, NULL, NULL, PDX_SEND_LAST), PDX_OK);
+    cr_assert_eq(wait_done(dc.e, 132, 5000), PDX_ROOM_SUCCESS);
+    cr_expect_eq(side_check(&dc, 132, pages, 4, 0), 0);
+    cr_expect_eq(atomic_load(&atomic_load(&pf.e->peers[0])->state), PDX_PEER_READY,
+                 "the peer failed instead of the endpoint");
+}

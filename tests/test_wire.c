@@ -131,6 +131,7 @@ Test(wire, ep_round_trip)
     cr_assert_eq(msg.type, PDX_WIRE_EP);
     cr_assert_eq(msg.u.ep.shard, 3);
     cr_assert_eq(msg.u.ep.index, 5);
+    cr_assert_eq(msg.u.ep.epoch, 0xfffffffeu);
     cr_assert_eq(msg.u.ep.addr.len, 37);
     for (uint32_t i = 0; i < 37; i++)
         cr_assert_eq(msg.u.ep.addr.bytes[i], (uint8_t)(i * 7 + 1), "byte %u", i);
@@ -244,6 +245,7 @@ Test(wire, credit_ready_round_trip)
     cr_assert_eq(msg.type, PDX_WIRE_CREDIT);
     cr_assert_eq(msg.u.credit.pair, 7);
     cr_assert_eq(msg.u.credit.index, 1);
+    cr_assert_eq(msg.u.credit.epoch, 9);
     cr_assert_eq(msg.u.credit.count, 0x80000001u);
     free(f);
 
@@ -253,6 +255,25 @@ Test(wire, credit_ready_round_trip)
     decode_sample(F_READY, &msg, &f);
     cr_assert_eq(msg.type, PDX_WIRE_READY);
     free(f);
+}
+
+Test(wire, reset_round_trip_and_bad_status)
+{
+    pdx_wire_reset_t bad = {1, 2, 3, PDX_OK, ""};
+    pdx_wire_msg_t msg;
+    uint8_t buf[512], *f;
+    size_t len;
+
+    decode_sample(F_RESET, &msg, &f);
+    cr_assert_eq(msg.type, PDX_WIRE_RESET);
+    cr_assert_eq(msg.u.reset.pair, 1023);
+    cr_assert_eq(msg.u.reset.index, 2);
+    cr_assert_eq(msg.u.reset.epoch, 41);
+    cr_assert_eq(msg.u.reset.status, PDX_ERR_PEER);
+    cr_assert_str_eq(msg.u.reset.reason, "remote access error on QP 0x1234");
+    free(f);
+    cr_assert_eq(pdx_wire_encode_reset(&bad, buf, sizeof(buf), &len), PDX_ERR_INVALID,
+                 "a RESET must carry an error");
 }
 
 Test(wire, notify_round_trip_and_bytes)
@@ -342,7 +363,7 @@ Test(wire, bad_header)
     const char *why = NULL;
     static const struct { size_t at; uint8_t byte; const char *why; } edits[] = {
         {0, 'P', "magic"}, {3, 'W', "magic"},
-        {4, 0, "unknown message type"}, {4, 12, "unknown message type"},
+        {4, 0, "unknown message type"}, {4, 13, "unknown message type"},
         {5, 0xff, "unknown message type"}, {6, 1, "flags"}, {7, 0x80, "flags"},
         {8, 15, "bounds"}, {8, 17, "bounds"}, {11, 0xff, "bounds"},
     };

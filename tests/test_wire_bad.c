@@ -127,6 +127,7 @@ static void ep_body(bld_t *b, uint32_t shard, uint32_t addr_len, uint32_t presen
 {
     put(b, shard, 4);
     put(b, 1, 4);
+    put(b, 7, 4); /* epoch */
     put(b, addr_len, 4);
     for (uint32_t i = 0; i < present; i++)
         put(b, i, 1);
@@ -150,6 +151,40 @@ Test(wire_bad, ep_limits)
     expect_proto(PDX_WIRE_EP, &b, "disagrees");
     ep_body(&b, PDX_WIRE_MAX_SHARDS, 4, 4);
     expect_proto(PDX_WIRE_EP, &b, "shard");
+}
+
+/* ------------------------------------------------------------------- RESET */
+
+static void reset_body(bld_t *b, int32_t status, const char *reason, size_t n, bool trailing)
+{
+    put(b, 3, 4);
+    put(b, 1, 4);
+    put(b, 2, 4);
+    put(b, (uint32_t)status, 4);
+    put_str(b, reason, n);
+    if (trailing)
+        put(b, 0, 1);
+}
+
+Test(wire_bad, reset_fields)
+{
+    bld_t b = {0};
+
+    reset_body(&b, PDX_ERR_PEER, "why", 3, false);
+    expect_ok(PDX_WIRE_RESET, &b);
+    reset_body(&b, PDX_OK, "why", 3, false);
+    expect_proto(PDX_WIRE_RESET, &b, "not an error");
+    reset_body(&b, PDX_ERR_PEER, "why", 3, true);
+    expect_proto(PDX_WIRE_RESET, &b, "after the RESET reason");
+    put(&b, 3, 4);
+    put(&b, 1, 4);
+    put(&b, 2, 4);
+    put(&b, (uint32_t)PDX_ERR_PEER, 4);
+    put(&b, 10, 2); /* a 10-byte reason of which 3 bytes are there */
+    put(&b, 'w', 1);
+    put(&b, 'h', 1);
+    put(&b, 'y', 1);
+    expect_proto(PDX_WIRE_RESET, &b, "truncated string");
 }
 
 /* -------------------------------------------------------------------- ROOM */
@@ -406,7 +441,7 @@ Test(wire_bad, encoders_refuse_bad_fields)
     size_t len;
     pdx_wire_hello_t h;
     pdx_wire_mem_entry_t e = {1, {0x1000, 0, 1}};
-    pdx_wire_ep_t ep = {0, 0, {PDX_TP_ADDR_MAX + 1, {0}}};
+    pdx_wire_ep_t ep = {0, 0, 0, {PDX_TP_ADDR_MAX + 1, {0}}};
     pdx_wire_room_t r;
     pdx_pages_t pages[3];
     pdx_wire_abort_t ab = {1, PDX_OK, "x"};
@@ -550,6 +585,7 @@ static void assert_reencodes(const pdx_wire_msg_t *msg, const uint8_t *frame, si
     case PDX_WIRE_ERROR: st = pdx_wire_encode_error(&msg->u.error, buf, len + 1, &out); break;
     case PDX_WIRE_CREDIT: st = pdx_wire_encode_credit(&msg->u.credit, buf, len + 1, &out); break;
     case PDX_WIRE_READY: st = pdx_wire_encode_ready(buf, len + 1, &out); break;
+    case PDX_WIRE_RESET: st = pdx_wire_encode_reset(&msg->u.reset, buf, len + 1, &out); break;
     }
     cr_assert_eq(st, PDX_OK, "seed 0x%x iteration %d: decoded %s does not re-encode", FUZZ_SEED,
                  it, pdx_wire_type_str(msg->type));

@@ -144,13 +144,14 @@ pdx_status_t encode_sample_into(int which, void *buf, size_t cap, size_t *len_p)
     pdx_wire_room_t room;
     pdx_pages_t pages[3];
     pdx_wire_layout_t lay = {42, NULL};
-    pdx_wire_ep_t ep = {3, 5, {37, {0}}};
+    pdx_wire_ep_t ep = {3, 5, 0xfffffffeu, {37, {0}}};
     pdx_wire_abort_t ab = {0x1122334455667788ull, PDX_ERR_TIMEOUT,
                            "transfer deadline passed after 3 of 4 chunks"};
     pdx_wire_abort_ack_t ack = {UINT64_MAX};
     pdx_wire_heartbeat_t beat = {77, 0x0123456789abcdefull};
     pdx_wire_error_t err = {0, PDX_ERR_RANGE, ""};
-    pdx_wire_credit_t credit = {7, 1, 0x80000001u};
+    pdx_wire_credit_t credit = {7, 1, 9, 0x80000001u};
+    pdx_wire_reset_t reset = {1023, 2, 41, PDX_ERR_PEER, "remote access error on QP 0x1234"};
     pdx_wire_mem_t mem = {3, (pdx_wire_mem_entry_t *)sample_mem_entries};
     pdx_status_t st = PDX_ERR_INVALID;
 
@@ -195,6 +196,9 @@ pdx_status_t encode_sample_into(int which, void *buf, size_t cap, size_t *len_p)
         break;
     case F_READY:
         st = pdx_wire_encode_ready(buf, cap, len_p);
+        break;
+    case F_RESET:
+        st = pdx_wire_encode_reset(&reset, buf, cap, len_p);
         break;
     }
     return st;

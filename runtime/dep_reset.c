@@ -1,0 +1,286 @@
+/*
+ * Resetting a failed data endpoint and reconnecting it (engine.h).
+ *
+ * A dep that fails (an error completion, a refused post, an async event
+ * surfacing as flushed WRs, or the peer's RESET) while its peer is READY:
+ *
+ *   1 begin (any thread): failed, resetting, not connected (the shard's
+ *     index then holds the peer's rooms on this shard back); ep_fail, so
+ *     every outstanding WR and receive completes with an error, each WR
+ *     failing its own room; RESET(pair, index, epoch) to the peer unless it
+ *     asked. The peer does the same on its side.
+ *   2 rebuild (the shard, pdx_shard_resets): once every WR and receive of
+ *     the old ep completed, destroy it, create a new one on the shard's CQ,
+ *     epoch + 1, send EP(epoch) with its address.
+ *   3 connect (whichever thread completes the pair: the shard after its
+ *     rebuild, or the control thread on the peer's EP): ep_connect, post the
+ *     notify receives, CREDIT(epoch, PDX_NOTIFY_RQ) to the peer.
+ *   4 up (control thread, the peer's first CREDIT of the epoch): the peer's
+ *     receives are posted, so notifies may flow: credits, connected, index
+ *     rebuilt, the shard woken.
+ *
+ * Each side sends its RESET before its EP and its EP before its CREDIT on
+ * one ordered control connection, so a message of an older epoch is
+ * recognised and dropped, and no WRITE reaches a QP the peer has not
+ * connected. If the peer fails meanwhile, the reset is abandoned with it.
+ *
+ * dep->lock guards the ep pointer against fail_deps (peer.c) and the fields
+ * rebuilt, up_local, have_remote, remote; the shard is the only writer of
+ * dep->ep after the handshake.
+ */
+#include "shard.h"
+
+#include <stdio.h>
+
+#include "ctrl.h"
+#include "log.h"
+
+static pdx_status_t send_reset(pdx_peer_t *peer, const pdx_dep_t *dep, uint32_t epoch,
+                               pdx_status_t status, const char *why)
+{
+    pdx_wire_reset_t m = {.pair = dep->pair, .index = dep->index, .epoch = epoch,
+                          .status = status < 0 ? status : PDX_ERR_PEER};
+    uint8_t frame[PDX_WIRE_HEADER_SIZE + 32 + PDX_WIRE_REASON_MAX];
+    pdx_status_t st;
+    size_t len;
+
+    snprintf(m.reason, sizeof(m.reason), "%s", why);
+    st = pdx_wire_encode_reset(&m, frame, sizeof(frame), &len);
+    return st == PDX_OK ? pdx_peer_send(peer, frame, len) : st;
+}
+
+static pdx_status_t send_ep(pdx_peer_t *peer, const pdx_dep_t *dep, uint32_t epoch)
+{
+    pdx_wire_ep_t m = {.shard = dep->pair, .index = dep->index, .epoch = epoch};
+    uint8_t frame[PDX_WIRE_HEADER_SIZE + 16 + PDX_TP_ADDR_MAX];
+    pdx_status_t st;
+    size_t len;
+
+    peer->engine->ops->ep_address(dep->ep, &m.addr);
+    st = pdx_wire_encode_ep(&m, frame, sizeof(frame), &len);
+    return st == PDX_OK ? pdx_peer_send(peer, frame, len) : st;
+}
+
+static bool peer_ready(const pdx_peer_t *peer)
+{
+    return atomic_load_explicit(&peer->state, memory_order_acquire) == PDX_PEER_READY;
+}
+
+/* The dep is usable again, or abandoned with its peer: the shard rebuilds its index. */
+static void reset_over(pdx_dep_t *dep)
+{
+    atomic_fetch_sub_explicit(&dep->shard->resets, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&dep->shard->deps_gen, 1, memory_order_release);
+    pdx_shard_wake(dep->shard);
+}
+
+void pdx_dep_reset_begin(pdx_dep_t *dep, pdx_status_t status, const char *why, bool tell_peer)
+{
+    pdx_peer_t *peer = dep->peer;
+    pdx_engine_t *e = peer->engine;
+    uint32_t epoch;
+    pdx_status_t st;
+
+    if (!peer_ready(peer) ||
+        atomic_load_explicit(&dep->streak, memory_order_relaxed) >= PDX_DEP_RESET_STREAK) {
+        /* In the handshake, failing already, or an endpoint that fails again
+         * as soon as it is rebuilt (a port down, say): the peer goes. */
+        atomic_store_explicit(&dep->failed, 1, memory_order_release);
+        pdx_peer_fail(peer, status, "data endpoint %u.%u to %s failed%s: %s", dep->pair,
+                      dep->index, peer->addr,
+                      peer_ready(peer) ? " again after each reset" : "", why);
+        return;
+    }
+    pthread_mutex_lock(&dep->lock);
+    if (atomic_load_explicit(&dep->resetting, memory_order_relaxed) || !dep->ep) {
+        pthread_mutex_unlock(&dep->lock);
+        return; /* under way already */
+    }
+    atomic_store_explicit(&dep->failed, 1, memory_order_release);
+    atomic_store_explicit(&dep->resetting, 1, memory_order_release);
+    atomic_store_explicit(&dep->connected, 0, memory_order_release);
+    atomic_fetch_add_explicit(&dep->streak, 1, memory_order_relaxed);
+    dep->rebuilt = dep->up_local = dep->have_remote = false;
+    epoch = atomic_load_explicit(&dep->epoch, memory_order_relaxed);
+    e->ops->ep_fail(dep->ep, status < 0 ? status : PDX_ERR_PEER, why);
+    pthread_mutex_unlock(&dep->lock);
+
+    atomic_fetch_add_explicit(&dep->shard->resets, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&dep->shard->deps_gen, 1, memory_order_release);
+    pdx_warn("data endpoint %u.%u (epoch %u) to %s failed: %s; resetting it", dep->pair,
+             dep->index, epoch, peer->addr, why);
+    if (tell_peer) {
+        st = send_reset(peer, dep, epoch, status, why);
+        if (st != PDX_OK && st != PDX_ERR_PEER)
+            pdx_peer_fail(peer, st, "cannot tell %s that data endpoint %u.%u failed: %s",
+                          peer->addr, dep->pair, dep->index, pdx_status_str(st));
+    }
+    pdx_shard_wake(dep->shard);
+}
+
+/* Connect the rebuilt ep to the peer's new one (dep->lock held). */
+static pdx_status_t connect_locked(pdx_dep_t *dep)
+{
+    pdx_peer_t *peer = dep->peer;
+    pdx_engine_t *e = peer->engine;
+    uint32_t epoch = atomic_load_explicit(&dep->epoch, memory_order_relaxed);
+    pdx_status_t st;
+
+    st = e->ops->ep_connect(dep->ep, &dep->remote);
+    for (uint32_t i = 0; st == PDX_OK && i < PDX_NOTIFY_RQ; i++) {
+        st = e->ops->post_recv(dep->ep, pdx_wr_id_recv(dep, i), dep->rx_mr,
+                               (uint64_t)i * PDX_TP_SEND_MAX, PDX_TP_SEND_MAX);
+        if (st == PDX_OK)
+            atomic_fetch_add_explicit(&dep->rx_out, 1, memory_order_relaxed);
+    }
+    if (st == PDX_OK)
+        st = pdx_peer_send_credit(peer, dep->pair, dep->index, epoch, PDX_NOTIFY_RQ);
+    if (st == PDX_OK)
+        dep->up_local = true;
+    return st;
+}
+
+/* Shard: the old ep has nothing outstanding; replace it and offer the new one. */
+static void rebuild(pdx_shard_loop_t *L, pdx_dep_t *dep)
+{
+    pdx_engine_t *e = L->e;
+    pdx_peer_t *peer = dep->peer;
+    const pdx_tp_ep_attr_t attr = {.sq_depth = dep->sq_depth, .rq_depth = PDX_NOTIFY_RQ};
+    uint32_t epoch = atomic_load_explicit(&dep->epoch, memory_order_relaxed) + 1;
+    pdx_status_t st;
+
+    pthread_mutex_lock(&dep->lock);
+    /* Destroy first: the CQ holds room for the dep's depths once. */
+    e->ops->ep_destroy(dep->ep);
+    dep->ep = NULL;
+    st = e->ops->ep_create(e->tp, L->s->cq, &attr, &dep->ep);
+    if (st == PDX_OK) {
+        atomic_store_explicit(&dep->epoch, epoch, memory_order_release);
+        atomic_store_explicit(&dep->credits, 0, memory_order_relaxed);
+        dep->unsignaled = 0;
+        dep->reposted = 0;
+        dep->rebuilt = true;
+        st = send_ep(peer, dep, epoch);
+    }
+    if (st == PDX_OK && dep->have_remote)
+        st = connect_locked(dep);
+    pthread_mutex_unlock(&dep->lock);
+    if (st != PDX_OK)
+        pdx_peer_fail(peer, st, "rebuilding data endpoint %u.%u to %s: %s", dep->pair,
+                      dep->index, peer->addr, pdx_status_str(st));
+    else
+        pdx_info("data endpoint %u.%u to %s rebuilt (epoch %u)", dep->pair, dep->index,
+                 peer->addr, epoch);
+}
+
+void pdx_shard_resets(pdx_shard_loop_t *L)
+{
+    pdx_shard_t *s = L->s;
+    uint32_t n = atomic_load_explicit(&s->ndeps, memory_order_acquire);
+
+    for (uint32_t i = 0; i < n; i++) {
+        pdx_dep_t *dep = atomic_load_explicit(&s->deps[i], memory_order_acquire);
+
+        if (!atomic_load_explicit(&dep->resetting, memory_order_acquire))
+            continue;
+        if (!peer_ready(dep->peer)) {
+            /* The peer failed: its deps stay in error; the reset is over. */
+            if (atomic_exchange_explicit(&dep->resetting, 0, memory_order_acq_rel))
+                reset_over(dep);
+            continue;
+        }
+        if (dep->rebuilt || dep->completed != dep->posted ||
+            atomic_load_explicit(&dep->rx_out, memory_order_relaxed) != 0)
+            continue; /* waiting for the peer, or still draining */
+        rebuild(L, dep);
+        L->progress = true;
+    }
+}
+
+/* ------------------------------------------------------ control thread */
+
+static pdx_dep_t *find_dep(pdx_peer_t *peer, uint32_t pair, uint32_t index, const char *what)
+{
+    if (!peer->deps || pair >= peer->npairs || index >= peer->qps) {
+        pdx_ctrl_fail(peer, PDX_ERR_PROTO, "%s for endpoint %u/%u from %s outside %u pairs x "
+                      "%u endpoints", what, pair, index, peer->addr, peer->npairs, peer->qps);
+        return NULL;
+    }
+    return &peer->deps[pair * peer->qps + index];
+}
+
+void pdx_dep_on_reset(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_reset_t *m)
+{
+    pdx_dep_t *dep = find_dep(peer, m->pair, m->index, "RESET");
+    char why[PDX_NAME_MAX + PDX_WIRE_REASON_MAX + 16];
+
+    (void)e;
+    if (!dep)
+        return;
+    if (m->epoch != atomic_load_explicit(&dep->epoch, memory_order_acquire)) {
+        pdx_debug("RESET of endpoint %u/%u epoch %u from %s: now at epoch %u, dropped",
+                  m->pair, m->index, m->epoch, peer->addr, atomic_load(&dep->epoch));
+        return;
+    }
+    snprintf(why, sizeof(why), "%s reset it: %s", peer->addr, m->reason);
+    pdx_dep_reset_begin(dep, m->status, why, false);
+}
+
+void pdx_dep_on_ep(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_ep_t *m)
+{
+    pdx_dep_t *dep = find_dep(peer, m->shard, m->index, "EP");
+    uint32_t epoch, want;
+    pdx_status_t st = PDX_OK;
+
+    (void)e;
+    if (!dep)
+        return;
+    pthread_mutex_lock(&dep->lock);
+    epoch = atomic_load_explicit(&dep->epoch, memory_order_relaxed);
+    want = dep->rebuilt ? epoch : epoch + 1;
+    if (!atomic_load_explicit(&dep->resetting, memory_order_relaxed) || m->epoch != want ||
+        dep->have_remote) {
+        pthread_mutex_unlock(&dep->lock);
+        if (m->epoch > want)
+            pdx_ctrl_fail(peer, PDX_ERR_PROTO, "EP %u/%u of epoch %u from %s, expected %u",
+                          m->shard, m->index, m->epoch, peer->addr, want);
+        return; /* an older epoch: dropped */
+    }
+    dep->remote = m->addr;
+    dep->have_remote = true;
+    if (dep->rebuilt)
+        st = connect_locked(dep);
+    pthread_mutex_unlock(&dep->lock);
+    if (st != PDX_OK)
+        pdx_peer_fail(peer, st, "reconnecting data endpoint %u.%u to %s: %s", dep->pair,
+                      dep->index, peer->addr, pdx_status_str(st));
+}
+
+bool pdx_dep_on_credit(pdx_engine_t *e, pdx_peer_t *peer, pdx_dep_t *dep,
+                       const pdx_wire_credit_t *m)
+{
+    bool up = false;
+
+    (void)e;
+    if (m->epoch != atomic_load_explicit(&dep->epoch, memory_order_acquire))
+        return true; /* of an older incarnation: dropped */
+    if (!atomic_load_explicit(&dep->resetting, memory_order_acquire))
+        return false; /* a plain credit */
+    pthread_mutex_lock(&dep->lock);
+    if (dep->up_local && atomic_load_explicit(&dep->resetting, memory_order_relaxed)) {
+        /* The peer's receives are posted: the endpoint carries rooms again. */
+        atomic_store_explicit(&dep->credits, (int32_t)m->count, memory_order_relaxed);
+        dep->rebuilt = dep->up_local = dep->have_remote = false;
+        atomic_store_explicit(&dep->failed, 0, memory_order_release);
+        atomic_store_explicit(&dep->connected, 1, memory_order_release);
+        atomic_store_explicit(&dep->resetting, 0, memory_order_release);
+        up = true;
+    }
+    pthread_mutex_unlock(&dep->lock);
+    if (up) {
+        pdx_info("data endpoint %u.%u to %s reconnected (epoch %u)", dep->pair, dep->index,
+                 peer->addr, m->epoch);
+        reset_over(dep);
+    }
+    return true;
+}
