@@ -7,9 +7,9 @@
  * WR of its room; the room whose last chunk's notifies are posted becomes
  * SUCCESS as its last WR retires (checked before the decrement, which is the
  * worker's last touch of the room). An error completion fails the room of
- * WR X; if the endpoint is in error (not just that WR refused) it is marked
- * failed and its peer failed once, and its later WRs come back flushed, each
- * failing its own room.
+ * WR X; if the endpoint is in error (not just that WR refused) it is reset
+ * (dep_reset.c), and its later WRs come back flushed, each failing its own
+ * room.
  *
  * RECV: a notify record from the peer: decoded, handed to rooms.c, the
  * buffer reposted and, every PDX_CREDIT_BATCH reposts, returned to the
