@@ -9,9 +9,10 @@
  * Consuming a completion frees the ring entries it covers: a send-queue
  * completion at ring index i frees every entry from the ep's sq_done to i
  * (the unsignaled WRs before it succeeded silently), and releases the
- * regions those WRs used. An ep therefore never has more completions
- * pending than sq_depth + rq_depth, and ep_create refuses an ep whose depths
- * do not fit what is left of the CQ: the CQ never overruns.
+ * regions those WRs used, one atomic per run of one region. An ep
+ * therefore never has more completions pending than sq_depth + rq_depth,
+ * and ep_create refuses an ep whose depths do not fit what is left of the
+ * CQ: the CQ never overruns.
  *
  * Error completions: ibv_wc_status becomes a pdx_status_t and the ep goes
  * to error (first error wins) with a message naming the status, the
@@ -66,16 +67,14 @@ static bool wc_process(rdma_cq_t *cq, const struct ibv_wc *w, pdx_tp_wc_t *out)
     if (id & RDMA_WR_RQ_BIT) {
         done = atomic_load_explicit(&ep->rq_done, memory_order_relaxed);
         seq = done + ((idx - done) & ep->rq_mask);
-        for (uint64_t s = done; s <= seq; s++)
-            rdma_mr_unref(ep->rq[s & ep->rq_mask].mr);
+        rdma_mr_unref_range(ep->rq, ep->rq_mask, done, seq + 1);
         e = &ep->rq[seq & ep->rq_mask];
         out->opcode = PDX_TP_OP_RECV;
         out->byte_len = w->status == IBV_WC_SUCCESS ? w->byte_len : 0;
     } else {
         done = atomic_load_explicit(&ep->sq_done, memory_order_relaxed);
         seq = done + ((idx - done) & ep->sq_mask);
-        for (uint64_t s = done; s <= seq; s++)
-            rdma_mr_unref(ep->sq[s & ep->sq_mask].mr);
+        rdma_mr_unref_range(ep->sq, ep->sq_mask, done, seq + 1);
         e = &ep->sq[seq & ep->sq_mask];
         out->opcode = (pdx_tp_opcode_t)e->opcode;
         out->byte_len = 0;

@@ -50,8 +50,9 @@ static pdx_status_t post_refused(rdma_ep_t *ep, const char *what, int rc, uint32
 
 /*
  * References on the regions of n ring entries from head, one atomic per run
- * of one region. Taken before the post (a completion may be consumed before
- * ibv_post_send returns), given back for the WRs a refused post did not take.
+ * of one region: a chain over more than one region. Taken before the post (a
+ * completion may be consumed before ibv_post_send returns); those of the WRs
+ * a refused post did not take go back with rdma_mr_unref_range().
  */
 static void ref_runs(rdma_wqe_t *ring, uint32_t mask, uint64_t head, uint32_t n)
 {
@@ -73,16 +74,49 @@ static void ref_runs(rdma_wqe_t *ring, uint32_t mask, uint64_t head, uint32_t n)
         atomic_fetch_add_explicit(&run_mr->refs, run, memory_order_relaxed);
 }
 
-static void unref_range(rdma_wqe_t *ring, uint32_t mask, uint64_t from, uint64_t to)
+void rdma_post_write_init(rdma_ep_t *ep)
 {
-    for (uint64_t s = from; s != to; s++)
-        rdma_mr_unref(ring[s & mask].mr);
+    for (uint32_t i = 0; i < ep->sq_depth; i++)
+        ep->wrs[i] = (struct ibv_send_wr){
+            .next = i + 1 < ep->sq_depth ? &ep->wrs[i + 1] : NULL,
+            .sg_list = &ep->sges[i],
+            .num_sge = 1,
+            .opcode = IBV_WR_RDMA_WRITE,
+        };
 }
 
+static pdx_status_t __attribute__((cold, noinline))
+write_invalid(const rdma_ep_t *ep, const pdx_tp_write_t *wr, uint32_t i, uint32_t n)
+{
+    pdx_error("rdma: WRITE %u of %u (wr_id %llu): %llu bytes at offset %llu do not fit "
+              "its source region or the %llu-byte message limit", i, n,
+              (unsigned long long)wr[i].wr_id, (unsigned long long)wr[i].length,
+              (unsigned long long)wr[i].offset, (unsigned long long)ep->tp->max_msg_size);
+    return PDX_ERR_INVALID;
+}
+
+/*
+ * One pass checks and fills: a run of WRs on one region looks the region up
+ * once, each WR is checked against it. A bad WR returns before anything is
+ * posted, its references given back; what was written of the ring and the WR
+ * array lies past sq_head, free, and is overwritten by the next post.
+ */
 pdx_status_t rdma_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_t n)
 {
     rdma_ep_t *ep = rdma_ep(pep);
-    uint64_t head = ep->sq_head;
+    const uint64_t head = ep->sq_head;
+    const rdma_tp_t *const tp = ep->tp;
+    rdma_wqe_t *const ring = ep->sq;
+    struct ibv_send_wr *const wrs = ep->wrs;
+    const uint32_t mask = ep->sq_mask;
+    const uint64_t max_msg = tp->max_msg_size;
+    const uint64_t id_base = rdma_wr_id(ep, false, 0);
+    const pdx_tp_write_t *x = wr, *end;
+    struct ibv_send_wr *w = wrs;
+    uint64_t seq = head;
+    rdma_mr_t *first, *run_mr = NULL;
+    uint64_t run_base = 0, run_len = 0;
+    uint32_t run_lkey = 0, runs = 0;
     struct ibv_send_wr *bad = NULL;
     uint32_t posted;
     int rc;
@@ -99,50 +133,65 @@ pdx_status_t rdma_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_
         return not_connected(ep);
     if (n > sq_free(ep))
         return PDX_ERR_AGAIN;
-    for (uint32_t i = 0; i < n; i++) {
-        const rdma_mr_t *mr = rdma_mr(wr[i].mr);
+    end = wr + n;
+    first = rdma_mr(wr[0].mr);
+    if (PDX_UNLIKELY(!first || first->tp != tp))
+        return write_invalid(ep, wr, 0, n);
+    /*
+     * The references, all n on the first WR's region, before the stores
+     * below: a locked add waits for the pending stores to drain, and here
+     * there are few. Runs of other regions get their share after the loop; a
+     * bad WR gives them back.
+     */
+    atomic_fetch_add_explicit(&first->refs, n, memory_order_relaxed);
+    for (; x != end; x++, w++, seq++) {
+        rdma_mr_t *mr = rdma_mr(x->mr);
+        const uint64_t off = x->offset, len = x->length;
+        rdma_wqe_t *q = &ring[seq & mask];
+        struct ibv_sge *sge = w->sg_list; /* the template's */
 
-        if (PDX_UNLIKELY(!mr || mr->tp != ep->tp || wr[i].length > ep->tp->max_msg_size ||
-                         wr[i].offset > mr->len || wr[i].length > mr->len - wr[i].offset)) {
-            pdx_error("rdma: WRITE %u of %u (wr_id %llu): %llu bytes at offset %llu do not fit "
-                      "its source region or the %llu-byte message limit", i, n,
-                      (unsigned long long)wr[i].wr_id, (unsigned long long)wr[i].length,
-                      (unsigned long long)wr[i].offset,
-                      (unsigned long long)ep->tp->max_msg_size);
-            return PDX_ERR_INVALID;
+        if (PDX_UNLIKELY(mr != run_mr)) {
+            if (PDX_UNLIKELY(!mr || mr->tp != tp))
+                goto err_invalid;
+            run_mr = mr;
+            run_base = (uint64_t)(uintptr_t)mr->base;
+            run_len = mr->len;
+            run_lkey = mr->mr->lkey;
+            runs++;
         }
-    }
-    for (uint32_t i = 0; i < n; i++) {
-        rdma_mr_t *mr = rdma_mr(wr[i].mr);
-        rdma_wqe_t *q = &ep->sq[(head + i) & ep->sq_mask];
-        struct ibv_send_wr *w = &ep->wrs[i];
-        struct ibv_sge *sge = &ep->sges[i];
-
-        q->wr_id = wr[i].wr_id;
+        if (PDX_UNLIKELY(len > max_msg || off > run_len || len > run_len - off))
+            goto err_invalid;
+        q->wr_id = x->wr_id;
         q->mr = mr;
         q->opcode = PDX_TP_OP_WRITE;
-        sge->addr = (uint64_t)(uintptr_t)mr->base + wr[i].offset;
-        sge->length = (uint32_t)wr[i].length;
-        sge->lkey = mr->mr->lkey;
-        w->wr_id = rdma_wr_id(ep, false, head + i);
-        w->next = i + 1 < n ? &ep->wrs[i + 1] : NULL;
-        w->sg_list = sge;
-        w->num_sge = 1;
-        w->opcode = IBV_WR_RDMA_WRITE;
-        w->send_flags = wr[i].flags & PDX_TP_SIGNALED ? IBV_SEND_SIGNALED : 0;
-        w->wr.rdma.remote_addr = wr[i].remote_addr;
-        w->wr.rdma.rkey = wr[i].rkey;
+        sge->addr = run_base + off;
+        sge->length = (uint32_t)len;
+        sge->lkey = run_lkey;
+        w->wr_id = id_base | (seq & RDMA_WR_IDX_MASK);
+        w->send_flags = x->flags & PDX_TP_SIGNALED ? IBV_SEND_SIGNALED : 0;
+        w->wr.rdma.remote_addr = x->remote_addr;
+        w->wr.rdma.rkey = x->rkey;
     }
-    ref_runs(ep->sq, ep->sq_mask, head, n);
-    rc = ibv_post_send(ep->qp, &ep->wrs[0], &bad);
+    if (PDX_UNLIKELY(runs != 1)) {
+        atomic_fetch_sub_explicit(&first->refs, n, memory_order_relaxed);
+        ref_runs(ring, mask, head, n);
+    }
+    wrs[n - 1].next = NULL; /* the chain ends here; the template is put back below */
+    rc = ibv_post_send(ep->qp, wrs, &bad);
+    if (n < ep->sq_depth)
+        wrs[n - 1].next = &wrs[n];
     if (PDX_LIKELY(rc == 0)) {
         ep->sq_head = head + n;
         return PDX_OK;
     }
-    posted = bad >= &ep->wrs[0] && bad < &ep->wrs[n] ? (uint32_t)(bad - &ep->wrs[0]) : 0;
-    unref_range(ep->sq, ep->sq_mask, head + posted, head + n);
+    posted = bad >= &wrs[0] && bad < &wrs[n] ? (uint32_t)(bad - &wrs[0]) : 0;
+    rdma_mr_unref_range(ring, mask, head + posted, head + n);
     ep->sq_head = head + posted;
     return post_refused(ep, "ibv_post_send of WRITEs", rc, posted, n);
+
+err_invalid:
+    atomic_fetch_sub_explicit(&first->refs, n, memory_order_relaxed);
+    return write_invalid(ep, wr, (uint32_t)(x - wr), n);
 }
 
 pdx_status_t rdma_post_send(pdx_tp_ep_t *pep, uint64_t wr_id, const void *data, uint32_t len,

@@ -268,6 +268,7 @@ pdx_status_t rdma_ep_create(pdx_tp_t *ptp, pdx_tp_cq_t *pcq, const pdx_tp_ep_att
                   attr->rq_depth);
         goto err_free_ep;
     }
+    rdma_post_write_init(ep);
     status = random_psn(&ep->psn);
     if (status != PDX_OK)
         goto err_free_ep;

@@ -211,6 +211,34 @@ typedef struct rdma_wqe {
     uint32_t   opcode;          /* pdx_tp_opcode_t */
 } rdma_wqe_t;
 
+/* Release the regions of ring entries [from, to): one atomic per run of one
+ * region (NULL entries, inline SENDs, hold none). */
+static inline void rdma_mr_unref_range(const rdma_wqe_t *ring, uint32_t mask, uint64_t from,
+                                       uint64_t to)
+{
+    const rdma_wqe_t *q = ring + (from & mask), *const wrap = ring + (uint64_t)mask + 1;
+    uint64_t left = to - from;
+
+    while (left) {
+        /* the entries up to the end of the ring, in runs of one region */
+        const rdma_wqe_t *const stop = q + PDX_MIN(left, (uint64_t)(wrap - q));
+
+        left -= (uint64_t)(stop - q);
+        while (q != stop) {
+            const rdma_wqe_t *const first = q;
+            rdma_mr_t *const mr = q->mr;
+
+            do
+                q++;
+            while (q != stop && q->mr == mr);
+            if (mr)
+                atomic_fetch_sub_explicit(&mr->refs, (uint32_t)(q - first), memory_order_release);
+        }
+        if (q == wrap)
+            q = ring;
+    }
+}
+
 struct rdma_ep {
     rdma_tp_t          *tp;
     rdma_cq_t          *cq;
@@ -221,8 +249,8 @@ struct rdma_ep {
     uint32_t            max_inline;         /* 0: SENDs go from the slot ring */
     uint32_t            psn;
     rdma_wqe_t         *sq, *rq;
-    struct ibv_send_wr *wrs;                /* sq_depth WRITEs of one post_write */
-    struct ibv_sge     *sges;
+    struct ibv_send_wr *wrs;                /* sq_depth WRITEs of one post_write: */
+    struct ibv_sge     *sges;               /* templates (rdma_post_write_init) */
     uint8_t            *send_slots;         /* PDX_TP_SEND_MAX per SQ entry */
     struct ibv_mr      *send_slots_mr;
 
@@ -283,6 +311,9 @@ void rdma_ep_kill(rdma_ep_t *ep, pdx_status_t why, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
 /* post.c, the ep's poster */
+/* ep_create: wrs[i] becomes an RDMA WRITE of one SGE, sges[i], chained to
+ * wrs[i + 1]; post_write then writes only the fields that change per WR. */
+void rdma_post_write_init(rdma_ep_t *ep);
 pdx_status_t rdma_post_write(pdx_tp_ep_t *ep, const pdx_tp_write_t *wr, uint32_t n);
 pdx_status_t rdma_post_send(pdx_tp_ep_t *ep, uint64_t wr_id, const void *data, uint32_t len,
                             unsigned flags);

@@ -220,24 +220,28 @@ static inline uint32_t plan_buffer_runs(pdx_plan_t *plan, const pdx_buffer_t *sb
                                         const uint32_t *dp, uint32_t count, int contiguous,
                                         pdx_run_t *out, uint32_t max)
 {
+    /* in locals: the stores to out may alias every pointer argument */
     const uint64_t bpp = sb->bytes_per_page;
     const uint64_t cap = plan->max_msg_size;
+    const uint64_t soff = sb->offset, doff = db->offset;
+    const uint32_t smem = sb->mem, dmem = db->mem;
     uint32_t i = plan->page;
     uint64_t done = plan->page_done;
     uint32_t n = 0;
+    pdx_run_t *o = out, *const end = out + max;
 
     if (contiguous) {
         /* One segment: a single byte range on each side. */
-        const uint64_t sbase = sb->offset + (uint64_t)sp[0] * bpp;
-        const uint64_t dbase = db->offset + (uint64_t)dp[0] * bpp;
+        const uint64_t sbase = soff + (uint64_t)sp[0] * bpp;
+        const uint64_t dbase = doff + (uint64_t)dp[0] * bpp;
         const uint64_t total = (uint64_t)count * bpp;
         uint64_t pos = (uint64_t)i * bpp + done;
 
         while (n < max && pos < total) {
             uint64_t len = PDX_MIN(cap, total - pos);
 
-            out[n].src_mem = sb->mem;
-            out[n].dst_mem = db->mem;
+            out[n].src_mem = smem;
+            out[n].dst_mem = dmem;
             out[n].src_offset = sbase + pos;
             out[n].dst_offset = dbase + pos;
             out[n].len = len;
@@ -249,37 +253,43 @@ static inline uint32_t plan_buffer_runs(pdx_plan_t *plan, const pdx_buffer_t *sb
         return n;
     }
 
-    while (n < max && i < count) {
-        uint64_t src_offset = sb->offset + (uint64_t)sp[i] * bpp + done;
-        uint64_t dst_offset = db->offset + (uint64_t)dp[i] * bpp + done;
+    for (; o != end && i < count; o++) {
+        const uint32_t s = sp[i], d = dp[i];
         uint64_t len = bpp - done;
 
+        o->src_mem = smem;
+        o->dst_mem = dmem;
+        o->src_offset = soff + (uint64_t)s * bpp + done;
+        o->dst_offset = doff + (uint64_t)d * bpp + done;
         if (len > cap) {
             /* The rest of this page alone exceeds the cap. */
             len = cap;
             done += cap;
         } else {
+            /* Pages following s and d on both sides: s + k, d + k at i + k.
+             * No overflow: the page before is a valid index, below npages. */
             i++;
             done = 0;
-            while (i < count && sp[i] == sp[i - 1] + 1 && dp[i] == dp[i - 1] + 1) {
-                uint64_t room = cap - len;
+            if (PDX_UNLIKELY(i < count && sp[i] == s + 1 && dp[i] == d + 1)) {
+                uint32_t k = 1;
 
-                if (bpp > room) { /* room 0: the next run starts at page i */
-                    len += room;
-                    done = room;
-                    break;
-                }
-                len += bpp;
-                i++;
+                do {
+                    uint64_t room = cap - len;
+
+                    if (bpp > room) { /* room 0: the next run starts at page i */
+                        len += room;
+                        done = room;
+                        break;
+                    }
+                    len += bpp;
+                    i++;
+                    k++;
+                } while (i < count && sp[i] == s + k && dp[i] == d + k);
             }
         }
-        out[n].src_mem = sb->mem;
-        out[n].dst_mem = db->mem;
-        out[n].src_offset = src_offset;
-        out[n].dst_offset = dst_offset;
-        out[n].len = len;
-        n++;
+        o->len = len;
     }
+    n = (uint32_t)(o - out);
     plan->page = i;
     plan->page_done = done;
     return n;

@@ -36,22 +36,45 @@ void pdx_shard_dep_broken(pdx_dep_t *dep, pdx_status_t status, const char *why)
     pdx_dep_reset_begin(dep, status, why, true);
 }
 
-/* One WR of a room completed (or was flushed): it no longer holds the room. */
-static void retire(pdx_engine_t *e, pdx_ledger_entry_t *le)
+/*
+ * WRs [from, to) of dep completed (or were flushed): they no longer hold
+ * their rooms. One decrement per run of entries of one room.
+ */
+static void retire(pdx_engine_t *e, pdx_dep_t *dep, uint64_t from, uint64_t to)
 {
-    pdx_room_obj_t *obj = le->room;
-    pdx_room_ext_t *ext;
+    pdx_ledger_entry_t *const ledger = dep->ledger, *const wrap = ledger + dep->sq_depth;
+    pdx_ledger_entry_t *le = ledger + from % dep->sq_depth;
+    uint64_t left = to - from;
 
-    if (!obj)
-        return;
-    le->room = NULL;
-    ext = pdx_room_ext(e, obj);
-    /* Only this worker changes the count: 1 means this is the room's last WR.
-     * SUCCESS comes before the decrement, which lets pdx_release free it. */
-    if (ext->last_sent && atomic_load_explicit(&ext->inflight, memory_order_relaxed) == 1 &&
-        pdx_room_state(obj) != PDX_ROOM_FAILED)
-        pdx_rooms_succeed(e, obj);
-    atomic_fetch_sub_explicit(&ext->inflight, 1, memory_order_release);
+    while (left) {
+        /* the entries up to the end of the ledger, in runs of one room */
+        pdx_ledger_entry_t *const stop = le + PDX_MIN(left, (uint64_t)(wrap - le));
+
+        left -= (uint64_t)(stop - le);
+        while (le != stop) {
+            pdx_ledger_entry_t *const first = le;
+            pdx_room_obj_t *const obj = le->room;
+            pdx_room_ext_t *ext;
+            uint32_t k, inflight;
+
+            do
+                (le++)->room = NULL;
+            while (le != stop && le->room == obj);
+            if (!obj)
+                continue;
+            k = (uint32_t)(le - first);
+            ext = pdx_room_ext(e, obj);
+            /* Only this worker changes the count (a load and a store, no locked
+             * read-modify-write): k means these are the room's last WRs.
+             * SUCCESS comes before the decrement, which lets pdx_release free it. */
+            inflight = atomic_load_explicit(&ext->inflight, memory_order_relaxed);
+            if (ext->last_sent && inflight == k && pdx_room_state(obj) != PDX_ROOM_FAILED)
+                pdx_rooms_succeed(e, obj);
+            atomic_store_explicit(&ext->inflight, inflight - k, memory_order_release);
+        }
+        if (le == wrap)
+            le = ledger;
+    }
 }
 
 static void on_send(pdx_shard_loop_t *L, pdx_dep_t *dep, const pdx_tp_wc_t *wc)
@@ -60,6 +83,7 @@ static void on_send(pdx_shard_loop_t *L, pdx_dep_t *dep, const pdx_tp_wc_t *wc)
     uint64_t ahead = ((wc->wr_id & PDX_WR_SEQ_MASK) - dep->completed) & PDX_WR_SEQ_MASK;
     uint64_t end;
     const char *why = "";
+    pdx_ledger_entry_t *le;
 
     if (PDX_UNLIKELY(ahead >= dep->posted - dep->completed)) {
         pdx_error("shard %u: completion of WR %llu on endpoint %u.%u to %s, which has "
@@ -69,23 +93,23 @@ static void on_send(pdx_shard_loop_t *L, pdx_dep_t *dep, const pdx_tp_wc_t *wc)
         return;
     }
     end = dep->completed + ahead;
-    for (uint64_t seq = dep->completed; seq < end; seq++)
-        retire(e, &dep->ledger[seq % dep->sq_depth]);
-    if (wc->status != PDX_OK) {
-        pdx_ledger_entry_t *le = &dep->ledger[end % dep->sq_depth];
-
-        why = e->ops->ep_error(dep->ep);
-        if (le->room)
-            pdx_rooms_fail(e, le->room, wc->status, "write to %s failed: %s", dep->peer->addr,
-                           why[0] ? why : pdx_status_str(wc->status));
+    if (PDX_LIKELY(wc->status == PDX_OK)) {
+        retire(e, dep, dep->completed, end + 1);
+        dep->completed = end + 1;
+        if (PDX_UNLIKELY(atomic_load_explicit(&dep->streak, memory_order_relaxed)))
+            atomic_store_explicit(&dep->streak, 0, memory_order_relaxed); /* it works */
+        return;
     }
-    retire(e, &dep->ledger[end % dep->sq_depth]);
+    retire(e, dep, dep->completed, end);
+    le = &dep->ledger[end % dep->sq_depth];
+    why = e->ops->ep_error(dep->ep);
+    if (le->room)
+        pdx_rooms_fail(e, le->room, wc->status, "write to %s failed: %s", dep->peer->addr,
+                       why[0] ? why : pdx_status_str(wc->status));
+    retire(e, dep, end, end + 1);
     dep->completed = end + 1;
-    if (wc->status == PDX_OK && PDX_UNLIKELY(atomic_load_explicit(&dep->streak,
-                                                                  memory_order_relaxed)))
-        atomic_store_explicit(&dep->streak, 0, memory_order_relaxed); /* it works */
     /* An endpoint still healthy refused only that WR (tcp: out of range). */
-    if (wc->status != PDX_OK && why[0])
+    if (why[0])
         pdx_shard_dep_broken(dep, wc->status, why);
 }
 

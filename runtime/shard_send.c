@@ -109,72 +109,130 @@ static step_t post_refused(send_ctx_t *c, pdx_dep_t *dep, pdx_status_t status, c
     return STEP_FAILED;
 }
 
-/* Fill L->wrs[0, n) from runs; false (room failed) when one cannot be written. */
+/*
+ * Fill L->wrs[0, n) from runs; false (room failed) when one cannot be written.
+ * Both memories are looked up once per run of equal (src_mem, dst_mem); every
+ * WR is still checked against both.
+ */
 static bool build_writes(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
                          const pdx_run_t *runs, uint32_t n, uint64_t *bytes_p)
 {
     pdx_shard_loop_t *L = c->L;
     pdx_engine_t *e = L->e;
     const pdx_peer_t *peer = dest->peer;
-    uint32_t signal_every = e->cfg.signal_every, unsignaled = dep->unsignaled;
-    uint64_t seq = dep->posted, bytes = 0;
+    pdx_tp_write_t *const wrs = L->wrs;
+    const uint32_t every = PDX_MAX(e->cfg.signal_every, 1u), unsignaled = dep->unsignaled;
+    const uint64_t id_base = pdx_wr_id_send(dep, 0);
+    const pdx_run_t *r = runs, *const end = runs + n;
+    pdx_tp_write_t *w = wrs;
+    uint64_t seq = dep->posted, mems;
+    uint64_t src_len = 0, dst_len = 0, dst_addr = 0, bytes = 0;
+    pdx_tp_mr_t *mr = NULL;
+    uint32_t rkey = 0;
 
-    for (uint32_t i = 0; i < n; i++) {
-        const pdx_run_t *r = &runs[i];
-        const pdx_mem_t *m = r->src_mem < PDX_MAX_MEMS ? &e->mems[r->src_mem] : NULL;
-        const pdx_remote_mem_t *rm = r->dst_mem < PDX_MAX_MEMS ? &peer->mems[r->dst_mem] : NULL;
-        pdx_tp_write_t *w = &L->wrs[i];
+    if (n == 0) {
+        *bytes_p = 0;
+        return true;
+    }
+    mems = ~((uint64_t)runs[0].dst_mem << 32 | runs[0].src_mem); /* the first run looks up */
+    for (; r != end; r++, w++, seq++) {
+        const uint64_t key = (uint64_t)r->dst_mem << 32 | r->src_mem;
 
-        if (PDX_UNLIKELY(!m || !m->used || !m->mr || r->src_offset > m->len ||
-                         r->len > m->len - r->src_offset)) {
-            room_fail(c, PDX_ERR_RANGE, "%llu bytes at offset %llu are outside local memory %u",
-                      (unsigned long long)r->len, (unsigned long long)r->src_offset, r->src_mem);
-            return false;
+        if (PDX_UNLIKELY(key != mems)) {
+            const pdx_mem_t *m = r->src_mem < PDX_MAX_MEMS ? &e->mems[r->src_mem] : NULL;
+            const pdx_remote_mem_t *rm = r->dst_mem < PDX_MAX_MEMS ? &peer->mems[r->dst_mem]
+                                                                   : NULL;
+
+            if (PDX_UNLIKELY(!m || !m->used || !m->mr))
+                goto err_src;
+            src_len = m->len;
+            if (PDX_UNLIKELY(!rm || !atomic_load_explicit(&rm->valid, memory_order_acquire)))
+                goto err_unknown;
+            mems = key;
+            mr = m->mr;
+            dst_len = rm->rkey.len;
+            dst_addr = rm->rkey.addr;
+            rkey = rm->rkey.rkey;
         }
-        if (PDX_UNLIKELY(!rm || !atomic_load_explicit(&rm->valid, memory_order_acquire))) {
-            room_fail(c, PDX_ERR_RANGE, "memory %u of peer %s is unknown", r->dst_mem,
-                      peer->addr);
-            return false;
-        }
-        if (PDX_UNLIKELY(r->dst_offset > rm->rkey.len || r->len > rm->rkey.len - r->dst_offset)) {
-            room_fail(c, PDX_ERR_RANGE, "%llu bytes at offset %llu are outside memory %u of "
-                      "peer %s (%llu bytes)", (unsigned long long)r->len,
-                      (unsigned long long)r->dst_offset, r->dst_mem, peer->addr,
-                      (unsigned long long)rm->rkey.len);
-            return false;
-        }
-        w->wr_id = pdx_wr_id_send(dep, seq + i);
-        w->mr = m->mr;
+        if (PDX_UNLIKELY(r->src_offset > src_len || r->len > src_len - r->src_offset))
+            goto err_src;
+        if (PDX_UNLIKELY(r->dst_offset > dst_len || r->len > dst_len - r->dst_offset))
+            goto err_dst;
+        w->wr_id = id_base | (seq & PDX_WR_SEQ_MASK);
+        w->mr = mr;
         w->offset = r->src_offset;
         w->length = r->len;
-        w->remote_addr = rm->rkey.addr + r->dst_offset;
-        w->rkey = rm->rkey.rkey;
-        /* Every K-th, and the last of the batch: the worker may wait after it. */
+        w->remote_addr = dst_addr + r->dst_offset;
+        w->rkey = rkey;
         w->flags = 0;
-        if (++unsignaled >= signal_every || i == n - 1) {
-            w->flags = PDX_TP_SIGNALED;
-            unsignaled = 0;
-        }
         bytes += r->len;
     }
+    /* Signaled: every K-th since the last signaled WR, and the last of the
+     * batch (the worker may wait after it). */
+    for (uint32_t i = unsignaled < every ? every - unsignaled - 1 : 0; i < n; i += every)
+        wrs[i].flags = PDX_TP_SIGNALED;
+    wrs[n - 1].flags = PDX_TP_SIGNALED;
     *bytes_p = bytes;
     return true;
+
+err_unknown:
+    if (r->src_offset > src_len || r->len > src_len - r->src_offset)
+        goto err_src; /* the source is checked first */
+    room_fail(c, PDX_ERR_RANGE, "memory %u of peer %s is unknown", r->dst_mem, peer->addr);
+    return false;
+err_src:
+    room_fail(c, PDX_ERR_RANGE, "%llu bytes at offset %llu are outside local memory %u",
+              (unsigned long long)r->len, (unsigned long long)r->src_offset, r->src_mem);
+    return false;
+err_dst:
+    room_fail(c, PDX_ERR_RANGE, "%llu bytes at offset %llu are outside memory %u of "
+              "peer %s (%llu bytes)", (unsigned long long)r->len,
+              (unsigned long long)r->dst_offset, r->dst_mem, peer->addr,
+              (unsigned long long)dst_len);
+    return false;
 }
 
-/* Post n WRITEs of L->wrs on dep; the room's ledger entries and counters. */
+/*
+ * Post n WRITEs of L->wrs on dep; the room's ledger entries and counters.
+ * The ledger entries are those ledger_add() writes, its index kept in hand.
+ */
 static pdx_status_t post_writes(send_ctx_t *c, pdx_dep_t *dep, uint32_t n, uint64_t bytes)
 {
     pdx_shard_loop_t *L = c->L;
     pdx_status_t status = L->e->ops->post_write(dep->ep, L->wrs, n);
+    pdx_ledger_entry_t *const ledger = dep->ledger, *const wrap = ledger + dep->sq_depth;
+    pdx_room_obj_t *const room = c->obj;
+    const uint64_t room_id = c->chunk->room;
+    pdx_ledger_entry_t *le;
 
     if (status != PDX_OK)
         return status;
-    for (uint32_t i = 0; i < n; i++)
-        ledger_add(dep, c);
+    le = ledger + dep->posted % dep->sq_depth;
+    for (uint32_t left = n; left;) {
+        /* up to the end of the ledger, then from its start */
+        pdx_ledger_entry_t *const stop = le + PDX_MIN(left, (uint32_t)(wrap - le));
+
+        left -= (uint32_t)(stop - le);
+        for (; le != stop; le++) {
+            le->room = room;
+            le->room_id = room_id;
+        }
+        if (le == wrap)
+            le = ledger;
+    }
+    dep->posted += n;
     dep->unsignaled = 0; /* the batch ends signaled */
-    atomic_fetch_add_explicit(&c->ext->inflight, n, memory_order_relaxed);
-    atomic_fetch_add_explicit(&L->s->stats.writes_posted, n, memory_order_relaxed);
-    atomic_fetch_add_explicit(&L->s->stats.bytes_sent, bytes, memory_order_relaxed);
+    /* This worker is their only writer (shard.c): a load and a store, not a
+     * locked read-modify-write that waits for every store above to drain. */
+    atomic_store_explicit(&c->ext->inflight,
+                          atomic_load_explicit(&c->ext->inflight, memory_order_relaxed) + n,
+                          memory_order_relaxed);
+    atomic_store_explicit(&L->s->stats.writes_posted,
+                          atomic_load_explicit(&L->s->stats.writes_posted, memory_order_relaxed) +
+                              n, memory_order_relaxed);
+    atomic_store_explicit(&L->s->stats.bytes_sent,
+                          atomic_load_explicit(&L->s->stats.bytes_sent, memory_order_relaxed) +
+                              bytes, memory_order_relaxed);
     c->ext->wrs += n;
     c->budget = n < c->budget ? c->budget - n : 0;
     L->progress = true;
