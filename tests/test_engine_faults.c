@@ -390,6 +390,15 @@ static pdx_dep_t *prefill_dep(uint32_t index)
     return &p->deps[index];
 }
 
+/* The endpoint to error, as a NIC does (under the dep's lock, as the engine
+ * does: a shard replaces the ep of a dep being reset). */
+static void fail_endpoint(pdx_engine_t *e, pdx_dep_t *dep, const char *why)
+{
+    pthread_mutex_lock(&dep->lock);
+    e->ops->ep_fail(dep->ep, PDX_ERR_IO, why);
+    pthread_mutex_unlock(&dep->lock);
+}
+
 static void wait_reconnected(pdx_dep_t *dep, uint32_t epoch)
 {
     for (int i = 0; i < 5000; i++) {
@@ -420,7 +429,7 @@ Test(faults, failed_endpoint_is_reset_and_reconnected, .fini = fini, .timeout = 
     open_pair(cfg);
     dep = prefill_dep(1);
     /* Idle endpoint to error: its flushed receives tell the engine. */
-    pf.e->ops->ep_fail(dep->ep, PDX_ERR_IO, "injected fault");
+    fail_endpoint(pf.e, dep, "injected fault");
     wait_reconnected(dep, 1);
     expect_a_good_room(130);
 
@@ -428,7 +437,7 @@ Test(faults, failed_endpoint_is_reset_and_reconnected, .fini = fini, .timeout = 
     cr_assert_eq(pdx_expect(dc.e, peer, 131, dc.layout, &l, NULL, 1, 5000), PDX_OK);
     side_fill(&pf, 131, later, 2, 0);
     cr_assert_eq(pdx_send(pf.e, 131, pf.layout, &l, &gate, NULL, PDX_SEND_LAST), PDX_OK);
-    pf.e->ops->ep_fail(dep->ep, PDX_ERR_IO, "injected fault");
+    fail_endpoint(pf.e, dep, "injected fault");
     wait_reconnected(dep, 2);
     __atomic_store_n(&word, 1, __ATOMIC_RELEASE);
     cr_assert_eq(wait_done(dc.e, 131, 5000), PDX_ROOM_SUCCESS);
@@ -440,7 +449,7 @@ Test(faults, failed_endpoint_is_reset_and_reconnected, .fini = fini, .timeout = 
     {
         pdx_peer_t *dp = atomic_load(&dc.e->peers[peer]);
 
-        dc.e->ops->ep_fail(dp->deps[0].ep, PDX_ERR_IO, "injected fault on decode");
+        fail_endpoint(dc.e, &dp->deps[0], "injected fault on decode");
         wait_reconnected(dep, 2);
         for (int i = 0; i < 5000 && atomic_load(&dp->deps[0].epoch) < 1; i++)
             usleep(1000);
