@@ -380,12 +380,16 @@ Test(faults, version_mismatch, .timeout = 30)
     side_close(&dc);
 }
 
-/* Prefill's data endpoint `index` to its first peer. */
+/* Prefill's data endpoint `index` to its first peer, once that peer is READY
+ * there too (decode's connect returns when decode has prefill's READY). */
 static pdx_dep_t *prefill_dep(uint32_t index)
 {
     pdx_peer_t *p = atomic_load(&pf.e->peers[0]);
 
     cr_assert_not_null(p);
+    for (int i = 0; i < 5000 && atomic_load(&p->state) != PDX_PEER_READY; i++)
+        usleep(1000);
+    cr_assert_eq(atomic_load(&p->state), PDX_PEER_READY);
     cr_assert_lt(index, p->npairs * p->qps);
     return &p->deps[index];
 }
