@@ -3,18 +3,34 @@
  * events softnic raises by itself (CQ overrun, fatal QPs) or on request
  * (softnic_qp_fatal, softnic_async), and the verbs strings.
  *
- * async_fd is an eventfd in semaphore mode counting the queued events; it is
- * blocking, as in rdma-core, until the caller sets O_NONBLOCK on it. The
- * queue holds SN_ASYNC_EVENTS events; more are dropped (SOFTNIC_DEBUG says
+ * Event fds (async_fd, and every completion channel's fd: cq.c): the
+ * caller's end of a connected AF_UNIX stream pair, softnic keeping the other
+ * end. It holds one byte, so polls POLLIN, while events are queued
+ * (sn_evfd_raise / sn_evfd_lower, under the queue's lock), and is blocking,
+ * as in rdma-core, until the caller sets O_NONBLOCK on it. softnic's end
+ * holds one byte the caller's end sent and nobody reads: closing it
+ * (sn_evfd_kill) resets the caller's end, which from then on polls POLLERR
+ * (with POLLHUP and POLLIN) on the same file, so poll() and epoll sets that
+ * hold it see it, as the kernel's event files of a disassociated device
+ * report EPOLLERR (alone, there). A blocked poll() wakes at once. The
+ * async queue holds SN_ASYNC_EVENTS events; more are dropped (SOFTNIC_DEBUG
  * so). Destroying a QP or CQ discards its queued events, as the kernel does;
  * events read and not acknowledged make ibv_destroy_qp / ibv_destroy_cq
  * return EBUSY (rdma-core would wait forever).
  *
- * softnic_async(PORT_ERR): the port goes DOWN, the QPs of the device go to
- * error (their WRs are flushed; no per-QP event), a remote WR aimed at the
- * device fails its retries. PORT_ACTIVE brings the port back (QPs stay in
- * error). DEVICE_FATAL moves every QP of the device to error. Other
- * port-scope events are queued as they are.
+ * softnic_async(PORT_ERR): the port goes DOWN and nothing else changes, as
+ * on hardware: no QP changes state, but packets to or from the port are
+ * dropped (xfer.c), so requesters retry and fail with RETRY_EXC once
+ * retry_cnt is spent. PORT_ACTIVE brings the port back; WRs still retrying
+ * then go through. Other port-scope events are queued as they are.
+ *
+ * softnic_async(DEVICE_FATAL) kills every context open on the device
+ * (sn_context_kill), as the kernel disassociates a device: the event is
+ * queued, then the context is dead. A dead context queues no more events;
+ * its async fd polls POLLIN while events are queued and, once
+ * ibv_get_async_event has taken the last one, is killed (POLLERR);
+ * ibv_get_async_event then fails with EIO. Its channels are killed at once
+ * (cq.c: sn_channel_kill).
  */
 #include "softnic_internal.h"
 
@@ -22,6 +38,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -59,6 +76,65 @@ int sn_fd_wait(int fd, uint64_t timeout_ns)
     return ppoll(&p, 1, &ts, NULL);
 }
 
+/* ---- event fds ---- */
+
+int sn_evfd_open(int *fd_p, int *peer_p)
+{
+    int sv[2];
+    char b = 0;
+
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+        return errno;
+    if (send(sv[0], &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1) {
+        int err = errno;
+
+        close(sv[0]);
+        close(sv[1]);
+        return err;
+    }
+    *fd_p = sv[0];
+    *peer_p = sv[1];
+    return 0;
+}
+
+void sn_evfd_raise(int peer)
+{
+    char b = 1;
+
+    if (peer >= 0 && send(peer, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL) != 1)
+        SN_TRACE("event fd: send: %s", strerror(errno));
+}
+
+void sn_evfd_lower(int fd, int peer)
+{
+    char b;
+
+    if (peer >= 0 && recv(fd, &b, 1, MSG_DONTWAIT) != 1)
+        SN_TRACE("event fd: recv: %s", strerror(errno));
+}
+
+void sn_evfd_kill(int *peer_p)
+{
+    if (*peer_p < 0)
+        return;
+    close(*peer_p);
+    *peer_p = -1;
+}
+
+void sn_evfd_close(int fd, int peer)
+{
+    close(fd);
+    if (peer >= 0)
+        close(peer);
+}
+
+/* A dead context's async fd, once no event is queued; async_lock held. */
+static void sn_async_settle_dead(sn_context_t *ctx)
+{
+    if (ctx->async_count == 0 && sn_dead(ctx))
+        sn_evfd_kill(&ctx->async_peer);
+}
+
 void sn_async_init(sn_context_t *ctx)
 {
     pthread_mutex_init(&ctx->async_lock, NULL);
@@ -72,9 +148,14 @@ void sn_async_fini(sn_context_t *ctx)
 void sn_async_push(sn_context_t *ctx, enum ibv_event_type type, void *element, int port)
 {
     struct ibv_async_event *ev;
-    uint64_t one = 1;
 
     pthread_mutex_lock(&ctx->async_lock);
+    if (sn_dead(ctx)) {
+        pthread_mutex_unlock(&ctx->async_lock);
+        SN_TRACE("%s is dead: async event %s dropped", ctx->dev->ibdev.name,
+                 ibv_event_type_str(type));
+        return;
+    }
     if (ctx->async_count == SN_ASYNC_EVENTS) {
         pthread_mutex_unlock(&ctx->async_lock);
         SN_TRACE("async queue of %s full: %s dropped", ctx->dev->ibdev.name,
@@ -95,9 +176,8 @@ void sn_async_push(sn_context_t *ctx, enum ibv_event_type type, void *element, i
         ev->element.port_num = port;
         break;
     }
-    ctx->async_count++;
-    if (write(ctx->vctx.context.async_fd, &one, sizeof(one)) != sizeof(one))
-        SN_TRACE("async fd write failed");
+    if (ctx->async_count++ == 0)
+        sn_evfd_raise(ctx->async_peer);
     pthread_mutex_unlock(&ctx->async_lock);
     SN_TRACE("%s: async event %s", ctx->dev->ibdev.name, ibv_event_type_str(type));
 }
@@ -116,24 +196,23 @@ static void *sn_ev_element(const struct ibv_async_event *ev)
 
 void sn_async_forget(sn_context_t *ctx, void *element)
 {
-    uint32_t kept = 0, dropped = 0;
-    uint64_t v;
+    uint32_t kept = 0, had;
 
     pthread_mutex_lock(&ctx->async_lock);
-    for (uint32_t i = 0; i < ctx->async_count; i++) {
+    had = ctx->async_count;
+    for (uint32_t i = 0; i < had; i++) {
         struct ibv_async_event ev = ctx->async_ring[(ctx->async_head + i) % SN_ASYNC_EVENTS];
 
-        if (sn_ev_element(&ev) == element) {
-            dropped++;
+        if (sn_ev_element(&ev) == element)
             continue;
-        }
         ctx->async_ring[(ctx->async_head + kept) % SN_ASYNC_EVENTS] = ev;
         kept++;
     }
     ctx->async_count = kept;
-    for (uint32_t i = 0; i < dropped; i++)
-        if (read(ctx->vctx.context.async_fd, &v, sizeof(v)) != sizeof(v))
-            break;
+    if (had && !kept) {
+        sn_evfd_lower(ctx->vctx.context.async_fd, ctx->async_peer);
+        sn_async_settle_dead(ctx);
+    }
     pthread_mutex_unlock(&ctx->async_lock);
 }
 
@@ -177,7 +256,6 @@ static void sn_async_count(const struct ibv_async_event *ev, bool acked)
 int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *event)
 {
     sn_context_t *ctx = sn_ctx(context);
-    uint64_t v;
 
     for (;;) {
         int flags;
@@ -186,12 +264,18 @@ int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *eve
         if (ctx->async_count) {
             *event = ctx->async_ring[ctx->async_head];
             ctx->async_head = (ctx->async_head + 1) % SN_ASYNC_EVENTS;
-            ctx->async_count--;
-            if (read(context->async_fd, &v, sizeof(v)) != sizeof(v))
-                SN_TRACE("async fd read failed");
+            if (--ctx->async_count == 0) {
+                sn_evfd_lower(context->async_fd, ctx->async_peer);
+                sn_async_settle_dead(ctx);
+            }
             sn_async_count(event, false);
             pthread_mutex_unlock(&ctx->async_lock);
             return 0;
+        }
+        if (sn_dead(ctx)) {
+            pthread_mutex_unlock(&ctx->async_lock);
+            errno = EIO;
+            return -1;
         }
         pthread_mutex_unlock(&ctx->async_lock);
         flags = fcntl(context->async_fd, F_GETFL);
@@ -234,6 +318,10 @@ int softnic_qp_fatal(uint32_t qpn)
         pthread_mutex_unlock(&softnic_g.lock);
         return -1;
     }
+    if (sn_dead(qp->ctx)) {
+        pthread_mutex_unlock(&softnic_g.lock);
+        return 0;
+    }
     if (sn_qp_state(qp) != IBV_QPS_ERR)
         sn_qp_to_error(qp);
     sn_async_push(qp->ctx, IBV_EVENT_QP_FATAL, &qp->ibqp, 0);
@@ -242,9 +330,22 @@ int softnic_qp_fatal(uint32_t qpn)
     return 0;
 }
 
+void sn_context_kill(sn_context_t *ctx)
+{
+    sn_list_t *pos;
+
+    atomic_store(&ctx->dead, true);
+    sn_list_for(pos, &ctx->channels)
+        sn_channel_kill(sn_container_of(pos, sn_channel_t, link));
+    pthread_mutex_lock(&ctx->async_lock);
+    sn_async_settle_dead(ctx);
+    pthread_mutex_unlock(&ctx->async_lock);
+    SN_TRACE("%s: context dead (DEVICE_FATAL)", ctx->dev->ibdev.name);
+}
+
 int softnic_async(uint32_t dev, enum ibv_event_type type)
 {
-    sn_list_t *pos, *q;
+    sn_list_t *pos;
     sn_device_t *d;
 
     if (sn_ev_kind(type) != SN_EV_PORT)
@@ -265,16 +366,10 @@ int softnic_async(uint32_t dev, enum ibv_event_type type)
 
         if (ctx->dev != d)
             continue;
-        if (type == IBV_EVENT_PORT_ERR || type == IBV_EVENT_DEVICE_FATAL)
-            sn_list_for(q, &ctx->qps) {
-                sn_qp_t *qp = sn_container_of(q, sn_qp_t, link);
-
-                if (sn_qp_state(qp) != IBV_QPS_ERR)
-                    sn_qp_to_error(qp);
-            }
-        sn_async_push(ctx, type, NULL, SN_PORT);
+        sn_async_push(ctx, type, NULL, type == IBV_EVENT_DEVICE_FATAL ? 0 : SN_PORT);
+        if (type == IBV_EVENT_DEVICE_FATAL && !sn_dead(ctx))
+            sn_context_kill(ctx);
     }
-    sn_settle();
     pthread_mutex_unlock(&softnic_g.lock);
     return 0;
 }

@@ -1,20 +1,28 @@
 /*
  * softnic completion queues and completion channels.
  *
- * A CQ is a fixed ring. ibv_create_cq rounds cqe up to 2^k - 1 (as mlx5)
- * and the CQ holds exactly ibv_cq.cqe unpolled entries. A CQE written into
- * a full CQ is an overrun: the CQE is dropped, the CQ is in error for good
- * (every later CQE is dropped too; ibv_poll_cq still returns the entries
- * written before, then 0, as mlx5), IBV_EVENT_CQ_ERR is raised on the
- * context and every QP using the CQ goes to error with IBV_EVENT_QP_FATAL
- * (qp.c: sn_settle).
+ * A CQ is a fixed ring. ibv_create_cq rounds cqe up to 2^k - 1 (as mlx5;
+ * exactly cqe with exact_cq_depth) and the CQ holds exactly ibv_cq.cqe
+ * unpolled entries. A CQE written into a full CQ is an overrun: the CQE is
+ * dropped, the CQ is in error for good (every later CQE is dropped too, and
+ * raises no completion event; ibv_poll_cq still returns the entries written
+ * before, then 0, as mlx5), IBV_EVENT_CQ_ERR is raised on the context and
+ * every QP using the CQ goes to error with IBV_EVENT_QP_FATAL (qp.c:
+ * sn_settle).
+ *
+ * A dead context (DEVICE_FATAL) writes no CQE into its CQs; ibv_poll_cq
+ * returns what they hold, then 0. ibv_req_notify_cq and ibv_get_cq_event
+ * fail with EIO, each channel drops its unread events and its fd is killed:
+ * it polls POLLERR (async.c: event fds), as the kernel's completion event
+ * file of a disassociated device. ibv_create_cq and
+ * ibv_create_comp_channel fail with EIO; the destroy calls work.
  *
  * Polling a CQE releases SQ or RQ slots: a send WR occupies its slot until
  * its completion, or that of a later WR of the same QP, has been polled.
  *
  * ibv_req_notify_cq arms the CQ: the next CQE written raises one event on
  * the channel (CQEs already in the CQ do not: arm, then poll). A channel's
- * fd is an eventfd (semaphore mode) counting the events in its FIFO;
+ * fd is an event fd (async.c), readable while its FIFO holds events;
  * ibv_get_cq_event blocks unless the caller set O_NONBLOCK on it. Every
  * wait is a bounded ppoll() in a loop; in ON_POLL mode the loop runs the
  * pending WRs, so a blocking ibv_get_cq_event makes progress by itself.
@@ -30,7 +38,6 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 /* ---- channels ---- */
@@ -38,9 +45,14 @@
 struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
 {
     sn_context_t *ctx = sn_ctx(context);
-    sn_channel_t *ch = calloc(1, sizeof(*ch));
+    sn_channel_t *ch;
     int err;
 
+    if (sn_dead(ctx)) {
+        errno = EIO;
+        return NULL;
+    }
+    ch = calloc(1, sizeof(*ch));
     if (!ch) {
         errno = ENOMEM;
         return NULL;
@@ -48,11 +60,9 @@ struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
     ch->ctx = ctx;
     ch->ibch.context = context;
     ch->ibch.refcnt = 0;
-    ch->ibch.fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
-    if (ch->ibch.fd < 0) {
-        err = errno;
+    err = sn_evfd_open(&ch->ibch.fd, &ch->peer);
+    if (err)
         goto err_free;
-    }
     pthread_mutex_init(&ch->lock, NULL);
     sn_list_init(&ch->fifo);
     pthread_mutex_lock(&softnic_g.lock);
@@ -70,7 +80,7 @@ err_free:
 void sn_channel_free(sn_channel_t *ch)
 {
     sn_list_del(&ch->link);
-    close(ch->ibch.fd);
+    sn_evfd_close(ch->ibch.fd, ch->peer);
     pthread_mutex_destroy(&ch->lock);
     free(ch);
 }
@@ -91,29 +101,36 @@ int ibv_destroy_comp_channel(struct ibv_comp_channel *ibch)
     return 0;
 }
 
+void sn_channel_kill(sn_channel_t *ch)
+{
+    pthread_mutex_lock(&ch->lock);
+    if (!sn_list_empty(&ch->fifo))
+        sn_evfd_lower(ch->ibch.fd, ch->peer);
+    while (!sn_list_empty(&ch->fifo)) {
+        sn_cq_t *cq = sn_container_of(ch->fifo.next, sn_cq_t, ch_link);
+
+        sn_list_del(&cq->ch_link);
+        cq->ev_queued = 0;
+    }
+    sn_evfd_kill(&ch->peer);
+    pthread_mutex_unlock(&ch->lock);
+}
+
 /* Queue one event of the CQ on its channel; cq->lock held. */
 static void sn_channel_event(sn_cq_t *cq)
 {
     sn_channel_t *ch = cq->ch;
-    uint64_t one = 1;
-    ssize_t n;
 
     pthread_mutex_lock(&ch->lock);
+    if (ch->peer < 0) { /* killed */
+        pthread_mutex_unlock(&ch->lock);
+        return;
+    }
+    if (sn_list_empty(&ch->fifo))
+        sn_evfd_raise(ch->peer);
     if (cq->ev_queued++ == 0)
         sn_list_add_tail(&ch->fifo, &cq->ch_link);
-    n = write(ch->ibch.fd, &one, sizeof(one));
-    (void)n; /* an eventfd write of 1 cannot fail here */
     pthread_mutex_unlock(&ch->lock);
-}
-
-/* Take `n` events off an eventfd that counts at least `n`: never blocks. */
-static void sn_efd_take(int fd, uint32_t n)
-{
-    uint64_t v;
-
-    for (uint32_t i = 0; i < n; i++)
-        if (read(fd, &v, sizeof(v)) != sizeof(v))
-            break;
 }
 
 int ibv_get_cq_event(struct ibv_comp_channel *ibch, struct ibv_cq **cq_p, void **cq_context_p)
@@ -127,6 +144,12 @@ int ibv_get_cq_event(struct ibv_comp_channel *ibch, struct ibv_cq **cq_p, void *
         if (on_poll)
             sn_progress();
         pthread_mutex_lock(&ch->lock);
+        if (sn_dead(ch->ctx)) {
+            pthread_mutex_unlock(&ch->lock);
+            SN_TRACE("ibv_get_cq_event: %s is dead", ch->ctx->dev->ibdev.name);
+            errno = EIO;
+            return -1;
+        }
         if (!sn_list_empty(&ch->fifo)) {
             sn_cq_t *cq = sn_container_of(ch->fifo.next, sn_cq_t, ch_link);
 
@@ -134,7 +157,8 @@ int ibv_get_cq_event(struct ibv_comp_channel *ibch, struct ibv_cq **cq_p, void *
             if (--cq->ev_queued)
                 sn_list_add_tail(&ch->fifo, &cq->ch_link);
             cq->ev_got++;
-            sn_efd_take(ibch->fd, 1);
+            if (sn_list_empty(&ch->fifo))
+                sn_evfd_lower(ibch->fd, ch->peer);
             pthread_mutex_unlock(&ch->lock);
             *cq_p = &cq->ibcq;
             *cq_context_p = cq->ibcq.cq_context;
@@ -171,11 +195,17 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
 {
     sn_context_t *ctx = sn_ctx(context);
     uint32_t cap = 1, max_cqe;
+    bool exact;
     sn_cq_t *cq;
     int err = EINVAL;
 
+    if (sn_dead(ctx)) {
+        err = EIO;
+        goto err_out;
+    }
     pthread_mutex_lock(&softnic_g.lock);
     max_cqe = softnic_g.cfg.max_cqe;
+    exact = softnic_g.cfg.exact_cq_depth;
     pthread_mutex_unlock(&softnic_g.lock);
     if (cqe < 1 || (uint32_t)cqe > max_cqe || comp_vector < 0 ||
         comp_vector >= context->num_comp_vectors || (channel && channel->context != context)) {
@@ -183,11 +213,15 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
                  comp_vector);
         goto err_out;
     }
-    while (cap < (uint32_t)cqe + 1)
-        cap <<= 1;
-    cap -= 1;
-    if (cap > max_cqe)
-        cap = max_cqe;
+    if (exact) {
+        cap = (uint32_t)cqe;
+    } else {
+        while (cap < (uint32_t)cqe + 1)
+            cap <<= 1;
+        cap -= 1;
+        if (cap > max_cqe)
+            cap = max_cqe;
+    }
     cq = calloc(1, sizeof(*cq));
     if (!cq) {
         err = ENOMEM;
@@ -235,8 +269,9 @@ void sn_cq_free(sn_cq_t *cq)
         pthread_mutex_lock(&ch->lock);
         if (cq->ev_queued) {
             sn_list_del(&cq->ch_link);
-            sn_efd_take(ch->ibch.fd, cq->ev_queued);
             cq->ev_queued = 0;
+            if (sn_list_empty(&ch->fifo))
+                sn_evfd_lower(ch->ibch.fd, ch->peer);
         }
         pthread_mutex_unlock(&ch->lock);
         ch->ibch.refcnt--;
@@ -283,12 +318,11 @@ int ibv_destroy_cq(struct ibv_cq *ibcq)
 
 bool sn_cq_push(sn_cq_t *cq, const struct ibv_wc *wc, sn_qp_t *qp, uint64_t idx, int queue)
 {
+    uint64_t tail = atomic_load_explicit(&cq->tail, memory_order_relaxed);
     sn_cqe_t *e;
 
-    if (cq->overrun)
+    if (cq->overrun || sn_dead(cq->ctx))
         return false;
-    uint64_t tail = atomic_load_explicit(&cq->tail, memory_order_relaxed);
-
     if (tail - atomic_load_explicit(&cq->head, memory_order_relaxed) >= cq->cap) {
         cq->overrun = true;
         SN_STAT_ADD(cq_overruns, 1);
@@ -360,6 +394,8 @@ int sn_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
     sn_cq_t *cq = sn_cq(ibcq);
 
     (void)solicited_only; /* every CQE is an event: a superset of solicited ones */
+    if (sn_dead(cq->ctx))
+        return EIO;
     pthread_mutex_lock(&cq->lock);
     cq->armed = true;
     pthread_mutex_unlock(&cq->lock);

@@ -5,10 +5,14 @@
  * port and GID queries.
  *
  * Device i is "softnic<i>", one port, link layer Ethernet, max and active
- * MTU the configured active_mtu. GID index 0 is a RoCEv1 link-local GID
- * built from the MAC 02:00:00:00:00:<i+1>, index 1 a RoCEv2 IPv4-mapped GID
- * ::ffff:10.0.0.<i+1>. ndev_ifindex is 1 (the loopback interface:
+ * MTU the configured active_mtu_dev[i] (0: active_mtu). GID index 0 is a
+ * RoCEv1 link-local GID built from the MAC 02:00:00:00:00:<i+1>, index 1 a
+ * RoCEv2 IPv4-mapped GID ::ffff:10.0.0.<i+1>. ndev_ifindex is 1 (the loopback interface:
  * softnic's fabric is this process).
+ *
+ * A dead context (DEVICE_FATAL, async.c) answers ibv_query_device and
+ * ibv_query_port with EIO, as the kernel does once the device is
+ * disassociated; the GID queries still answer (rdma-core reads sysfs).
  *
  * ibv_close_device always succeeds, as in rdma-core. Objects still open on
  * the context (PDs, MRs, CQs, QPs, channels) are detached from the fabric
@@ -23,7 +27,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -83,6 +86,18 @@ void softnic_config_default(softnic_config_t *cfg)
     cfg->max_sge = 30;
     cfg->max_inline = 220;
     cfg->max_cqe = 4194303;
+    cfg->max_rd_atom = SN_MAX_RD_ATOMIC;
+    cfg->max_init_rd_atom = SN_MAX_RD_ATOMIC;
+}
+
+_Static_assert(sizeof(((softnic_config_t *)0)->active_mtu_dev) == SN_MAX_DEVICES * sizeof(uint32_t),
+               "one active_mtu_dev entry per device");
+
+uint32_t sn_dev_mtu(const sn_device_t *dev)
+{
+    uint32_t mtu = softnic_g.cfg.active_mtu_dev[dev->index];
+
+    return mtu ? mtu : softnic_g.cfg.active_mtu;
 }
 
 static void sn_devices_init(void)
@@ -177,9 +192,31 @@ void sn_config_ready(void)
 static bool sn_limits_differ(const softnic_config_t *a, const softnic_config_t *b)
 {
     return a->devices != b->devices || a->no_devices != b->no_devices ||
-           a->active_mtu != b->active_mtu || a->max_mr_size != b->max_mr_size ||
-           a->max_qp_wr != b->max_qp_wr || a->max_sge != b->max_sge ||
-           a->max_inline != b->max_inline || a->max_cqe != b->max_cqe;
+           a->active_mtu != b->active_mtu ||
+           memcmp(a->active_mtu_dev, b->active_mtu_dev, sizeof(a->active_mtu_dev)) != 0 ||
+           a->max_mr_size != b->max_mr_size || a->max_qp_wr != b->max_qp_wr ||
+           a->max_sge != b->max_sge || a->max_inline != b->max_inline ||
+           a->max_cqe != b->max_cqe || a->exact_cq_depth != b->exact_cq_depth ||
+           a->max_rd_atom != b->max_rd_atom || a->max_init_rd_atom != b->max_init_rd_atom;
+}
+
+static bool sn_mtu_ok(uint32_t mtu)
+{
+    return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096;
+}
+
+static bool sn_config_ok(const softnic_config_t *cfg)
+{
+    if (!cfg || cfg->devices > SN_MAX_DEVICES || (unsigned)cfg->mode > SOFTNIC_NULL ||
+        !sn_mtu_ok(cfg->active_mtu) || cfg->max_qp_wr == 0 || cfg->max_sge == 0 ||
+        cfg->max_cqe == 0 || cfg->max_cqe > INT32_MAX - 1 || cfg->max_qp_wr > INT32_MAX ||
+        cfg->max_sge > INT32_MAX || cfg->max_rd_atom == 0 || cfg->max_rd_atom > UINT8_MAX ||
+        cfg->max_init_rd_atom == 0 || cfg->max_init_rd_atom > UINT8_MAX)
+        return false;
+    for (uint32_t i = 0; i < SN_MAX_DEVICES; i++)
+        if (cfg->active_mtu_dev[i] != 0 && !sn_mtu_ok(cfg->active_mtu_dev[i]))
+            return false;
+    return true;
 }
 
 int softnic_configure(const softnic_config_t *cfg)
@@ -187,10 +224,7 @@ int softnic_configure(const softnic_config_t *cfg)
     sn_list_t *pos;
     int rc = 0;
 
-    if (!cfg || cfg->devices > SN_MAX_DEVICES || (unsigned)cfg->mode > SOFTNIC_NULL ||
-        cfg->active_mtu < IBV_MTU_256 || cfg->active_mtu > IBV_MTU_4096 || cfg->max_qp_wr == 0 ||
-        cfg->max_sge == 0 || cfg->max_cqe == 0 || cfg->max_cqe > INT32_MAX - 1 ||
-        cfg->max_qp_wr > INT32_MAX || cfg->max_sge > INT32_MAX)
+    if (!sn_config_ok(cfg))
         return -1;
     pthread_mutex_lock(&softnic_g.lock);
     sn_config_ready();
@@ -260,8 +294,8 @@ static void sn_port_attr(sn_context_t *ctx, struct ibv_port_attr *pa)
 {
     memset(pa, 0, sizeof(*pa));
     pa->state = (enum ibv_port_state)atomic_load(&ctx->dev->port_state);
-    pa->max_mtu = (enum ibv_mtu)softnic_g.cfg.active_mtu;
-    pa->active_mtu = (enum ibv_mtu)softnic_g.cfg.active_mtu;
+    pa->max_mtu = (enum ibv_mtu)sn_dev_mtu(ctx->dev);
+    pa->active_mtu = pa->max_mtu;
     pa->gid_tbl_len = SN_GIDS;
     pa->port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS;
     pa->max_msg_sz = (uint32_t)SN_MAX_MSG;
@@ -279,6 +313,8 @@ static int sn_query_port(struct ibv_context *c, uint8_t port_num, struct ibv_por
 {
     struct ibv_port_attr pa;
 
+    if (sn_dead(sn_ctx(c)))
+        return EIO;
     if (port_num != SN_PORT)
         return EINVAL;
     pthread_mutex_lock(&softnic_g.lock);
@@ -302,6 +338,8 @@ int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *a)
     sn_context_t *ctx = sn_ctx(context);
     softnic_config_t cfg_copy, *cfg = &cfg_copy;
 
+    if (sn_dead(ctx))
+        return EIO;
     pthread_mutex_lock(&softnic_g.lock);
     cfg_copy = softnic_g.cfg;
     pthread_mutex_unlock(&softnic_g.lock);
@@ -321,9 +359,9 @@ int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *a)
     a->max_cqe = (int)cfg->max_cqe;
     a->max_mr = 1 << 20;
     a->max_pd = 1 << 16;
-    a->max_qp_rd_atom = SN_MAX_RD_ATOMIC;
-    a->max_qp_init_rd_atom = SN_MAX_RD_ATOMIC;
-    a->max_res_rd_atom = SN_MAX_RD_ATOMIC << 17;
+    a->max_qp_rd_atom = (int)cfg->max_rd_atom;
+    a->max_qp_init_rd_atom = (int)cfg->max_init_rd_atom;
+    a->max_res_rd_atom = (int)cfg->max_rd_atom << 17;
     a->atomic_cap = IBV_ATOMIC_NONE;
     a->max_pkeys = 1;
     a->local_ca_ack_delay = 16;
@@ -429,11 +467,9 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
     ctx->vctx.sz = sizeof(struct verbs_context);
     ctx->vctx.query_port = sn_query_port;
     pthread_mutex_init(&c->mutex, NULL);
-    c->async_fd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
-    if (c->async_fd < 0) {
-        err = errno;
+    err = sn_evfd_open(&c->async_fd, &ctx->async_peer);
+    if (err)
         goto err_cond;
-    }
     sn_async_init(ctx);
     if (atomic_load(&softnic_g.mode) == SOFTNIC_THREAD) {
         err = sn_nic_start(ctx);
@@ -448,7 +484,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 
 err_async:
     sn_async_fini(ctx);
-    close(c->async_fd);
+    sn_evfd_close(c->async_fd, ctx->async_peer);
 err_cond:
     pthread_mutex_destroy(&c->mutex);
     pthread_cond_destroy(&ctx->cv);
@@ -503,7 +539,7 @@ int ibv_close_device(struct ibv_context *context)
     softnic_g.open_contexts--;
     pthread_mutex_unlock(&softnic_g.lock);
     sn_async_fini(ctx);
-    close(context->async_fd);
+    sn_evfd_close(context->async_fd, ctx->async_peer);
     pthread_mutex_destroy(&context->mutex);
     pthread_cond_destroy(&ctx->cv);
     free(ctx);

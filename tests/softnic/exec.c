@@ -34,13 +34,15 @@
  * qp_bw per QP: virtual time, up to SN_BURST_NS of credit); apply a fault
  * (fault.c); then xfer.c performs it. A remote that cannot be reached (no
  * such QPN, a GID that is not the remote device's, a remote not in RTR/RTS
- * or not connected back to this QP, a port DOWN) gets no ACK: the WR is
+ * or not connected back to this QP, either port DOWN, a dead remote
+ * context, a packet above the receiving port's MTU) gets no ACK: the WR is
  * retried every ACK timeout (4.096 us * 2^timeout / timeout_scale; timeout
  * 0 waits forever, as the spec says) retry_cnt times, then completes with
  * IBV_WC_RETRY_EXC_ERR. An RNR NAK waits the responder's min_rnr_timer
  * (scaled) rnr_retry times (7: forever), then IBV_WC_RNR_RETRY_EXC_ERR.
  * A lost ACK (softnic_fault_lost_ack) is retried like a missing one, never
- * placed twice.
+ * placed twice. The QPs of a dead context (DEVICE_FATAL) take no step at
+ * all: their WRs are neither executed nor flushed.
  *
  * ON_POLL: no thread; sn_progress runs rounds over every context of the
  * process until nothing moves or SN_POLL_BUDGET steps ran, on the caller's
@@ -149,6 +151,8 @@ static bool sn_step(sn_qp_t *qp, uint64_t now, uint64_t *deadline)
     int r;
 
     qp->seen_tail = tail;
+    if (sn_dead(qp->ctx))
+        return false;
     if (state == IBV_QPS_ERR) {
         if (head == tail && atomic_load(&qp->rq_head) == atomic_load(&qp->rq_tail))
             return false;

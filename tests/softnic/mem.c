@@ -15,9 +15,11 @@
  * IBV_WC_REM_ACCESS_ERR remotely); no access to the memory happens after
  * ibv_dereg_mr returned.
  *
- * Access rules: REMOTE_WRITE or REMOTE_ATOMIC without LOCAL_WRITE is EINVAL
- * (as verbs); REMOTE_ATOMIC is otherwise accepted and recorded (softnic has
- * no atomic opcodes). length 0 or above max_mr_size is EINVAL.
+ * Access rules: REMOTE_WRITE without LOCAL_WRITE is EINVAL (as verbs);
+ * REMOTE_ATOMIC is always EINVAL (softnic has no atomics, and some providers
+ * refuse it likewise: a transport must never ask for it). length 0 or above
+ * max_mr_size is EINVAL. On a dead context (DEVICE_FATAL) ibv_alloc_pd and
+ * the registrations fail with EIO; ibv_dereg_mr and ibv_dealloc_pd work.
  */
 #include "softnic_internal.h"
 
@@ -33,8 +35,13 @@
 struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 {
     sn_context_t *ctx = sn_ctx(context);
-    sn_pd_t *pd = calloc(1, sizeof(*pd));
+    sn_pd_t *pd;
 
+    if (sn_dead(ctx)) {
+        errno = EIO;
+        return NULL;
+    }
+    pd = calloc(1, sizeof(*pd));
     if (!pd) {
         errno = ENOMEM;
         return NULL;
@@ -147,11 +154,16 @@ static void sn_keys_remove(sn_mr_t *mr)
 
 static int sn_mr_check(sn_pd_t *pd, size_t length, unsigned int access)
 {
-    unsigned int remote = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
-
-    (void)pd;
-    if ((access & remote) && !(access & IBV_ACCESS_LOCAL_WRITE)) {
-        SN_TRACE("reg_mr: remote write or atomic access needs IBV_ACCESS_LOCAL_WRITE");
+    if (sn_dead(pd->ctx)) {
+        SN_TRACE("reg_mr: %s is dead", pd->ctx->dev->ibdev.name);
+        return EIO;
+    }
+    if (access & IBV_ACCESS_REMOTE_ATOMIC) {
+        SN_TRACE("reg_mr: IBV_ACCESS_REMOTE_ATOMIC is not supported");
+        return EINVAL;
+    }
+    if ((access & IBV_ACCESS_REMOTE_WRITE) && !(access & IBV_ACCESS_LOCAL_WRITE)) {
+        SN_TRACE("reg_mr: remote write access needs IBV_ACCESS_LOCAL_WRITE");
         return EINVAL;
     }
     if (length == 0 || length > softnic_g.cfg.max_mr_size) {

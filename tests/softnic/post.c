@@ -15,7 +15,8 @@
  * other sges are referenced, and their memory is read when the WR executes.
  *
  * A QP in ERR accepts WRs (send and receive) and flushes them at once with
- * IBV_WC_WR_FLUSH_ERR, as mlx5 does.
+ * IBV_WC_WR_FLUSH_ERR, as mlx5 does. A QP of a dead context (DEVICE_FATAL)
+ * takes nothing: EIO, *bad_wr the first WR (one relaxed load per call).
  *
  * THREAD and ON_POLL: the WRs are copied into the QP's SQ ring under the
  * QP's lock, the tail is published, and the NIC thread is woken if it
@@ -82,6 +83,16 @@ static void sn_swqe_fill(sn_qp_t *qp, sn_swqe_t *w, const struct ibv_send_wr *wr
         if (wr->num_sge)
             memcpy(w->sge, wr->sg_list, (size_t)wr->num_sge * sizeof(struct ibv_sge));
     }
+}
+
+/* A dead context refuses every post; false if the QP's context lives. */
+static inline bool sn_post_dead(const sn_qp_t *qp)
+{
+    if (!sn_dead(qp->ctx))
+        return false;
+    SN_STAT_ADD(post_errors, 1);
+    SN_TRACE("post QP %#x: %s is dead", qp->qpn, qp->ctx->dev->ibdev.name);
+    return true;
 }
 
 /* WRs posted into a QP in ERR: flush them now. */
@@ -160,6 +171,10 @@ int sn_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
     uint64_t tail, done, n = 0, not_before = 0;
     int state, err = 0;
 
+    if (sn_post_dead(qp)) {
+        *bad_wr = wr;
+        return EIO;
+    }
     if (mode == SOFTNIC_NULL)
         return sn_post_send_null(qp, wr, bad_wr);
     delay_us = atomic_load_explicit(&softnic_g.delay_us, memory_order_relaxed);
@@ -212,6 +227,10 @@ int sn_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr
     uint64_t tail, done, n = 0;
     int state, err = 0;
 
+    if (sn_post_dead(qp)) {
+        *bad_wr = wr;
+        return EIO;
+    }
     pthread_mutex_lock(&qp->lock);
     state = sn_qp_state(qp);
     tail = atomic_load_explicit(&qp->rq_tail, memory_order_relaxed);

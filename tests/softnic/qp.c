@@ -12,9 +12,13 @@
  * INIT->INIT, INIT->RTR, RTR->RTS, RTS->RTS, any->RESET, any->ERR), the
  * required attributes of each and nothing outside its optional ones,
  * port 1, pkey index 0, a global AV (RoCE) with sgid_index 0 or 1, a path
- * MTU no larger than the port's active MTU, and the ranges of timeout,
- * retry_cnt, rnr_retry, min_rnr_timer and the rd_atomic depths (<= 16);
- * anything else is EINVAL. As rdma-core, a successful ibv_modify_qp (or
+ * MTU no larger than the local port's active MTU, qp_access_flags without
+ * REMOTE_ATOMIC, max_dest_rd_atomic <= max_rd_atom and max_rd_atomic <=
+ * max_init_rd_atom (the configured device limits), and the ranges of
+ * timeout, retry_cnt, rnr_retry and min_rnr_timer; anything else is EINVAL.
+ * On a dead context (DEVICE_FATAL) ibv_create_qp, ibv_modify_qp and
+ * ibv_query_qp fail with EIO, and nothing the NIC does to the QP writes a
+ * CQE; ibv_destroy_qp works. As rdma-core, a successful ibv_modify_qp (or
  * ibv_query_qp) with IBV_QP_STATE updates ibv_qp.state; softnic never
  * writes it from its own threads: ibv_query_qp tells whether the NIC moved
  * the QP to error.
@@ -84,6 +88,10 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *ia)
     sn_qp_t *qp;
     int err = EINVAL;
 
+    if (sn_dead(pd->ctx)) {
+        errno = EIO;
+        return NULL;
+    }
     if (ia->qp_type != IBV_QPT_RC || ia->srq) {
         SN_TRACE("ibv_create_qp: only RC QPs without SRQ");
         errno = EOPNOTSUPP;
@@ -356,29 +364,31 @@ static int sn_trans_ok(int cur, int next, int mask)
     return 0;
 }
 
-static const char *sn_attr_check(const struct ibv_qp_attr *a, int mask)
+/* The first bad attribute of the mask, or NULL; fabric lock held. */
+static const char *sn_attr_check(const sn_qp_t *qp, const struct ibv_qp_attr *a, int mask)
 {
     const unsigned int access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+                                IBV_ACCESS_REMOTE_READ;
+    const softnic_config_t *cfg = &softnic_g.cfg;
 
     if ((mask & M(PORT)) && a->port_num != SN_PORT)
         return "port_num";
     if ((mask & M(PKEY_INDEX)) && a->pkey_index != 0)
         return "pkey_index";
     if ((mask & M(ACCESS_FLAGS)) && (a->qp_access_flags & ~access))
-        return "qp_access_flags";
+        return "qp_access_flags (REMOTE_ATOMIC or unknown bits)";
     if ((mask & M(AV)) && (!a->ah_attr.is_global || !sn_sgid_index_ok(a->ah_attr.grh.sgid_index) ||
                            a->ah_attr.port_num > SN_PORT))
         return "ah_attr (RoCE needs is_global, sgid_index 0 or 1, port 1)";
     if ((mask & M(PATH_MTU)) &&
-        (a->path_mtu < IBV_MTU_256 || (uint32_t)a->path_mtu > softnic_g.cfg.active_mtu))
+        (a->path_mtu < IBV_MTU_256 || (uint32_t)a->path_mtu > sn_dev_mtu(qp->ctx->dev)))
         return "path_mtu (above the port's active MTU)";
     if ((mask & M(DEST_QPN)) && a->dest_qp_num > SN_QPN_MASK)
         return "dest_qp_num";
-    if ((mask & M(MAX_DEST_RD_ATOMIC)) && a->max_dest_rd_atomic > SN_MAX_RD_ATOMIC)
-        return "max_dest_rd_atomic";
-    if ((mask & M(MAX_QP_RD_ATOMIC)) && a->max_rd_atomic > SN_MAX_RD_ATOMIC)
-        return "max_rd_atomic";
+    if ((mask & M(MAX_DEST_RD_ATOMIC)) && a->max_dest_rd_atomic > cfg->max_rd_atom)
+        return "max_dest_rd_atomic (above max_qp_rd_atom)";
+    if ((mask & M(MAX_QP_RD_ATOMIC)) && a->max_rd_atomic > cfg->max_init_rd_atom)
+        return "max_rd_atomic (above max_qp_init_rd_atom)";
     if ((mask & M(MIN_RNR_TIMER)) && a->min_rnr_timer > 31)
         return "min_rnr_timer";
     if ((mask & M(TIMEOUT)) && a->timeout > 31)
@@ -431,6 +441,11 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask)
     int cur, next;
 
     pthread_mutex_lock(&softnic_g.lock);
+    if (sn_dead(qp->ctx)) {
+        pthread_mutex_unlock(&softnic_g.lock);
+        SN_TRACE("ibv_modify_qp %#x: %s is dead", qp->qpn, qp->ctx->dev->ibdev.name);
+        return EIO;
+    }
     cur = sn_qp_state(qp);
     next = (attr_mask & M(STATE)) ? (int)attr->qp_state : cur;
     if (!sn_trans_ok(cur, next, attr_mask)) {
@@ -439,7 +454,7 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask)
                  cur, next, attr_mask);
         return EINVAL;
     }
-    bad = sn_attr_check(attr, attr_mask);
+    bad = sn_attr_check(qp, attr, attr_mask);
     if (bad) {
         pthread_mutex_unlock(&softnic_g.lock);
         SN_TRACE("ibv_modify_qp %#x: bad %s", qp->qpn, bad);
@@ -466,6 +481,8 @@ int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
 {
     sn_qp_t *qp = sn_qp(ibqp);
 
+    if (sn_dead(qp->ctx))
+        return EIO;
     pthread_mutex_lock(&softnic_g.lock);
     *attr = qp->attr;
     attr->qp_state = (enum ibv_qp_state)sn_qp_state(qp);

@@ -17,31 +17,72 @@
  * RTS, post_recv before INIT: the call fails), max_send_wr / max_recv_wr
  * (ENOMEM, *bad_wr set), max_send_sge / max_recv_sge and max_inline_data
  * (EINVAL), lkeys (IBV_WC_LOC_PROT_ERR), rkeys, access flags and bounds on
- * every remote access (IBV_WC_REM_ACCESS_ERR; the requester QP goes to
- * error and its later WRs are flushed with IBV_WC_WR_FLUSH_ERR), ordering
- * (a QP's WRs execute in order; a SEND's data lands after the WRITEs before
- * it), RNR (a SEND with no receive posted is retried rnr_retry times, then
+ * every remote access (IBV_WC_REM_ACCESS_ERR for the requester; both QPs go
+ * to error, as the IB spec says and mlx5 does: the requester's later WRs
+ * and everything posted on the responder are flushed with
+ * IBV_WC_WR_FLUSH_ERR, and the responder's context gets
+ * IBV_EVENT_QP_ACCESS_ERR for its QP), ordering (a QP's WRs execute in
+ * order; a SEND's data lands after the WRITEs before it), RNR (a SEND with
+ * no receive posted is retried rnr_retry times, then
  * IBV_WC_RNR_RETRY_EXC_ERR), a receive buffer shorter than the SEND
  * (IBV_WC_REM_INV_REQ_ERR for the requester, IBV_WC_LOC_LEN_ERR for the
- * responder, both QPs to error), a remote QP that does not exist or is not
- * in RTR/RTS (retries, then IBV_WC_RETRY_EXC_ERR), CQ overrun (the CQ and
- * every QP on it go to error; IBV_EVENT_CQ_ERR and IBV_EVENT_QP_FATAL).
- * Every outstanding WR of a QP in error completes with IBV_WC_WR_FLUSH_ERR,
- * signaled or not, as do its posted receives.
+ * responder, both QPs to error), a remote QP that does not exist, is not in
+ * RTR/RTS, sits behind a port that is DOWN or on a dead device, or gets
+ * packets larger than its port's MTU (retries, then IBV_WC_RETRY_EXC_ERR),
+ * CQ overrun (the CQ and every QP on it go to error; IBV_EVENT_CQ_ERR and
+ * IBV_EVENT_QP_FATAL). Every outstanding WR of a QP in error completes with
+ * IBV_WC_WR_FLUSH_ERR, signaled or not, as do its posted receives.
  *
- * Completion channels are eventfds (ibv_get_cq_event honours O_NONBLOCK on
- * channel->fd); the async fd of a context is an eventfd too.
+ * Refused as some providers refuse them (ionic): IBV_ACCESS_REMOTE_ATOMIC in
+ * ibv_reg_mr / ibv_reg_mr_iova2 / ibv_reg_dmabuf_mr (NULL, errno EINVAL) and
+ * in qp_access_flags of ibv_modify_qp (EINVAL). softnic has no atomics.
+ *
+ * Links and devices:
+ *  - softnic_async(dev, IBV_EVENT_PORT_ERR): the port goes DOWN. As on
+ *    hardware no QP changes state: packets to or from the port are dropped,
+ *    so a requester retries every ACK timeout and completes with
+ *    IBV_WC_RETRY_EXC_ERR (QP to error) once retry_cnt is spent; a
+ *    PORT_ACTIVE before that lets the WR succeed.
+ *  - softnic_async(dev, IBV_EVENT_DEVICE_FATAL): the contexts open on the
+ *    device die, as an mlx5 context after the device is disassociated. The
+ *    event is delivered once. From then on no CQ of the context gets a CQE
+ *    (outstanding WRs and posted receives are never completed, not even
+ *    flushed); ibv_poll_cq returns the CQEs queued before, then 0 (mlx5
+ *    reads its CQ ring from user memory); ibv_post_send, ibv_post_recv and
+ *    ibv_req_notify_cq return EIO (*bad_wr is the first WR); ibv_modify_qp,
+ *    ibv_query_qp, ibv_query_port and ibv_query_device return EIO, and the
+ *    create and register calls NULL with errno EIO. The async fd polls
+ *    POLLIN while events are queued (the DEVICE_FATAL at least), then
+ *    POLLERR for good, on the same file (epoll sets keep it), as the
+ *    kernel's event files of a disassociated device (POLLHUP and POLLIN come
+ *    with it here; the kernel reports POLLERR alone: look at POLLERR);
+ *    ibv_get_async_event returns the queued events, then -1 with errno EIO.
+ *    Every completion channel of the context drops its unread events and
+ *    polls POLLERR at once; ibv_get_cq_event fails with EIO. Peers' WRs
+ *    towards its QPs get no ACK (RETRY_EXC). Destroy, dealloc, dereg and
+ *    close calls still succeed (with the usual order and acknowledgement
+ *    rules), so cleanup works. A context opened on the device afterwards
+ *    works: the device has recovered. (mlx5 itself accepts posts and arms
+ *    after disassociation and never completes them; softnic says EIO.)
+ *
+ * Completion channels and the async fd of a context are event fds: sockets
+ * that poll POLLIN while events are queued (ibv_get_cq_event and
+ * ibv_get_async_event honour O_NONBLOCK on them), and POLLERR once the
+ * context is dead.
  *
  * Where verbs leaves room, softnic does this:
  *  - A QP in ERR accepts ibv_post_send and ibv_post_recv (after the usual
  *    checks) and flushes the WRs at once with IBV_WC_WR_FLUSH_ERR, as mlx5.
  *  - A send WR holds its SQ slot (and a receive its RQ slot) until its CQE,
  *    or a later CQE of the same queue, has been polled: ENOMEM until then.
- *  - CQ overrun: ibv_create_cq rounds cqe up to 2^k - 1 and the CQ holds
- *    ibv_cq.cqe entries. The CQE that does not fit is dropped, the CQ stops
- *    taking CQEs for good (ibv_poll_cq returns those written before, then 0,
- *    as mlx5), IBV_EVENT_CQ_ERR is raised, and every QP using the CQ goes
- *    to error with IBV_EVENT_QP_FATAL (stats.cq_overruns counts CQs).
+ *  - CQ overrun: ibv_create_cq rounds cqe up to 2^k - 1 (as mlx5; with
+ *    exact_cq_depth the CQ gets exactly cqe, as providers without the
+ *    rounding) and the CQ holds ibv_cq.cqe entries. The CQE that does not
+ *    fit is dropped, the CQ stops taking CQEs for good (ibv_poll_cq returns
+ *    those written before, then 0, as mlx5; flushes of its QPs and later
+ *    WRs add nothing, and no completion event is raised), IBV_EVENT_CQ_ERR
+ *    is raised, and every QP using the CQ goes to error with
+ *    IBV_EVENT_QP_FATAL (stats.cq_overruns counts CQs).
  *  - ibv_req_notify_cq: the next CQE written raises one event; CQEs already
  *    in the CQ do not (arm, then poll). solicited_only is ignored.
  *  - ibv_destroy_cq with events read and not acknowledged, or with QPs on
@@ -55,6 +96,15 @@
  *    mix), the remote is in RTR or RTS with dest_qp_num naming this QP, and
  *    both ports are ACTIVE. The responder QP's qp_access_flags are checked
  *    as the MR's (REMOTE_WRITE, REMOTE_READ). ACK timeout 0 waits forever.
+ *  - MTU: ibv_modify_qp to RTR refuses a path_mtu above the local port's
+ *    active MTU (EINVAL). A packet carries min(length, path_mtu) bytes; one
+ *    larger than the active MTU of the port that receives it is dropped
+ *    (WRITE and SEND: the responder's port, with the requester's path_mtu;
+ *    READ responses: the requester's port, with the responder's path_mtu),
+ *    so the WR is retried, then IBV_WC_RETRY_EXC_ERR.
+ *  - RD atomic depths: max_dest_rd_atomic above max_rd_atom or
+ *    max_rd_atomic above max_init_rd_atom is EINVAL (ibv_query_device
+ *    reports them as max_qp_rd_atom and max_qp_init_rd_atom).
  *  - ibv_qp.state changes only in ibv_modify_qp / ibv_query_qp (as
  *    rdma-core); ibv_query_qp reports a QP the NIC moved to error.
  *  - delay_us counts from ibv_post_send (a latency: WRs still pipeline).
@@ -97,19 +147,28 @@ typedef struct softnic_config {
                                     * 2^timeout) and the RNR timer, so retry
                                     * tests run in milliseconds (default 1000) */
     uint32_t       active_mtu;     /* IBV_MTU_* of every port (default 4096) */
+    uint32_t       active_mtu_dev[8]; /* IBV_MTU_* of device i's port; 0 (the
+                                    * default): active_mtu */
     uint64_t       max_mr_size;    /* device limit (default 1 << 40) */
     uint32_t       max_qp_wr;      /* default 32768 */
     uint32_t       max_sge;        /* default 30 */
     uint32_t       max_inline;     /* largest max_inline_data a QP gets (default 220) */
     uint32_t       max_cqe;        /* default 4194303 */
+    bool           exact_cq_depth; /* ibv_create_cq gives exactly cqe entries
+                                    * (default false: 2^k - 1, as mlx5) */
+    uint32_t       max_rd_atom;    /* max_qp_rd_atom: largest max_dest_rd_atomic
+                                    * (1..255, default 16) */
+    uint32_t       max_init_rd_atom; /* max_qp_init_rd_atom: largest
+                                    * max_rd_atomic (1..255, default 16) */
     bool           no_devices;     /* ibv_get_device_list returns an empty list */
 } softnic_config_t;
 
 /* The defaults above. */
 void softnic_config_default(softnic_config_t *cfg);
 /*
- * Set the configuration. Devices, MTU, limits and no_devices take effect at
- * the next ibv_get_device_list / ibv_open_device; mode, delay, bandwidth,
+ * Set the configuration. Devices, MTUs, limits (with exact_cq_depth and
+ * the rd atomic depths) and no_devices take effect at the next
+ * ibv_get_device_list / ibv_open_device; mode, delay, bandwidth,
  * move_data and timeout_scale at once. 0 on success, -1 while any device is
  * open and the device count or limits would change.
  */
@@ -133,12 +192,14 @@ void softnic_fault_wr_status(uint32_t qpn, uint64_t nth, enum ibv_wc_status stat
  * to error). */
 void softnic_fault_lost_ack(uint32_t qpn, uint64_t nth, bool placed);
 /* Move a QP to error now (as a NIC does on a fatal error), with an
- * IBV_EVENT_QP_FATAL async event on its context. -1 if no such QP. */
+ * IBV_EVENT_QP_FATAL async event on its context (nothing on a dead
+ * device). -1 if no such QP. */
 int  softnic_qp_fatal(uint32_t qpn);
-/* Raise an async event on device `dev` (index in the device list):
- * IBV_EVENT_PORT_ERR (the port goes DOWN; its QPs go to error),
- * IBV_EVENT_PORT_ACTIVE (the port comes back), IBV_EVENT_DEVICE_FATAL (every
- * QP of the device goes to error). -1 on a bad argument. */
+/* Raise an async event on device `dev` (index in the device list), on every
+ * context open on it: IBV_EVENT_PORT_ERR (the port goes DOWN; no QP changes
+ * state, packets are dropped), IBV_EVENT_PORT_ACTIVE (the port comes back),
+ * IBV_EVENT_DEVICE_FATAL (the contexts die: see "Links and devices" above).
+ * Other port-scope events are only queued. -1 on a bad argument. */
 int  softnic_async(uint32_t dev, enum ibv_event_type type);
 void softnic_faults_clear(void);
 

@@ -68,6 +68,9 @@ void fx_opts_default(fx_opts_t *o)
     o->retry_cnt = 3;
     o->rnr_retry = 3;
     o->min_rnr_timer = 12;
+    o->path_mtu = IBV_MTU_1024;
+    o->max_dest_rd_atomic = 16;
+    o->max_rd_atomic = 16;
     o->access = FX_RW;
     o->buf_len = 1 << 20;
 }
@@ -96,10 +99,10 @@ int fx_connect(struct ibv_qp *qp, uint32_t dest_qpn, const union ibv_gid *dgid, 
         return rc;
     memset(&a, 0, sizeof(a));
     a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_1024;
+    a.path_mtu = (enum ibv_mtu)o->path_mtu;
     a.dest_qp_num = dest_qpn;
     a.rq_psn = 0x123;
-    a.max_dest_rd_atomic = 16;
+    a.max_dest_rd_atomic = o->max_dest_rd_atomic;
     a.min_rnr_timer = o->min_rnr_timer;
     a.ah_attr.is_global = 1;
     a.ah_attr.grh.dgid = *dgid;
@@ -117,7 +120,7 @@ int fx_connect(struct ibv_qp *qp, uint32_t dest_qpn, const union ibv_gid *dgid, 
     a.retry_cnt = o->retry_cnt;
     a.rnr_retry = o->rnr_retry;
     a.sq_psn = 0x456;
-    a.max_rd_atomic = 16;
+    a.max_rd_atomic = o->max_rd_atomic;
     return ibv_modify_qp(qp, &a,
                          IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                              IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);

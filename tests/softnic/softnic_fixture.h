@@ -27,6 +27,8 @@ typedef struct fx_opts {
     bool             channel;     /* a completion channel per side */
     bool             sig_all;
     uint8_t          timeout, retry_cnt, rnr_retry, min_rnr_timer;
+    uint8_t          path_mtu;    /* IBV_MTU_* (default 1024) */
+    uint8_t          max_dest_rd_atomic, max_rd_atomic; /* default 16 */
     unsigned int     access;      /* of the buffers' MRs and the QPs */
     size_t           buf_len;
 } fx_opts_t;

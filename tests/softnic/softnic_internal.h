@@ -37,7 +37,7 @@
 #define SN_QP_BUCKETS    1024
 #define SN_KEY_BUCKETS   1024
 #define SN_ASYNC_EVENTS  256
-#define SN_MAX_RD_ATOMIC 16
+#define SN_MAX_RD_ATOMIC 16           /* default max_rd_atom and max_init_rd_atom */
 #define SN_MAX_MSG       (1ull << 31)
 #define SN_QPN_MASK      0xffffffu
 #define SN_IDLE_NS       100000000ull /* longest sleep of a NIC thread or fd wait */
@@ -105,6 +105,10 @@ typedef struct sn_context {
     pthread_mutex_t      async_lock;
     struct ibv_async_event async_ring[SN_ASYNC_EVENTS];
     uint32_t             async_head, async_count;
+    int                  async_peer; /* softnic's end of async_fd; -1 once killed */
+    /* DEVICE_FATAL: set under the fabric lock, read anywhere. A dead
+     * context's NIC executes, completes and flushes nothing more. */
+    _Atomic bool         dead;
 } sn_context_t;
 
 typedef struct sn_pd {
@@ -133,6 +137,7 @@ typedef struct sn_channel {
     sn_list_t               link;
     pthread_mutex_t         lock;
     sn_list_t               fifo; /* CQs with events not yet read */
+    int                     peer; /* softnic's end of ibch.fd; -1 once killed */
 } sn_channel_t;
 
 enum { SN_CQE_NONE, SN_CQE_SQ, SN_CQE_RQ };
@@ -283,6 +288,11 @@ static inline sn_cq_t *sn_cq(struct ibv_cq *c)
     return sn_container_of(c, sn_cq_t, ibcq);
 }
 
+static inline bool sn_dead(const sn_context_t *ctx)
+{
+    return atomic_load_explicit(&ctx->dead, memory_order_relaxed);
+}
+
 static inline int sn_qp_state(sn_qp_t *qp)
 {
     return atomic_load(&qp->state);
@@ -316,6 +326,7 @@ void     sn_trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void     sn_config_ready(void);   /* fabric lock held */
 uint64_t sn_now_ns(void);
 int      sn_sgid_index_ok(uint32_t index);
+uint32_t sn_dev_mtu(const sn_device_t *dev); /* IBV_MTU_* of its port; fabric lock */
 void     sn_obj_opened(void);
 void     sn_obj_closed(void);
 
@@ -327,6 +338,15 @@ int  sn_async_busy_cq(sn_cq_t *cq);
 void sn_async_init(sn_context_t *ctx);
 void sn_async_fini(sn_context_t *ctx);
 int  sn_fd_wait(int fd, uint64_t timeout_ns);
+/* Event fds (see async.c): open gives the caller's end and softnic's; raise
+ * and lower make it readable or not (level: once each); kill makes it poll
+ * POLLERR for good. A killed peer is -1: raise and lower do nothing. */
+int  sn_evfd_open(int *fd_p, int *peer_p); /* 0 or an errno value */
+void sn_evfd_raise(int peer);
+void sn_evfd_lower(int fd, int peer);
+void sn_evfd_kill(int *peer_p);
+void sn_evfd_close(int fd, int peer);
+void sn_context_kill(sn_context_t *ctx); /* DEVICE_FATAL; fabric lock held */
 
 /* mem.c */
 sn_mr_t *sn_mr_lkey(uint32_t lkey);
@@ -339,6 +359,7 @@ bool sn_cq_push(sn_cq_t *cq, const struct ibv_wc *wc, sn_qp_t *qp, uint64_t idx,
 void sn_cq_forget_qp(sn_cq_t *cq, sn_qp_t *qp);
 void sn_cq_free(sn_cq_t *cq);
 void sn_channel_free(sn_channel_t *ch);
+void sn_channel_kill(sn_channel_t *ch); /* DEVICE_FATAL; fabric lock held */
 int  sn_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc);
 int  sn_req_notify_cq(struct ibv_cq *ibcq, int solicited_only);
 

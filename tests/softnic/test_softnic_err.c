@@ -6,6 +6,7 @@
 #include "softnic_fixture.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <string.h>
 
 TestSuite(softnic_err, .timeout = 60);
@@ -95,15 +96,18 @@ Test(softnic_err, post_before_rts_fails_with_bad_wr)
     fx_close(&f);
 }
 
-/* A refused remote access fails the requester, flushes what follows, and
- * writes nothing anywhere. */
+/* A refused remote access fails the requester and moves the responder QP
+ * to error too (QP_ACCESS_ERR on its context, its receives flushed); what
+ * follows is flushed and nothing is written anywhere. */
 static void access_error_case(int which)
 {
     fx_opts_t o;
     fx_t f;
     struct ibv_mr *ro = NULL;
+    struct ibv_async_event ev;
     struct ibv_wc wc[8];
     softnic_stats_t st;
+    enum ibv_wr_opcode op = which == 3 ? IBV_WR_RDMA_READ : IBV_WR_RDMA_WRITE;
     uint64_t raddr;
     uint32_t rkey;
 
@@ -118,12 +122,15 @@ static void access_error_case(int which)
     } else if (which == 1) {
         raddr = (uintptr_t)f.b.buf + o.buf_len - 10;
     } else {
-        ro = ibv_reg_mr(f.b.pd, f.b.buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+        /* 2: a WRITE to an MR without REMOTE_WRITE, 3: a READ without REMOTE_READ */
+        ro = ibv_reg_mr(f.b.pd, f.b.buf, 4096,
+                        IBV_ACCESS_LOCAL_WRITE |
+                            (which == 2 ? IBV_ACCESS_REMOTE_READ : IBV_ACCESS_REMOTE_WRITE));
         cr_assert_not_null(ro);
         rkey = ro->rkey;
     }
-    cr_assert_eq(fx_post(f.a.qp, IBV_WR_RDMA_WRITE, 1, f.a.buf, 100, f.a.mr->lkey, raddr, rkey,
-                         0), 0);
+    cr_assert_eq(fx_recv(f.b.qp, 50, f.b.buf + 8192, 64, f.b.mr->lkey), 0);
+    cr_assert_eq(fx_post(f.a.qp, op, 1, f.a.buf + 8192, 100, f.a.mr->lkey, raddr, rkey, 0), 0);
     for (int i = 2; i <= 4; i++)
         cr_assert_eq(fx_post(f.a.qp, IBV_WR_RDMA_WRITE, (uint64_t)i, f.a.buf, 100, f.a.mr->lkey,
                              (uintptr_t)f.b.buf, f.b.mr->rkey, i == 3 ? IBV_SEND_SIGNALED : 0),
@@ -133,10 +140,23 @@ static void access_error_case(int which)
     for (int i = 1; i < 4; i++)
         expect_status(&wc[i], (uint64_t)i + 1, IBV_WC_WR_FLUSH_ERR);
     cr_assert_eq(fx_qp_state(f.a.qp), IBV_QPS_ERR);
-    cr_assert_eq(fx_qp_state(f.b.qp), IBV_QPS_RTS, "the responder is unaffected");
+    cr_assert_eq(fx_qp_state(f.b.qp), IBV_QPS_ERR, "the responder goes to error too");
+    cr_assert(fx_async(f.b.ctx, &ev, FX_WAIT_MS), "no IBV_EVENT_QP_ACCESS_ERR");
+    cr_assert_eq(ev.event_type, IBV_EVENT_QP_ACCESS_ERR);
+    cr_assert_eq(ev.element.qp, f.b.qp);
+    ibv_ack_async_event(&ev);
+    cr_assert_not(fx_async(f.a.ctx, &ev, 50), "the requester got an async event");
+    cr_assert_eq(fx_poll(f.b.cq, wc, 8, 300), 1, "the responder's receive is flushed");
+    expect_status(&wc[0], 50, IBV_WC_WR_FLUSH_ERR);
     cr_assert(all_zero(f.b.buf, o.buf_len), "a refused or flushed WRITE placed bytes");
+    cr_assert(all_zero(f.a.buf + 8192, 100), "a refused READ placed bytes");
     softnic_stats(&st);
     cr_assert_eq(st.access_errors, 1);
+    /* the responder takes WRs and flushes them at once, as any QP in error */
+    cr_assert_eq(fx_post(f.b.qp, IBV_WR_RDMA_WRITE, 60, f.b.buf, 8, f.b.mr->lkey,
+                         (uintptr_t)f.a.buf, f.a.mr->rkey, 0), 0);
+    cr_assert_eq(ibv_poll_cq(f.b.cq, 8, wc), 1);
+    expect_status(&wc[0], 60, IBV_WC_WR_FLUSH_ERR);
     /* a QP in error takes WRs and flushes them at once */
     cr_assert_eq(fx_post(f.a.qp, IBV_WR_RDMA_WRITE, 9, f.a.buf, 100, f.a.mr->lkey,
                          (uintptr_t)f.b.buf, f.b.mr->rkey, 0), 0);
@@ -163,6 +183,11 @@ Test(softnic_err, out_of_bounds_is_remote_access_error)
 Test(softnic_err, no_remote_write_is_remote_access_error)
 {
     access_error_case(2);
+}
+
+Test(softnic_err, no_remote_read_is_remote_access_error)
+{
+    access_error_case(3);
 }
 
 Test(softnic_err, local_key_errors)
@@ -345,6 +370,7 @@ Test(softnic_err, cq_overrun_fails_cq_and_qps)
 
     fx_opts_default(&o);
     o.cqe = 3;
+    o.channel = true;
     fx_open(&f, &o);
     cr_assert_eq(f.a.cq->cqe, 3);
     softnic_stats_reset();
@@ -365,6 +391,17 @@ Test(softnic_err, cq_overrun_fails_cq_and_qps)
     for (int i = 0; i < 3; i++)
         expect_status(&wc[i], (uint64_t)i, IBV_WC_SUCCESS);
     cr_assert_eq(ibv_poll_cq(f.a.cq, 8, wc), 0);
+    softnic_stats(&st);
+    cr_assert_eq(st.cq_overruns, 1);
+    /* the CQ has room again, and still takes nothing: flushes of later WRs
+     * and receives write no CQE and raise no completion event */
+    cr_assert_eq(ibv_req_notify_cq(f.a.cq, 0), 0);
+    cr_assert_eq(fx_post(f.a.qp, IBV_WR_RDMA_WRITE, 7, f.a.buf, 8, f.a.mr->lkey,
+                         (uintptr_t)f.b.buf, f.b.mr->rkey, IBV_SEND_SIGNALED), 0);
+    cr_assert_eq(fx_recv(f.a.qp, 8, f.a.buf, 8, f.a.mr->lkey), 0);
+    cr_assert_eq(fx_poll(f.a.cq, wc, 8, 100), 0, "an overrun CQ took a CQE");
+    cr_assert_eq(poll(&(struct pollfd){.fd = f.a.ch->fd, .events = POLLIN}, 1, 0), 0,
+                 "an overrun CQ raised a completion event");
     softnic_stats(&st);
     cr_assert_eq(st.cq_overruns, 1);
     fx_close(&f);

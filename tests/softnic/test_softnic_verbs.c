@@ -10,6 +10,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 TestSuite(softnic_verbs, .timeout = 60);
@@ -323,8 +324,7 @@ Test(softnic_verbs, mr_rules)
     cr_assert_eq(errno, EINVAL, "REMOTE_WRITE needs LOCAL_WRITE");
     cr_assert_null(ibv_reg_mr(pd, buf, 4097, IBV_ACCESS_LOCAL_WRITE));
     cr_assert_eq(errno, EINVAL, "above max_mr_size");
-    m1 = ibv_reg_mr(pd, buf, 4096,
-                    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC);
+    m1 = ibv_reg_mr(pd, buf, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
     m2 = ibv_reg_mr_iova2(pd, buf + 4096, 4096, 0x1000, IBV_ACCESS_LOCAL_WRITE);
     cr_assert(m1 && m2);
     cr_assert_eq(m1->addr, buf);
@@ -342,6 +342,90 @@ Test(softnic_verbs, mr_rules)
     ibv_free_device_list(list);
 }
 
+/* softnic has no atomics: REMOTE_ATOMIC is refused wherever it is asked. */
+Test(softnic_verbs, remote_atomic_is_refused)
+{
+    const int atomic = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+    fx_opts_t o;
+    fx_t f;
+    struct ibv_qp_init_attr ia;
+    struct ibv_qp_attr a;
+    struct ibv_qp *qp;
+    int fd;
+
+    fx_opts_default(&o);
+    fx_open(&f, &o);
+    errno = 0;
+    cr_assert_null(ibv_reg_mr(f.a.pd, f.a.buf, 4096, atomic));
+    cr_assert_eq(errno, EINVAL);
+    errno = 0;
+    cr_assert_null(ibv_reg_mr(f.a.pd, f.a.buf, 4096, IBV_ACCESS_LOCAL_WRITE |
+                                                         IBV_ACCESS_REMOTE_ATOMIC));
+    cr_assert_eq(errno, EINVAL);
+    errno = 0;
+    cr_assert_null(ibv_reg_mr_iova2(f.a.pd, f.a.buf, 4096, 0x1000, (unsigned int)atomic));
+    cr_assert_eq(errno, EINVAL);
+    fd = memfd_create("softnic-atomic", MFD_CLOEXEC);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(ftruncate(fd, 8192), 0);
+    errno = 0;
+    cr_assert_null(ibv_reg_dmabuf_mr(f.a.pd, 0, 4096, 0x2000, fd, atomic));
+    cr_assert_eq(errno, EINVAL);
+    close(fd);
+    /* a QP's access flags: at INIT, and later */
+    memset(&ia, 0, sizeof(ia));
+    ia.send_cq = f.a.cq;
+    ia.recv_cq = f.a.cq;
+    ia.cap = o.cap;
+    ia.qp_type = IBV_QPT_RC;
+    qp = ibv_create_qp(f.a.pd, &ia);
+    cr_assert_not_null(qp);
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC;
+    cr_assert_eq(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                           IBV_QP_ACCESS_FLAGS), EINVAL);
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    cr_assert_eq(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                                           IBV_QP_ACCESS_FLAGS), 0);
+    cr_assert_eq(ibv_destroy_qp(qp), 0);
+    a.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+    cr_assert_eq(ibv_modify_qp(f.a.qp, &a, IBV_QP_ACCESS_FLAGS), EINVAL, "RTS -> RTS");
+    cr_assert_eq(fx_qp_state(f.a.qp), IBV_QPS_RTS);
+    fx_close(&f);
+}
+
+/* exact_cq_depth: the CQ holds exactly cqe entries, and overruns past them. */
+Test(softnic_verbs, exact_cq_depth)
+{
+    fx_opts_t o;
+    fx_t f;
+    struct ibv_async_event ev;
+    struct ibv_cq *cq;
+    struct ibv_wc wc[8];
+
+    fx_opts_default(&o);
+    o.cfg.exact_cq_depth = true;
+    o.cqe = 5;
+    fx_open(&f, &o);
+    cr_assert_eq(f.a.cq->cqe, 5);
+    cq = ibv_create_cq(f.a.ctx, 100, NULL, NULL, 0);
+    cr_assert_not_null(cq);
+    cr_assert_eq(cq->cqe, 100);
+    cr_assert_eq(ibv_destroy_cq(cq), 0);
+    for (int i = 0; i < 6; i++)
+        cr_assert_eq(fx_post(f.a.qp, IBV_WR_RDMA_WRITE, (uint64_t)i, f.a.buf, 8, f.a.mr->lkey,
+                             (uintptr_t)f.b.buf, f.b.mr->rkey, IBV_SEND_SIGNALED), 0);
+    cr_assert(fx_async(f.a.ctx, &ev, FX_WAIT_MS), "no IBV_EVENT_CQ_ERR");
+    cr_assert_eq(ev.event_type, IBV_EVENT_CQ_ERR);
+    ibv_ack_async_event(&ev);
+    cr_assert(fx_async(f.a.ctx, &ev, FX_WAIT_MS), "no IBV_EVENT_QP_FATAL");
+    ibv_ack_async_event(&ev);
+    cr_assert_eq(ibv_poll_cq(f.a.cq, 8, wc), 5, "the sixth CQE overran a CQ of 5");
+    fx_close(&f);
+}
+
 Test(softnic_verbs, cq_sizes_and_channel_events)
 {
     fx_opts_t o;
@@ -357,7 +441,7 @@ Test(softnic_verbs, cq_sizes_and_channel_events)
     fx_open(&f, &o);
     cq = ibv_create_cq(f.a.ctx, 100, NULL, NULL, 0);
     cr_assert_not_null(cq);
-    cr_assert_geq(cq->cqe, 100);
+    cr_assert_eq(cq->cqe, 127, "2^k - 1 by default");
     cr_assert_eq(ibv_destroy_cq(cq), 0);
     errno = 0;
     cr_assert_null(ibv_create_cq(f.a.ctx, 4194304, NULL, NULL, 0));
@@ -440,7 +524,7 @@ Test(softnic_verbs, async_events_qp_fatal_and_port)
     ibv_ack_async_event(&ev);
     cr_assert_eq(ibv_query_port(f.b.ctx, 1, &pa), 0);
     cr_assert_eq(pa.state, IBV_PORT_DOWN);
-    cr_assert_eq(fx_qp_state(f.b.qp), IBV_QPS_ERR);
+    cr_assert_eq(fx_qp_state(f.b.qp), IBV_QPS_RTS, "a link going down moves no QP");
     cr_assert_eq(ibv_query_port(f.a.ctx, 1, &pa), 0);
     cr_assert_eq(pa.state, IBV_PORT_ACTIVE, "only softnic1 went down");
     cr_assert_eq(softnic_async(1, IBV_EVENT_PORT_ACTIVE), 0);

@@ -11,7 +11,9 @@
  * to the responder QP's PD, have REMOTE_WRITE, and so must the responder
  * QP's qp_access_flags; [remote_addr, +len) must lie in the MR (a zero-length
  * WRITE checks nothing). Otherwise the requester completes with
- * IBV_WC_REM_ACCESS_ERR and goes to error; the responder QP is unaffected.
+ * IBV_WC_REM_ACCESS_ERR and goes to error, and so does the responder QP
+ * (IB spec, mlx5): its posted receives and send WRs are flushed and its
+ * context gets IBV_EVENT_QP_ACCESS_ERR.
  * WITH_IMM consumes a receive (RNR if none) and completes it with
  * IBV_WC_RECV_RDMA_WITH_IMM, byte_len = len, the immediate data.
  *
@@ -21,8 +23,13 @@
  * fail the local checks: responder IBV_WC_LOC_PROT_ERR, requester
  * IBV_WC_REM_OP_ERR, both to error.
  *
- * RDMA READ: the rkey needs REMOTE_READ (MR and responder QP); the bytes are
- * scattered into the local sges; the CQE has byte_len = len.
+ * RDMA READ: the rkey needs REMOTE_READ (MR and responder QP), as above;
+ * the bytes are scattered into the local sges; the CQE has byte_len = len.
+ *
+ * MTU: a packet carries min(len, path_mtu of its sender) bytes and is
+ * dropped by a port whose active MTU is smaller: a WRITE's or SEND's by the
+ * responder's port, a READ's responses (after the access checks) by the
+ * requester's. A dropped packet is no ACK: SN_X_UNREACHABLE, retried.
  *
  * Bytes move only with move_data; each receive completion is written after
  * the bytes it announces, and before the requester's completion.
@@ -140,12 +147,40 @@ static sn_qp_t *sn_resolve(const sn_qp_t *qp)
     if (!r)
         return NULL;
     st = sn_qp_state(r);
-    if ((st != IBV_QPS_RTR && st != IBV_QPS_RTS) ||
+    if ((st != IBV_QPS_RTR && st != IBV_QPS_RTS) || sn_dead(r->ctx) ||
         atomic_load(&r->ctx->dev->port_state) != IBV_PORT_ACTIVE ||
         memcmp(&r->ctx->dev->gid[grh->sgid_index], &grh->dgid, sizeof(grh->dgid)) != 0 ||
         r->attr.dest_qp_num != qp->qpn)
         return NULL;
     return r;
+}
+
+/* Whether the largest packet `from` sends for len bytes fits the port of `to`. */
+static bool sn_mtu_fits(const sn_qp_t *from, const sn_qp_t *to, uint64_t len)
+{
+    uint64_t pkt = 128ull << from->attr.path_mtu, mtu = 128ull << sn_dev_mtu(to->ctx->dev);
+
+    if (len < pkt)
+        pkt = len;
+    if (pkt <= mtu)
+        return true;
+    SN_TRACE("QP %#x -> QP %#x: a %llu-byte packet above the %llu-byte MTU of %s: dropped",
+             from->qpn, to->qpn, (unsigned long long)pkt, (unsigned long long)mtu,
+             to->ctx->dev->ibdev.name);
+    return false;
+}
+
+/* A remote access refused: both QPs to error, IBV_EVENT_QP_ACCESS_ERR for the
+ * responder's. */
+static int sn_access_error(sn_qp_t *qp, sn_qp_t *r)
+{
+    SN_STAT_ADD(access_errors, 1);
+    sn_sq_complete(qp, IBV_WC_REM_ACCESS_ERR, 0);
+    if (sn_qp_state(r) != IBV_QPS_ERR) {
+        sn_qp_to_error(r);
+        sn_async_push(r->ctx, IBV_EVENT_QP_ACCESS_ERR, &r->ibqp, 0);
+    }
+    return SN_X_DONE;
 }
 
 /* ---- the responder's receive ---- */
@@ -200,11 +235,8 @@ static int sn_write(sn_qp_t *qp, sn_qp_t *r, sn_swqe_t *w, bool move, bool imm)
 
     if (w->len) {
         mr = sn_remote_mr(r, w->rkey, w->remote_addr, w->len, IBV_ACCESS_REMOTE_WRITE);
-        if (!mr) {
-            SN_STAT_ADD(access_errors, 1);
-            sn_sq_complete(qp, IBV_WC_REM_ACCESS_ERR, 0);
-            return SN_X_DONE;
-        }
+        if (!mr)
+            return sn_access_error(qp, r);
     }
     if (imm && sn_rq_empty(r))
         return SN_X_RNR;
@@ -259,12 +291,11 @@ static int sn_read(sn_qp_t *qp, sn_qp_t *r, sn_swqe_t *w, bool move)
 
     if (w->len) {
         mr = sn_remote_mr(r, w->rkey, w->remote_addr, w->len, IBV_ACCESS_REMOTE_READ);
-        if (!mr) {
-            SN_STAT_ADD(access_errors, 1);
-            sn_sq_complete(qp, IBV_WC_REM_ACCESS_ERR, 0);
-            return SN_X_DONE;
-        }
+        if (!mr)
+            return sn_access_error(qp, r);
     }
+    if (!sn_mtu_fits(r, qp, w->len))
+        return SN_X_UNREACHABLE; /* the responses are dropped */
     if (mr && move) {
         sn_it_flat(&src, sn_mr_ptr(mr, w->remote_addr, w->len), w->len);
         sn_it_sges(&dst, w->sge, w->num_sge);
@@ -290,6 +321,8 @@ int sn_xfer(sn_qp_t *qp, sn_swqe_t *w, bool hold_ack, uint64_t *rnr_ns_p)
         sn_sq_complete(qp, IBV_WC_LOC_PROT_ERR, 0);
         return SN_X_DONE;
     }
+    if (w->opcode != IBV_WR_RDMA_READ && !sn_mtu_fits(qp, r, w->len))
+        return SN_X_UNREACHABLE;
     switch (w->opcode) {
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
