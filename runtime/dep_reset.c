@@ -150,6 +150,10 @@ static void rebuild(pdx_shard_loop_t *L, pdx_dep_t *dep)
     pdx_status_t st;
 
     pthread_mutex_lock(&dep->lock);
+    if (dep->rebuilt || !atomic_load_explicit(&dep->resetting, memory_order_relaxed)) {
+        pthread_mutex_unlock(&dep->lock);
+        return; /* done already: waiting for the peer */
+    }
     /* Destroy first: the CQ holds room for the dep's depths once. */
     e->ops->ep_destroy(dep->ep);
     dep->ep = NULL;
@@ -189,11 +193,10 @@ void pdx_shard_resets(pdx_shard_loop_t *L)
                 reset_over(dep);
             continue;
         }
-        if (dep->rebuilt || dep->completed != dep->posted ||
+        if (dep->completed != dep->posted ||
             atomic_load_explicit(&dep->rx_out, memory_order_relaxed) != 0)
-            continue; /* waiting for the peer, or still draining */
-        rebuild(L, dep);
-        L->progress = true;
+            continue; /* still draining */
+        rebuild(L, dep); /* once per reset: then it waits for the peer */
     }
 }
 

@@ -184,6 +184,12 @@ pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p)
     st = open_transport(e, &params);
     if (st != PDX_OK)
         goto err_lock;
+    /* PDX_FLUSH=auto flushes GPU destinations; without hip/ all memory is
+     * host memory, which needs none. tcp places bytes before its notify. */
+    e->flush = e->cfg.flush == PDX_MODE_ON && e->ops->post_read != pdx_tp_unsupported_post_read;
+    if (e->cfg.flush == PDX_MODE_ON && !e->flush)
+        pdx_info("PDX_FLUSH=on: the %s transport places bytes before its notify; no flush read",
+                 e->ops->name);
     st = rooms_init(e);
     if (st != PDX_OK)
         goto err_close_tp;
@@ -310,7 +316,8 @@ pdx_status_t pdx_mem_register(pdx_engine_t *e, void *base, size_t len, uint32_t 
     }
     /* Without the GPU layer every pointer is treated as host memory. */
     st = e->ops->mr_reg(e->tp, base, len,
-                        PDX_TP_ACCESS_LOCAL_WRITE | PDX_TP_ACCESS_REMOTE_WRITE, &e->mems[id].mr);
+                        PDX_TP_ACCESS_LOCAL_WRITE | PDX_TP_ACCESS_REMOTE_WRITE |
+                            (e->flush ? PDX_TP_ACCESS_REMOTE_READ : 0), &e->mems[id].mr);
     if (st != PDX_OK) {
         pthread_mutex_unlock(&e->lock);
         return st;

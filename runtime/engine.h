@@ -238,8 +238,14 @@ typedef struct pdx_held_notify {
 
 /* ----------------------------------------------------------------- shards */
 
+typedef struct pdx_flush_entry {
+    pdx_room_obj_t *obj;
+    uint64_t        room;
+} pdx_flush_entry_t;
+
 typedef struct pdx_shard_stats {
     _Atomic uint64_t bytes_sent, writes_posted, chunks_sent, notifies_sent, notifies_received;
+    _Atomic uint64_t flushes;         /* flush reads completed (flush.c) */
     _Atomic uint64_t wakeups;
 } pdx_shard_stats_t;
 
@@ -260,6 +266,18 @@ struct pdx_shard {
     _Atomic uint32_t   ndeps;
     _Atomic uint32_t   deps_gen;       /* + 1 when a dep stops or starts being usable */
     _Atomic uint32_t   resets;         /* deps being reset (dep_reset.c) */
+    /* decode visibility (flush.c): rooms waiting for the next flush read */
+    pthread_mutex_t    flush_lock;
+    pdx_flush_entry_t *flush_q;        /* under flush_lock */
+    uint32_t           flush_n, flush_cap;
+    _Atomic uint32_t   flush_pending;
+    pdx_tp_ep_t       *flush_ep[2];    /* loopback pair: [0] reads through [1] */
+    pdx_tp_mr_t       *flush_mr;
+    uint64_t          *flush_buf;
+    pdx_flush_entry_t *flush_batch;    /* shard only: what the READ in flight covers */
+    uint32_t           flush_nbatch;
+    bool               flush_busy;
+    char               flush_broken[PDX_ERRMSG_MAX]; /* why the pair is not used */
     /* shard only: rooms with queued chunks */
     uint32_t           active_head;    /* room obj index, UINT32_MAX: none; */
     uint32_t           active_tail;    /* oldest first, so no room starves */
@@ -276,6 +294,7 @@ struct pdx_engine {
     pdx_config_t               cfg;
     const pdx_transport_ops_t *ops;
     pdx_tp_t                  *tp;
+    bool                       flush;       /* decode rooms wait for a flush read */
     uint8_t                    id[PDX_WIRE_ID_SIZE];
     uint64_t                   sender_id;   /* notify identity: from id */
     char                       host[PDX_WIRE_HOST_MAX + 1];
@@ -379,6 +398,13 @@ pdx_status_t pdx_dep_connect(pdx_dep_t *dep, const pdx_tp_addr_t *remote);
  * asked for it.
  */
 void pdx_dep_reset_begin(pdx_dep_t *dep, pdx_status_t status, const char *why, bool tell_peer);
+
+/* flush.c: decode visibility. pdx_flush_defer queues a room whose data all
+ * arrived (true) when flushes are on, instead of its SUCCESS. */
+pdx_status_t pdx_flush_init(pdx_shard_t *s);
+void     pdx_flush_fini(pdx_shard_t *s);
+uint32_t pdx_flush_cq_depth(const pdx_engine_t *e);
+bool     pdx_flush_defer(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t room);
 /* Control thread: RESET, EP of a later epoch, CREDIT of a reset endpoint. */
 void pdx_dep_on_reset(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_reset_t *m);
 void pdx_dep_on_ep(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_ep_t *m);

@@ -331,7 +331,7 @@ void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notif
     pdx_room_obj_t *obj;
     const char *why = NULL;
     pdx_room_ext_t *ext;
-    bool done = false, ignore = false;
+    bool done = false, ignore = false, flush = false;
 
     if (!peer) {
         pdx_warn("room %llu: notify without a peer ignored", (unsigned long long)n->room);
@@ -354,12 +354,17 @@ void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notif
         pdx_room_advance(obj, PDX_ROOM_TRANSFERRING);
         if (n->flags & PDX_WIRE_NOTIFY_LAST) {
             done = count_last(ext, n, &why);
-            /* tcp places data before the notify: visible */
-            if (done && pdx_room_advance(obj, PDX_ROOM_SUCCESS))
+            /* Every byte is placed (RC order: data before the notify);
+             * visible to kernels at once, or after a flush read (flush.c). */
+            if (done && e->flush)
+                flush = true;
+            else if (done && pdx_room_advance(obj, PDX_ROOM_SUCCESS))
                 atomic_fetch_add_explicit(&e->stats.rooms_success, 1, memory_order_relaxed);
         }
     }
     pthread_mutex_unlock(&ext->lock);
+    if (flush)
+        pdx_flush_defer(e, obj, n->room);
     if (ignore)
         pdx_warn("room %llu: notify from %s (sender %016llx) ignored: not one of the room's "
                  "senders", (unsigned long long)n->room, peer->addr,

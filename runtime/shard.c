@@ -122,7 +122,7 @@ pdx_status_t pdx_shard_init(pdx_engine_t *e, pdx_shard_t *s, uint32_t index)
         pdx_error("shard %u: eventfd: %s", index, strerror(errno));
         goto err_links;
     }
-    status = e->ops->cq_create(e->tp, shard_cq_depth(cfg), &s->cq);
+    status = e->ops->cq_create(e->tp, shard_cq_depth(cfg) + pdx_flush_cq_depth(e), &s->cq);
     if (status != PDX_OK)
         goto err_wake; /* the transport said why */
     status = PDX_ERR_IO;
@@ -134,8 +134,13 @@ pdx_status_t pdx_shard_init(pdx_engine_t *e, pdx_shard_t *s, uint32_t index)
     if (shard_epoll_add(s, s->wake_fd, EV_WAKE) != PDX_OK ||
         shard_epoll_add(s, e->ops->cq_fd(s->cq), EV_CQ) != PDX_OK)
         goto err_epoll;
+    status = pdx_flush_init(s);
+    if (status != PDX_OK)
+        goto err_flush;
     return PDX_OK;
 
+err_flush:
+    pdx_flush_fini(s);
 err_epoll:
     close(s->epfd);
     s->epfd = -1;
@@ -198,6 +203,7 @@ void pdx_shard_fini(pdx_shard_t *s)
         atomic_store_explicit(&s->deps[i], NULL, memory_order_relaxed);
     }
     atomic_store_explicit(&s->ndeps, 0, memory_order_relaxed);
+    pdx_flush_fini(s);
     close(s->epfd);
     e->ops->cq_destroy(s->cq);
     close(s->wake_fd);
@@ -458,6 +464,8 @@ static void shard_pass(pdx_shard_loop_t *L)
     pdx_shard_poll(L);
     if (atomic_load_explicit(&L->s->resets, memory_order_relaxed))
         pdx_shard_resets(L);
+    if (L->e->flush)
+        pdx_flush_run(L);
     pdx_shard_intake(L);
     pdx_shard_send(L);
     if (L->credit_retry)

@@ -87,6 +87,10 @@ void pdx_shard_credit_retry(pdx_shard_loop_t *L);
 void pdx_shard_dep_broken(pdx_dep_t *dep, pdx_status_t status, const char *why);
 /* dep_reset.c: rebuild the deps of this shard whose reset drained. */
 void pdx_shard_resets(pdx_shard_loop_t *L);
+/* flush.c: post the flush read for the rooms queued; its completion (true
+ * when wc was of the flush pair). */
+void pdx_flush_run(pdx_shard_loop_t *L);
+bool pdx_flush_on_wc(pdx_shard_loop_t *L, const pdx_tp_wc_t *wc);
 
 /* WRs a dep may still take: data leaves room for the notifies. */
 static inline uint32_t pdx_dep_room(const pdx_dep_t *dep, uint32_t reserve)

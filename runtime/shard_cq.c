@@ -199,6 +199,8 @@ void pdx_shard_poll(pdx_shard_loop_t *L)
                                                                  memory_order_acquire) : NULL;
 
             if (PDX_UNLIKELY(!dep || dep->ep != wc->ep)) {
+                if (e->flush && pdx_flush_on_wc(L, wc))
+                    continue; /* the flush read (its pair is no dep) */
                 pdx_error("shard %u: completion (wr_id 0x%llx) of an endpoint it does not own: "
                           "ignored", s->index, (unsigned long long)wc->wr_id);
                 continue;

@@ -7,12 +7,14 @@
  * turned into FAILED later, every room can be released (no WR is left
  * unaccounted for), nothing is written outside a registered region, and the
  * failed QP is reset and reconnected: the same peer carries new rooms.
+ * Also over rdma only: the flush read before decode's SUCCESS.
  */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "engine.h"
 #include "engine_fixture.h"
 #include "softnic.h"
 
@@ -224,5 +226,42 @@ Test(rdma_faults, burst_far_larger_than_the_send_queue, .fini = fini, .timeout =
     peer = side_connect(&dc, &pf);
     start_rooms(&dc, peer, 600, 32, 64, dst);
     cr_expect_eq(settle_rooms(&dc, 600, 32, 64, dst), 32);
+    expect_no_access_error();
+}
+
+static uint64_t flushes(const side_t *s)
+{
+    uint64_t n = 0;
+
+    for (uint32_t i = 0; i < s->e->nshards; i++)
+        n += atomic_load(&s->e->shards[i].stats.flushes);
+    return n;
+}
+
+/*
+ * PDX_FLUSH=on: decode's rooms become SUCCESS only through a flush read
+ * (one covers every room whose data was in by then); off: no read.
+ */
+Test(rdma_faults, flush_read_before_decode_success, .fini = fini, .timeout = 60)
+{
+    static const char *const on[] = {"PDX_FLUSH=on", NULL};
+    static const char *const off[] = {"PDX_FLUSH=off", NULL};
+    geom_t g = {.layers = 4, .bytes_per_page = 1024, .npages = 512};
+    uint32_t dst[8 * 32];
+    uint64_t n;
+
+    nic_setup(1);
+    side_open(&pf, &g, NULL);
+    side_open(&dc, &g, on);
+    side_open(&dc2, &g, off);
+    peer = side_connect(&dc, &pf);
+    peer2 = side_connect(&dc2, &pf);
+    start_rooms(&dc, peer, 700, 8, 32, dst);
+    cr_expect_eq(settle_rooms(&dc, 700, 8, 32, dst), 8);
+    n = flushes(&dc);
+    cr_expect(n >= 1 && n <= 8, "%llu flush reads for 8 rooms", (unsigned long long)n);
+    start_rooms(&dc2, peer2, 800, 8, 32, dst);
+    cr_expect_eq(settle_rooms(&dc2, 800, 8, 32, dst), 8);
+    cr_expect_eq(flushes(&dc2), 0, "PDX_FLUSH=off read anyway");
     expect_no_access_error();
 }

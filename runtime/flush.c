@@ -1,0 +1,207 @@
+/*
+ * Decode visibility (DESIGN.md §5): before a decode room whose data all
+ * arrived becomes SUCCESS, one RDMA READ over a loopback QP pair of the
+ * room's shard reads 8 bytes of this engine's registered memory. The READ
+ * completes after the writes the NIC placed before it are visible (the
+ * PCIe ordering recipe of RCCL/NCCL), so kernels launched after SUCCESS see
+ * every byte. One READ covers every room queued since the last one.
+ *
+ * Who does what:
+ * - Any thread that counts a room's last notify (a shard, or an API thread
+ *   applying held notifies) queues the room on its shard (flush_lock) and
+ *   wakes the shard, instead of marking it SUCCESS.
+ * - The shard takes the whole queue as a batch, posts the READ, and on its
+ *   completion moves each live room of the batch from TRANSFERRING to
+ *   SUCCESS (a room aborted or failed meanwhile stays FAILED); a READ that
+ *   fails fails the batch's rooms with the reason, and the pair is not
+ *   used again (later rooms fail the same way: the NIC is broken).
+ *
+ * PDX_FLUSH=on turns it on over rdma; auto will once hip/ tells GPU
+ * destinations apart (host memory needs no flush); tcp places bytes before
+ * the notify and needs none.
+ */
+#include "shard.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "rooms.h"
+
+#define FLUSH_SQ 4u
+
+uint32_t pdx_flush_cq_depth(const pdx_engine_t *e)
+{
+    return e->flush ? 2 * (FLUSH_SQ + 1) : 0;
+}
+
+pdx_status_t pdx_flush_init(pdx_shard_t *s)
+{
+    pdx_engine_t *e = s->engine;
+    const pdx_tp_ep_attr_t attr = {.sq_depth = FLUSH_SQ, .rq_depth = 1};
+    pdx_tp_addr_t addr[2];
+    pdx_status_t st;
+    void *buf;
+
+    pthread_mutex_init(&s->flush_lock, NULL);
+    if (!e->flush)
+        return PDX_OK;
+    s->flush_cap = e->cfg.rooms;
+    s->flush_q = calloc(s->flush_cap, sizeof(*s->flush_q));
+    s->flush_batch = calloc(s->flush_cap, sizeof(*s->flush_batch));
+    if (!s->flush_q || !s->flush_batch || posix_memalign(&buf, PDX_CACHELINE, PDX_CACHELINE)) {
+        pdx_error("shard %u: out of memory for the flush queue", s->index);
+        return PDX_ERR_NOMEM;
+    }
+    s->flush_buf = memset(buf, 0, PDX_CACHELINE);
+    st = e->ops->mr_reg(e->tp, s->flush_buf, PDX_CACHELINE, PDX_TP_ACCESS_LOCAL_WRITE,
+                        &s->flush_mr);
+    for (int i = 0; i < 2 && st == PDX_OK; i++)
+        st = e->ops->ep_create(e->tp, s->cq, &attr, &s->flush_ep[i]);
+    if (st != PDX_OK)
+        return st; /* the transport said why; pdx_flush_fini undoes the rest */
+    e->ops->ep_address(s->flush_ep[0], &addr[0]);
+    e->ops->ep_address(s->flush_ep[1], &addr[1]);
+    st = e->ops->ep_connect(s->flush_ep[0], &addr[1]);
+    if (st == PDX_OK)
+        st = e->ops->ep_connect(s->flush_ep[1], &addr[0]);
+    return st;
+}
+
+void pdx_flush_fini(pdx_shard_t *s)
+{
+    pdx_engine_t *e = s->engine;
+
+    for (int i = 0; i < 2; i++)
+        if (s->flush_ep[i]) {
+            e->ops->ep_destroy(s->flush_ep[i]);
+            s->flush_ep[i] = NULL;
+        }
+    if (s->flush_mr && e->ops->mr_dereg(s->flush_mr) != PDX_OK)
+        pdx_warn("shard %u: the flush buffer could not be deregistered", s->index);
+    s->flush_mr = NULL;
+    free(s->flush_buf);
+    free(s->flush_q);
+    free(s->flush_batch);
+    s->flush_buf = NULL;
+    s->flush_q = s->flush_batch = NULL;
+    pthread_mutex_destroy(&s->flush_lock);
+}
+
+bool pdx_flush_defer(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t room)
+{
+    pdx_shard_t *s = &e->shards[pdx_hash64(room) % e->nshards];
+    bool queued = false;
+
+    if (!e->flush)
+        return false;
+    pthread_mutex_lock(&s->flush_lock);
+    if (s->flush_n < s->flush_cap) {
+        s->flush_q[s->flush_n++] = (pdx_flush_entry_t){obj, room};
+        queued = true;
+    }
+    pthread_mutex_unlock(&s->flush_lock);
+    if (!queued) {
+        /* More rooms than the table holds cannot wait: never reached. */
+        pdx_rooms_fail_id(e, obj, room, PDX_ERR_FULL, "the flush queue of shard %u is full",
+                          s->index);
+        return true;
+    }
+    atomic_store_explicit(&s->flush_pending, 1, memory_order_release);
+    pdx_shard_wake(s);
+    return true;
+}
+
+/* The READ's target: 8 bytes of any region this engine registered. */
+static bool flush_target(pdx_engine_t *e, pdx_tp_rkey_t *rkey_p)
+{
+    bool found = false;
+
+    pthread_mutex_lock(&e->lock);
+    for (uint32_t i = 0; i < PDX_MAX_MEMS && !found; i++)
+        if (e->mems[i].used && e->mems[i].len >= 8) {
+            *rkey_p = e->mems[i].rkey;
+            found = true;
+        }
+    pthread_mutex_unlock(&e->lock);
+    return found;
+}
+
+static void fail_batch(pdx_shard_loop_t *L, pdx_status_t status, const char *why)
+{
+    pdx_shard_t *s = L->s;
+
+    for (uint32_t i = 0; i < s->flush_nbatch; i++)
+        pdx_rooms_fail_id(L->e, s->flush_batch[i].obj, s->flush_batch[i].room, status,
+                          "the flush read before SUCCESS failed: %s", why);
+    s->flush_nbatch = 0;
+}
+
+void pdx_flush_run(pdx_shard_loop_t *L)
+{
+    pdx_shard_t *s = L->s;
+    pdx_engine_t *e = L->e;
+    pdx_tp_rkey_t target;
+    pdx_status_t st;
+
+    if (s->flush_busy || !atomic_load_explicit(&s->flush_pending, memory_order_acquire))
+        return;
+    pthread_mutex_lock(&s->flush_lock);
+    memcpy(s->flush_batch, s->flush_q, s->flush_n * sizeof(*s->flush_q));
+    s->flush_nbatch = s->flush_n;
+    s->flush_n = 0;
+    atomic_store_explicit(&s->flush_pending, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&s->flush_lock);
+    L->progress = true;
+    if (s->flush_broken[0]) {
+        fail_batch(L, PDX_ERR_IO, s->flush_broken);
+        return;
+    }
+    if (!flush_target(e, &target)) {
+        fail_batch(L, PDX_ERR_STATE, "no registered memory to read");
+        return;
+    }
+    st = e->ops->post_read(s->flush_ep[0], 0, s->flush_mr, 0, 8, target.addr, target.rkey);
+    if (st != PDX_OK) {
+        const char *why = e->ops->ep_error(s->flush_ep[0]);
+
+        snprintf(s->flush_broken, sizeof(s->flush_broken), "%s",
+                 why[0] ? why : pdx_status_str(st));
+        fail_batch(L, st, s->flush_broken);
+        return;
+    }
+    s->flush_busy = true;
+}
+
+bool pdx_flush_on_wc(pdx_shard_loop_t *L, const pdx_tp_wc_t *wc)
+{
+    pdx_shard_t *s = L->s;
+    pdx_engine_t *e = L->e;
+
+    if (wc->ep != s->flush_ep[0] && wc->ep != s->flush_ep[1])
+        return false;
+    if (wc->ep != s->flush_ep[0])
+        return true; /* only READs are posted, on [0] */
+    s->flush_busy = false;
+    L->progress = true;
+    if (wc->status != PDX_OK) {
+        const char *why = e->ops->ep_error(s->flush_ep[0]);
+
+        snprintf(s->flush_broken, sizeof(s->flush_broken), "%s",
+                 why[0] ? why : pdx_status_str(wc->status));
+        pdx_error("shard %u: the flush read failed: %s", s->index, s->flush_broken);
+        fail_batch(L, wc->status, s->flush_broken);
+        return true;
+    }
+    for (uint32_t i = 0; i < s->flush_nbatch; i++) {
+        pdx_room_obj_t *obj = s->flush_batch[i].obj;
+
+        if (pdx_rooms_live(obj, s->flush_batch[i].room) &&
+            pdx_room_advance(obj, PDX_ROOM_SUCCESS))
+            atomic_fetch_add_explicit(&e->stats.rooms_success, 1, memory_order_relaxed);
+    }
+    atomic_fetch_add_explicit(&s->stats.flushes, 1, memory_order_relaxed);
+    s->flush_nbatch = 0;
+    return true;
+}
