@@ -14,12 +14,26 @@
  * and ep_create refuses an ep whose depths do not fit what is left of the
  * CQ: the CQ never overruns.
  *
- * Error completions: ibv_wc_status becomes a pdx_status_t and the ep goes
- * to error (first error wins) with a message naming the status, the
- * vendor_err and the remote QPN. A flushed WR completes with the status
- * the ep failed with (ep_fail's `why`, else PDX_ERR_PEER). An error
- * completion's opcode field is undefined in verbs; the ring says what the
- * WR was.
+ * Error completions: ibv_wc_status becomes a pdx_status_t (map_status) and
+ * the ep goes to error with a message naming the WR's opcode, the status,
+ * the vendor_err and both QPNs. A flushed WR completes with the status the
+ * ep failed with (ep_fail's `why`, else PDX_ERR_PEER). A flush CQE says
+ * the QP is in error, not why: its record gives way to a cause that comes
+ * later (an async event the async thread had not handled yet, a non-flush
+ * error CQE). An error completion's opcode field is undefined in verbs; the
+ * ring says what the WR was.
+ *
+ * A WR posted by a call that was refused (post.c: `hidden`) completes to
+ * nobody. A CQE may overtake the post call that took its WR (the NIC was
+ * quicker than the provider's return): the poller then waits for the call
+ * to publish sq_head, which it does at once, to know whether it was
+ * refused.
+ *
+ * Where the NIC reports nothing more (rdma.h: software flush), cq_poll
+ * completes the eps concerned from their rings (sw_flush.c), and drops their
+ * CQEs. A failing ibv_poll_cq, ibv_req_notify_cq or ibv_get_cq_event puts
+ * the CQ in error that way (rdma_cq_fail): cq_arm then answers PDX_ERR_IO
+ * for good, so the caller's sleeps stay bounded.
  *
  * cq_fd is the completion channel's fd (nonblocking): cq_arm, poll once
  * more, sleep on the fd, cq_ack (reads and acks every pending event).
@@ -29,34 +43,118 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #define RDMA_POLL_BATCH 32
 
-static pdx_status_t map_status(enum ibv_wc_status s)
+static pdx_status_t map_status(enum ibv_wc_status s, bool recv)
 {
     switch (s) {
     case IBV_WC_SUCCESS:
         return PDX_OK;
     case IBV_WC_LOC_LEN_ERR:
+        /* a RECV: the peer sent more than the buffer holds */
+        return recv ? PDX_ERR_PROTO : PDX_ERR_IO;
     case IBV_WC_LOC_QP_OP_ERR:
     case IBV_WC_LOC_PROT_ERR:
+    case IBV_WC_LOC_ACCESS_ERR:
         return PDX_ERR_IO;
     case IBV_WC_REM_ACCESS_ERR:
         return PDX_ERR_RANGE;
+    case IBV_WC_REM_INV_REQ_ERR:
+        /* our SEND did not fit the peer's receive, or a request it refused */
+        return PDX_ERR_PROTO;
     default:
         /* flushes, retries exceeded, RNR, remote and fatal errors */
         return PDX_ERR_PEER;
     }
 }
 
-/* Translate one CQE; false when it belongs to no live ep (dropped). */
+static const char *op_str(uint32_t opcode)
+{
+    static const char *const names[] = {
+        [PDX_TP_OP_WRITE] = "WRITE",
+        [PDX_TP_OP_SEND] = "SEND",
+        [PDX_TP_OP_RECV] = "RECV",
+        [PDX_TP_OP_READ] = "READ",
+    };
+
+    return opcode < PDX_ARRAY_SIZE(names) ? names[opcode] : "?";
+}
+
+/* The ep's error from an error CQE; the status the completion gets. */
+static pdx_status_t __attribute__((cold, noinline))
+wc_error(rdma_ep_t *ep, const struct ibv_wc *w, uint32_t opcode, pdx_status_t status)
+{
+    bool flush = w->status == IBV_WC_WR_FLUSH_ERR;
+    int why;
+
+    rdma_ep_set_error(ep, PDX_ERR_PEER, flush ? RDMA_ERR_FLUSH : RDMA_ERR_CAUSE,
+                      "%s: %s (vendor_err 0x%x) on QP 0x%x, remote QP 0x%x", op_str(opcode),
+                      ibv_wc_status_str(w->status), w->vendor_err, ep->qpn,
+                      atomic_load_explicit(&ep->remote_qpn, memory_order_relaxed));
+    /* ep_error says why once this completion is out, whoever recorded it */
+    rdma_ep_errmsg_wait(ep);
+    if (!flush)
+        return status;
+    why = atomic_load_explicit(&ep->err, memory_order_acquire);
+    return why ? (pdx_status_t)why : PDX_ERR_PEER;
+}
+
+/* A CQE overtook the post call of its WR: sq_head once that call returned. */
+static uint64_t __attribute__((noinline)) sq_wait_posted(rdma_ep_t *ep, uint64_t seq)
+{
+    uint64_t head;
+    unsigned spins = 0;
+
+    while ((head = atomic_load_explicit(&ep->sq_head, memory_order_acquire)) <= seq) {
+        if (++spins < 64)
+            pdx_cpu_relax();
+        else
+            sched_yield();
+    }
+    return head;
+}
+
+/*
+ * A CQE of a hidden WR (post.c). It frees the entries from sq_done to it.
+ * Hidden entries end the ring (the refused call failed the ep), so any it
+ * covers before them are unsignaled WRs of earlier calls that succeeded
+ * (had they been flushed, each would have had its CQE, in order, before
+ * this one): the last of those completes, with PDX_OK. False when it
+ * covers none.
+ */
+static bool __attribute__((cold, noinline))
+wc_hidden(rdma_ep_t *ep, const struct ibv_wc *w, uint64_t done, uint64_t seq, pdx_tp_wc_t *out)
+{
+    uint64_t last = seq;
+    bool shown;
+
+    while (last > done && ep->sq[(last - 1) & ep->sq_mask].hidden)
+        last--;
+    shown = last > done;
+    if (shown) {
+        const rdma_wqe_t *e = &ep->sq[(last - 1) & ep->sq_mask];
+
+        *out = (pdx_tp_wc_t){.wr_id = e->wr_id, .ep = rdma_ep_pub(ep), .status = PDX_OK,
+                             .opcode = (pdx_tp_opcode_t)e->opcode};
+    }
+    pdx_debug("rdma: %s: QP 0x%x: %s for a WR of a refused post: dropped", ep->tp->dev.name,
+              ep->qpn, ibv_wc_status_str(w->status));
+    rdma_mr_unref_range(ep->sq, ep->sq_mask, done, seq + 1);
+    atomic_store_explicit(&ep->sq_done, seq + 1, memory_order_release);
+    return shown;
+}
+
+/* Translate one CQE; false when it goes to nobody (dropped). */
 static bool wc_process(rdma_cq_t *cq, const struct ibv_wc *w, pdx_tp_wc_t *out)
 {
     uint64_t id = w->wr_id;
     uint32_t slot = (uint32_t)(id >> RDMA_WR_SLOT_SHIFT) & RDMA_WR_SLOT_MASK;
     uint32_t gen = (uint32_t)(id >> RDMA_WR_GEN_SHIFT) & RDMA_WR_GEN_MASK;
     uint64_t idx = id & RDMA_WR_IDX_MASK, done, seq;
+    const bool rq = id & RDMA_WR_RQ_BIT;
     const rdma_wqe_t *e;
     pdx_status_t status;
     rdma_ep_t *ep;
@@ -64,7 +162,9 @@ static bool wc_process(rdma_cq_t *cq, const struct ibv_wc *w, pdx_tp_wc_t *out)
     if (slot >= cq->nslots || !cq->slots[slot].ep || cq->slots[slot].gen != gen)
         return false;
     ep = cq->slots[slot].ep;
-    if (id & RDMA_WR_RQ_BIT) {
+    if (PDX_UNLIKELY(ep->sw_flush))
+        return false; /* its WRs complete from its rings */
+    if (rq) {
         done = atomic_load_explicit(&ep->rq_done, memory_order_relaxed);
         seq = done + ((idx - done) & ep->rq_mask);
         rdma_mr_unref_range(ep->rq, ep->rq_mask, done, seq + 1);
@@ -74,29 +174,23 @@ static bool wc_process(rdma_cq_t *cq, const struct ibv_wc *w, pdx_tp_wc_t *out)
     } else {
         done = atomic_load_explicit(&ep->sq_done, memory_order_relaxed);
         seq = done + ((idx - done) & ep->sq_mask);
-        rdma_mr_unref_range(ep->sq, ep->sq_mask, done, seq + 1);
+        if (PDX_UNLIKELY(seq >= ep->sq_seen))
+            ep->sq_seen = sq_wait_posted(ep, seq);
         e = &ep->sq[seq & ep->sq_mask];
+        if (PDX_UNLIKELY(e->hidden))
+            return wc_hidden(ep, w, done, seq, out);
+        rdma_mr_unref_range(ep->sq, ep->sq_mask, done, seq + 1);
         out->opcode = (pdx_tp_opcode_t)e->opcode;
         out->byte_len = 0;
     }
     out->wr_id = e->wr_id;
     out->ep = rdma_ep_pub(ep);
-
-    status = map_status(w->status);
-    if (PDX_UNLIKELY(status != PDX_OK)) {
-        rdma_ep_set_error(ep, PDX_ERR_PEER, "%s (vendor_err 0x%x) on QP 0x%x, remote QP 0x%x",
-                          ibv_wc_status_str(w->status), w->vendor_err, w->qp_num,
-                          atomic_load_explicit(&ep->remote_qpn, memory_order_relaxed));
-        if (w->status == IBV_WC_WR_FLUSH_ERR) {
-            int why = atomic_load_explicit(&ep->err, memory_order_acquire);
-
-            /* 0: another thread claimed the error and is still writing it */
-            status = why ? (pdx_status_t)why : PDX_ERR_PEER;
-        }
-    }
+    status = map_status(w->status, rq);
+    if (PDX_UNLIKELY(status != PDX_OK))
+        status = wc_error(ep, w, e->opcode, status);
     out->status = status;
     /* the entries are free once their contents were read */
-    if (id & RDMA_WR_RQ_BIT)
+    if (rq)
         atomic_store_explicit(&ep->rq_done, seq + 1, memory_order_release);
     else
         atomic_store_explicit(&ep->sq_done, seq + 1, memory_order_release);
@@ -119,15 +213,18 @@ int rdma_cq_poll(pdx_tp_cq_t *pcq, pdx_tp_wc_t *wc, int max)
         cq->stash_n--;
         got += wc_process(cq, s, &wc[got]);
     }
-    while (got < max) {
+    /* a CQ in error has no CQE for anyone: its eps are all flushed below */
+    while (got < max && !atomic_load_explicit(&cq->dead, memory_order_relaxed)) {
         int want = PDX_MIN(max - got, RDMA_POLL_BATCH);
         int n = ibv_poll_cq(cq->cq, want, w);
 
         if (n <= 0) {
-            if (PDX_UNLIKELY(n < 0) && !cq->poll_failed) {
-                cq->poll_failed = true;
-                pdx_error("rdma: %s: ibv_poll_cq failed (%d): the CQ is in error",
-                          cq->tp->dev.name, n);
+            if (PDX_UNLIKELY(n < 0)) {
+                uint32_t neps = rdma_cq_fail_locked(cq, "ibv_poll_cq failed");
+
+                pdx_error("rdma: %s: ibv_poll_cq failed (%d): the CQ is in error; its %u "
+                          "endpoints failed, their work requests complete in software",
+                          cq->tp->dev.name, n, neps);
             }
             break;
         }
@@ -136,6 +233,10 @@ int rdma_cq_poll(pdx_tp_cq_t *pcq, pdx_tp_wc_t *wc, int max)
         if (n < want)
             break;
     }
+    if (PDX_UNLIKELY(atomic_load_explicit(&cq->failed_eps, memory_order_relaxed)))
+        rdma_flush_backstop(cq);
+    if (PDX_UNLIKELY(cq->flush_list) && got < max)
+        got += rdma_flush_poll(cq, wc + got, max - got);
     pthread_mutex_unlock(&cq->lock);
     return got;
 }
@@ -143,14 +244,20 @@ int rdma_cq_poll(pdx_tp_cq_t *pcq, pdx_tp_wc_t *wc, int max)
 pdx_status_t rdma_cq_arm(pdx_tp_cq_t *pcq)
 {
     rdma_cq_t *cq = rdma_cq(pcq);
-    int rc = ibv_req_notify_cq(cq->cq, 0);
+    uint32_t neps;
+    int rc, err;
 
-    if (rc) {
-        pdx_error("rdma: %s: ibv_req_notify_cq: %s", cq->tp->dev.name,
-                  strerror(rc > 0 ? rc : errno));
-        return PDX_ERR_IO;
-    }
-    return PDX_OK;
+    if (PDX_UNLIKELY(atomic_load_explicit(&cq->dead, memory_order_acquire)))
+        return PDX_ERR_IO; /* said when it went into error */
+    rc = ibv_req_notify_cq(cq->cq, 0);
+    if (PDX_LIKELY(rc == 0))
+        return PDX_OK;
+    err = rc > 0 ? rc : errno;
+    neps = rdma_cq_fail(cq, "ibv_req_notify_cq failed");
+    pdx_error("rdma: %s: ibv_req_notify_cq: %s: the CQ can raise no event; its %u endpoints "
+              "failed, their work requests complete in software", cq->tp->dev.name,
+              strerror(err), neps);
+    return PDX_ERR_IO;
 }
 
 int rdma_cq_fd(pdx_tp_cq_t *pcq)
@@ -158,18 +265,38 @@ int rdma_cq_fd(pdx_tp_cq_t *pcq)
     return rdma_cq(pcq)->channel->fd;
 }
 
-void rdma_cq_ack(pdx_tp_cq_t *pcq)
+/* Read and ack every pending event: 0, or the errno of a failing read. */
+static int cq_events_drain(rdma_cq_t *cq)
 {
-    rdma_cq_t *cq = rdma_cq(pcq);
     struct ibv_cq *ev_cq;
     void *ev_ctx;
     unsigned n = 0;
+    int err;
 
     /* the channel is nonblocking: EAGAIN ends the loop */
     while (ibv_get_cq_event(cq->channel, &ev_cq, &ev_ctx) == 0)
         n++;
+    err = errno;
     if (n)
         ibv_ack_cq_events(cq->cq, n);
+    return err == EAGAIN || err == EWOULDBLOCK || err == EINTR ? 0 : err;
+}
+
+void rdma_cq_ack(pdx_tp_cq_t *pcq)
+{
+    rdma_cq_t *cq = rdma_cq(pcq);
+    uint32_t neps;
+    int err;
+
+    if (PDX_UNLIKELY(atomic_load_explicit(&cq->dead, memory_order_acquire)))
+        return;
+    err = cq_events_drain(cq);
+    if (PDX_LIKELY(err == 0))
+        return;
+    neps = rdma_cq_fail(cq, "its completion channel failed");
+    pdx_error("rdma: %s: ibv_get_cq_event: %s: the completion channel is dead; its CQ's %u "
+              "endpoints failed, their work requests complete in software", cq->tp->dev.name,
+              strerror(err), neps);
 }
 
 /* ------------------------------------------------------- ep attachment */
@@ -179,6 +306,11 @@ pdx_status_t rdma_cq_reserve(rdma_cq_t *cq, uint32_t entries, uint32_t *slot_p, 
     uint32_t slot = UINT32_MAX;
 
     pthread_mutex_lock(&cq->lock);
+    if (atomic_load_explicit(&cq->dead, memory_order_relaxed)) {
+        pthread_mutex_unlock(&cq->lock);
+        pdx_error("rdma: %s: the CQ is in error: no new endpoint on it", cq->tp->dev.name);
+        return PDX_ERR_IO;
+    }
     if (entries > cq->depth - cq->reserved) {
         pthread_mutex_unlock(&cq->lock);
         pdx_error("rdma: %s: CQ of depth %u has %u entries left, an endpoint needs %u",
@@ -209,10 +341,44 @@ pdx_status_t rdma_cq_reserve(rdma_cq_t *cq, uint32_t entries, uint32_t *slot_p, 
     return PDX_OK;
 }
 
-void rdma_cq_attach(rdma_cq_t *cq, rdma_ep_t *ep)
+pdx_status_t rdma_cq_attach(rdma_cq_t *cq, rdma_ep_t *ep)
 {
+    bool dead;
+
     pthread_mutex_lock(&cq->lock);
-    cq->slots[ep->slot].ep = ep;
+    dead = atomic_load_explicit(&cq->dead, memory_order_relaxed);
+    if (!dead)
+        cq->slots[ep->slot].ep = ep;
+    pthread_mutex_unlock(&cq->lock);
+    if (dead) {
+        pdx_error("rdma: %s: the CQ went into error while endpoint QP 0x%x was created",
+                  cq->tp->dev.name, ep->qpn);
+        return PDX_ERR_IO;
+    }
+    return PDX_OK;
+}
+
+void rdma_cq_retire(rdma_cq_t *cq, rdma_ep_t *ep)
+{
+    rdma_cq_slot_t *s = &cq->slots[ep->slot];
+
+    pthread_mutex_lock(&cq->lock);
+    if (s->ep == ep) {
+        s->ep = NULL;
+        s->gen = (s->gen + 1) & RDMA_WR_GEN_MASK;
+        /* no record is made after this: only the async thread (which can
+         * no longer find the ep), the poller and its caller make them */
+        if (atomic_load_explicit(&ep->err_claim, memory_order_acquire))
+            atomic_fetch_sub_explicit(&cq->failed_eps, 1, memory_order_relaxed);
+    }
+    if (ep->sw_flush) {
+        rdma_ep_t **pp = &cq->flush_list;
+
+        while (*pp != ep)
+            pp = &(*pp)->flush_next;
+        *pp = ep->flush_next;
+        ep->sw_flush = false;
+    }
     pthread_mutex_unlock(&cq->lock);
 }
 
@@ -222,25 +388,23 @@ static bool wc_live(const rdma_cq_t *cq, const struct ibv_wc *w)
     uint32_t slot = (uint32_t)(w->wr_id >> RDMA_WR_SLOT_SHIFT) & RDMA_WR_SLOT_MASK;
     uint32_t gen = (uint32_t)(w->wr_id >> RDMA_WR_GEN_SHIFT) & RDMA_WR_GEN_MASK;
 
-    return slot < cq->nslots && cq->slots[slot].ep && cq->slots[slot].gen == gen;
+    return slot < cq->nslots && cq->slots[slot].ep && cq->slots[slot].gen == gen &&
+           !cq->slots[slot].ep->sw_flush;
 }
 
-void rdma_cq_detach(rdma_cq_t *cq, uint32_t slot, uint32_t entries)
+void rdma_cq_release(rdma_cq_t *cq, uint32_t slot, uint32_t entries)
 {
     struct ibv_wc w[RDMA_POLL_BATCH];
     int n;
 
     pthread_mutex_lock(&cq->lock);
-    cq->slots[slot].ep = NULL;
-    cq->slots[slot].busy = false;
-    cq->slots[slot].gen = (cq->slots[slot].gen + 1) & RDMA_WR_GEN_MASK;
     /*
      * The ep's QP is gone, but CQEs it left may still sit in the CQ. Its
      * reservation can be given to a new ep only once they are out: move
      * the CQEs of live eps to the stash (cq_poll hands them out first, in
-     * order) and drop the rest.
+     * order) and drop the rest. A CQ in error holds none anyone wants.
      */
-    while (cq->stash_n < cq->depth &&
+    while (!atomic_load_explicit(&cq->dead, memory_order_relaxed) && cq->stash_n < cq->depth &&
            (n = ibv_poll_cq(cq->cq, (int)PDX_MIN(cq->depth - cq->stash_n, RDMA_POLL_BATCH),
                             w)) > 0) {
         for (int i = 0; i < n; i++) {
@@ -250,6 +414,7 @@ void rdma_cq_detach(rdma_cq_t *cq, uint32_t slot, uint32_t entries)
             cq->stash_n++;
         }
     }
+    cq->slots[slot].busy = false;
     cq->reserved -= entries;
     cq->nep--;
     pthread_mutex_unlock(&cq->lock);
@@ -267,6 +432,10 @@ pdx_status_t rdma_cq_create(pdx_tp_t *ptp, uint32_t depth, pdx_tp_cq_t **cq_p)
         pdx_error("rdma: %s: CQ depth %u outside 1..%d", tp->dev.name, depth, INT_MAX);
         return PDX_ERR_INVALID;
     }
+    if (atomic_load_explicit(&tp->dead, memory_order_acquire)) {
+        pdx_error("rdma: %s: no new CQ: the device is gone (DEVICE_FATAL)", tp->dev.name);
+        return PDX_ERR_IO;
+    }
     if (depth > tp->dev.max_cqe) {
         pdx_error("rdma: %s: a CQ of depth %u exceeds the device's max_cqe of %u (the CQ "
                   "holds the send and receive depths of all its endpoints: use fewer "
@@ -279,6 +448,8 @@ pdx_status_t rdma_cq_create(pdx_tp_t *ptp, uint32_t depth, pdx_tp_cq_t **cq_p)
         goto err_nomem;
     cq->tp = tp;
     cq->depth = depth;
+    atomic_init(&cq->dead, false);
+    atomic_init(&cq->failed_eps, 0);
     cq->nslots = PDX_MIN(depth, RDMA_CQ_MAX_EPS);
     cq->slots = calloc(cq->nslots, sizeof(*cq->slots));
     cq->stash = calloc(depth, sizeof(*cq->stash)); /* pages are touched only when used */
@@ -337,7 +508,9 @@ void rdma_cq_free(rdma_cq_t *cq)
 {
     int rc;
 
-    rdma_cq_ack((pdx_tp_cq_t *)(void *)cq); /* every event read is acked before destroy */
+    /* every event read is acked before destroy (a dead channel has none) */
+    if (!atomic_load_explicit(&cq->dead, memory_order_acquire))
+        (void)cq_events_drain(cq);
     pthread_mutex_lock(&cq->tp->async_lock);
     rc = ibv_destroy_cq(cq->cq);
     pthread_mutex_unlock(&cq->tp->async_lock);

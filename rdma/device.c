@@ -7,9 +7,11 @@
  * open one tp per NIC.
  *
  * GID: on Ethernet (RoCE) the RoCEv2 GID that holds an IPv4-mapped address
- * (::ffff:a.b.c.d), else the first RoCEv2 GID; PDX_IB_GID_INDEX >= 0 picks
- * one instead. On InfiniBand the LID addresses the port, and a GRH is used
- * only when PDX_IB_GID_INDEX is set.
+ * (::ffff:a.b.c.d), else the first RoCEv2 GID (a warning when it is
+ * link-local, fe80::/10: not routable); PDX_IB_GID_INDEX >= 0 picks one
+ * instead. Peers must use GIDs of one family (ep_connect checks). On
+ * InfiniBand the LID addresses the port, and a GRH is used only when
+ * PDX_IB_GID_INDEX is set.
  *
  * No device: PDX_ERR_NO_DEVICE, logged once with the reason, at info when
  * the caller falls back to another transport (params->quiet_no_device),
@@ -17,6 +19,7 @@
  */
 #include "rdma/rdma.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -87,17 +90,11 @@ static void why_add(char *why, const char *fmt, ...)
     va_end(ap);
 }
 
-static bool gid_is_ipv4_mapped(const union ibv_gid *gid)
-{
-    static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-
-    return memcmp(gid->raw, prefix, sizeof(prefix)) == 0;
-}
-
 /* Ethernet: the GID to use (see the top of the file). */
 static bool pick_roce_gid(struct ibv_context *ctx, const struct ibv_port_attr *pa, uint8_t port,
                           int32_t want, rdma_dev_info_t *info, char *why)
 {
+    char text[INET6_ADDRSTRLEN];
     struct ibv_gid_entry e;
     int first = -1;
     union ibv_gid first_gid;
@@ -120,7 +117,7 @@ static bool pick_roce_gid(struct ibv_context *ctx, const struct ibv_port_attr *p
             continue; /* an empty entry */
         if (e.gid_type != IBV_GID_TYPE_ROCE_V2)
             continue;
-        if (gid_is_ipv4_mapped(&e.gid)) {
+        if (rdma_gid_ipv4_mapped(&e.gid)) {
             info->gid_index = i;
             info->gid = e.gid;
             return true;
@@ -137,6 +134,16 @@ static bool pick_roce_gid(struct ibv_context *ctx, const struct ibv_port_attr *p
     }
     info->gid_index = first;
     info->gid = first_gid;
+    inet_ntop(AF_INET6, first_gid.raw, text, sizeof(text));
+    if (rdma_gid_link_local(&first_gid))
+        pdx_warn("rdma: %s port %u has no IPv4-mapped RoCEv2 GID; using GID index %d (%s), "
+                 "which is link-local: it is not routable, so only peers on the same L2 "
+                 "segment reach it (give the interface an address, or set PDX_IB_GID_INDEX)",
+                 info->name, port, first, text);
+    else
+        pdx_info("rdma: %s port %u has no IPv4-mapped RoCEv2 GID; using GID index %d (%s), "
+                 "RoCEv2 over IPv6: peers must use IPv6 GIDs too", info->name, port, first,
+                 text);
     return true;
 }
 

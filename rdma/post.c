@@ -9,11 +9,12 @@
  * free, and PDX_ERR_INVALID when n exceeds sq_depth. Unsignaled WRs keep
  * their slots until a later signaled WR of the ep completes.
  *
- * A post the provider refuses part-way: the WRs before *bad_wr are posted
- * and stay in the ring; the ep is failed and its QP moved to ERR, so they
- * (and everything else outstanding) complete as flushed error CQEs. Nothing
- * is lost: the caller gets PDX_ERR_PEER for the call and one error
- * completion for each WR that did get posted.
+ * sq_head and rq_head are published with one release store per call (a
+ * plain store on x86): the CQ owner reads them when it flushes an ep in
+ * software and when a completion overtakes the call that posted its WR.
+ *
+ * A call the caller sees refused hands out no completions: see
+ * rdma_post_write for the WRs a provider takes before it refuses one.
  */
 #include "rdma/rdma.h"
 
@@ -24,27 +25,35 @@ static inline bool ep_failed(const rdma_ep_t *ep)
     return atomic_load_explicit(&ep->err, memory_order_acquire) != 0;
 }
 
-static inline uint64_t sq_free(const rdma_ep_t *ep)
+/* The poster's own head: it alone stores it. */
+static inline uint64_t sq_head(const rdma_ep_t *ep)
 {
-    return ep->sq_depth - (ep->sq_head - atomic_load_explicit(&ep->sq_done, memory_order_acquire));
+    return atomic_load_explicit(&ep->sq_head, memory_order_relaxed);
 }
 
-static pdx_status_t not_connected(const rdma_ep_t *ep)
+static inline uint64_t sq_free(const rdma_ep_t *ep, uint64_t head)
 {
-    pdx_error("rdma: %s: posting on QP 0x%x before ep_connect", ep->tp->dev.name,
-              ep->qp->qp_num);
+    return ep->sq_depth - (head - atomic_load_explicit(&ep->sq_done, memory_order_acquire));
+}
+
+static pdx_status_t __attribute__((cold, noinline)) not_connected(const rdma_ep_t *ep)
+{
+    pdx_error("rdma: %s: posting on QP 0x%x before ep_connect", ep->tp->dev.name, ep->qpn);
     return PDX_ERR_STATE;
 }
 
 /*
- * The provider refused a post: count the WRs it took (posted of n), fail
- * the ep so they flush, and tell the caller.
+ * The provider refused a post: fail the ep (its QP goes to ERR, so whatever
+ * it holds flushes) and tell the caller. rc is the provider's return.
  */
-static pdx_status_t post_refused(rdma_ep_t *ep, const char *what, int rc, uint32_t posted,
-                                 uint32_t n)
+static pdx_status_t __attribute__((cold, noinline))
+post_refused(rdma_ep_t *ep, const char *what, int rc, uint32_t posted, uint32_t n)
 {
-    rdma_ep_kill(ep, PDX_ERR_PEER, "%s refused after %u of %u work requests: %s", what, posted,
-                 n, strerror(rc > 0 ? rc : errno));
+    rdma_ep_kill(ep, PDX_ERR_PEER, RDMA_ERR_FIRST, "%s refused after %u of %u work requests: %s",
+                 what, posted, n, strerror(rc > 0 ? rc : errno));
+    /* published (by us or whoever was first) before we return: this
+     * poster's next call sees the ep failed */
+    rdma_ep_errmsg_wait(ep);
     return PDX_ERR_PEER;
 }
 
@@ -100,11 +109,24 @@ write_invalid(const rdma_ep_t *ep, const pdx_tp_write_t *wr, uint32_t i, uint32_
  * once, each WR is checked against it. A bad WR returns before anything is
  * posted, its references given back; what was written of the ring and the WR
  * array lies past sq_head, free, and is overwritten by the next post.
+ *
+ * A refused call hands out no completions. The caller gets PDX_ERR_PEER and
+ * keeps no record of any of its n WRs, but a provider may have taken the
+ * WRs before *bad_wr (they are on the wire). Those stay in the ring marked
+ * `hidden`, holding their regions: when their CQEs come (flushed, as the ep
+ * is failed and its QP moved to ERR, or done before that), cq_poll frees
+ * their slots and region references and hands their completions to nobody.
+ * A completion of one of them that also covers earlier unsignaled WRs of
+ * earlier calls is handed out as that of the last of those (cq.c).
+ *
+ * The post path never clears `hidden` (the ring starts zeroed): only a
+ * refused call sets it, that call fails the ep for good before it returns,
+ * and an ep in error posts nothing more, so a hidden entry is never reused.
  */
 pdx_status_t rdma_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_t n)
 {
     rdma_ep_t *ep = rdma_ep(pep);
-    const uint64_t head = ep->sq_head;
+    const uint64_t head = sq_head(ep);
     const rdma_tp_t *const tp = ep->tp;
     rdma_wqe_t *const ring = ep->sq;
     struct ibv_send_wr *const wrs = ep->wrs;
@@ -131,7 +153,7 @@ pdx_status_t rdma_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_
     }
     if (PDX_UNLIKELY(!atomic_load_explicit(&ep->connected, memory_order_acquire)))
         return not_connected(ep);
-    if (n > sq_free(ep))
+    if (n > sq_free(ep, head))
         return PDX_ERR_AGAIN;
     end = wr + n;
     first = rdma_mr(wr[0].mr);
@@ -181,12 +203,15 @@ pdx_status_t rdma_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_
     if (n < ep->sq_depth)
         wrs[n - 1].next = &wrs[n];
     if (PDX_LIKELY(rc == 0)) {
-        ep->sq_head = head + n;
+        atomic_store_explicit(&ep->sq_head, head + n, memory_order_release);
         return PDX_OK;
     }
     posted = bad >= &wrs[0] && bad < &wrs[n] ? (uint32_t)(bad - &wrs[0]) : 0;
     rdma_mr_unref_range(ring, mask, head + posted, head + n);
-    ep->sq_head = head + posted;
+    for (uint32_t i = 0; i < posted; i++)
+        ring[(head + i) & mask].hidden = true;
+    /* after the marks: a poller that met their CQEs first waits for this */
+    atomic_store_explicit(&ep->sq_head, head + posted, memory_order_release);
     return post_refused(ep, "ibv_post_send of WRITEs", rc, posted, n);
 
 err_invalid:
@@ -198,7 +223,7 @@ pdx_status_t rdma_post_send(pdx_tp_ep_t *pep, uint64_t wr_id, const void *data, 
                             unsigned flags)
 {
     rdma_ep_t *ep = rdma_ep(pep);
-    uint64_t head = ep->sq_head;
+    uint64_t head = sq_head(ep);
     rdma_wqe_t *q = &ep->sq[head & ep->sq_mask];
     struct ibv_sge sge;
     struct ibv_send_wr w = {0}, *bad = NULL;
@@ -212,7 +237,7 @@ pdx_status_t rdma_post_send(pdx_tp_ep_t *pep, uint64_t wr_id, const void *data, 
     }
     if (PDX_UNLIKELY(!atomic_load_explicit(&ep->connected, memory_order_acquire)))
         return not_connected(ep);
-    if (sq_free(ep) < 1)
+    if (sq_free(ep, head) < 1)
         return PDX_ERR_AGAIN;
     q->wr_id = wr_id;
     q->mr = NULL;
@@ -237,10 +262,11 @@ pdx_status_t rdma_post_send(pdx_tp_ep_t *pep, uint64_t wr_id, const void *data, 
         w.sg_list = &sge;
         w.num_sge = 1;
     }
+    /* one WR: refused whole, never in part */
     rc = ibv_post_send(ep->qp, &w, &bad);
     if (PDX_UNLIKELY(rc))
         return post_refused(ep, "ibv_post_send of a SEND", rc, 0, 1);
-    ep->sq_head = head + 1;
+    atomic_store_explicit(&ep->sq_head, head + 1, memory_order_release);
     return PDX_OK;
 }
 
@@ -249,7 +275,7 @@ pdx_status_t rdma_post_read(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t 
 {
     rdma_ep_t *ep = rdma_ep(pep);
     rdma_mr_t *mr = rdma_mr(pmr);
-    uint64_t head = ep->sq_head;
+    uint64_t head = sq_head(ep);
     rdma_wqe_t *q = &ep->sq[head & ep->sq_mask];
     struct ibv_sge sge;
     struct ibv_send_wr w = {0}, *bad = NULL;
@@ -267,7 +293,7 @@ pdx_status_t rdma_post_read(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t 
     }
     if (PDX_UNLIKELY(!atomic_load_explicit(&ep->connected, memory_order_acquire)))
         return not_connected(ep);
-    if (sq_free(ep) < 1)
+    if (sq_free(ep, head) < 1)
         return PDX_ERR_AGAIN;
     q->wr_id = wr_id;
     q->mr = mr;
@@ -288,7 +314,7 @@ pdx_status_t rdma_post_read(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t 
         rdma_mr_unref(mr);
         return post_refused(ep, "ibv_post_send of a READ", rc, 0, 1);
     }
-    ep->sq_head = head + 1;
+    atomic_store_explicit(&ep->sq_head, head + 1, memory_order_release);
     return PDX_OK;
 }
 
@@ -297,7 +323,7 @@ pdx_status_t rdma_post_recv(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t 
 {
     rdma_ep_t *ep = rdma_ep(pep);
     rdma_mr_t *mr = rdma_mr(pmr);
-    uint64_t head = ep->rq_head;
+    uint64_t head = atomic_load_explicit(&ep->rq_head, memory_order_relaxed);
     rdma_wqe_t *q = &ep->rq[head & ep->rq_mask];
     struct ibv_sge sge;
     struct ibv_recv_wr w = {0}, *bad = NULL;
@@ -323,12 +349,12 @@ pdx_status_t rdma_post_recv(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t 
     w.sg_list = &sge;
     w.num_sge = 1;
     atomic_fetch_add_explicit(&mr->refs, 1, memory_order_relaxed);
+    /* one WR: refused whole, never in part */
     rc = ibv_post_recv(ep->qp, &w, &bad);
     if (PDX_UNLIKELY(rc)) {
         rdma_mr_unref(mr);
-        rdma_ep_kill(ep, PDX_ERR_PEER, "ibv_post_recv refused: %s", strerror(rc > 0 ? rc : errno));
-        return PDX_ERR_PEER;
+        return post_refused(ep, "ibv_post_recv", rc, 0, 1);
     }
-    ep->rq_head = head + 1;
+    atomic_store_explicit(&ep->rq_head, head + 1, memory_order_release);
     return PDX_OK;
 }

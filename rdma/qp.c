@@ -5,7 +5,14 @@
  * from then on); ep_connect takes the peer's address blob and moves it
  * through RTR to RTS (WRs may be posted once it returns); ep_fail and fatal
  * events move it to ERR, and the NIC flushes every outstanding WR and
- * receive as error CQEs; ep_destroy frees it and the CQ forgets it.
+ * receive as error CQEs (where the NIC can report nothing more, cq_poll
+ * flushes them in software: rdma.h); ep_destroy frees it and the CQ
+ * forgets it.
+ *
+ * Errors: the first record wins (ep_record), except that a record made
+ * from a flush CQE gives way, once, to a cause the NIC reports later. A
+ * peer whose GID is of the other family (IPv4-mapped or not) than ours is
+ * refused at ep_connect: RoCE over IPv4 and over IPv6 never meet.
  *
  * The address blob (little-endian, RDMA_ADDR_LEN bytes):
  *   0 version  1 link layer  2 active MTU  3 flags (bit 0: GID valid)
@@ -17,7 +24,9 @@
  */
 #include "rdma/rdma.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <sched.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,61 +34,111 @@
 
 /* ------------------------------------------------------------ errors */
 
-static bool ep_record(rdma_ep_t *ep, pdx_status_t why, const char *fmt, va_list ap)
-    __attribute__((format(printf, 3, 0)));
+static int ep_record(rdma_ep_t *ep, pdx_status_t why, rdma_err_kind_t kind, const char *fmt,
+                     va_list ap) __attribute__((format(printf, 4, 0)));
 
-static bool ep_record(rdma_ep_t *ep, pdx_status_t why, const char *fmt, va_list ap)
+/* 0: not recorded (a record stands), 1: the ep's first record, 2: a cause
+ * that replaced a flush record. */
+static int ep_record(rdma_ep_t *ep, pdx_status_t why, rdma_err_kind_t kind, const char *fmt,
+                     va_list ap)
 {
-    if (atomic_flag_test_and_set_explicit(&ep->err_claimed, memory_order_acq_rel))
-        return false;
+    uint32_t cur = 0;
+    char *msg;
+
     if (why >= 0)
         why = PDX_ERR_ABORTED;
-    vsnprintf(ep->errmsg, sizeof(ep->errmsg), fmt, ap);
+    if (atomic_compare_exchange_strong_explicit(&ep->err_claim, &cur,
+                                                kind == RDMA_ERR_FLUSH ? 1u : 2u,
+                                                memory_order_acq_rel, memory_order_acquire)) {
+        const char *none = NULL;
+        int healthy = 0;
+
+        msg = ep->errmsg[0];
+        vsnprintf(msg, RDMA_ERRMSG_MAX, fmt, ap);
+        atomic_store_explicit(&ep->err_ns, pdx_now_ns(), memory_order_relaxed);
+        atomic_fetch_add_explicit(&ep->cq->failed_eps, 1, memory_order_relaxed);
+        /* a cause may have replaced this record already: publish into the
+         * healthy state only */
+        atomic_compare_exchange_strong_explicit(&ep->err, &healthy, why, memory_order_release,
+                                                memory_order_relaxed);
+        atomic_compare_exchange_strong_explicit(&ep->errp, &none, msg, memory_order_release,
+                                                memory_order_relaxed);
+        pdx_warn("rdma: %s: endpoint QP 0x%x failed (%s): %s", ep->tp->dev.name, ep->qpn,
+                 pdx_status_str(why), msg);
+        return 1;
+    }
+    if (kind != RDMA_ERR_CAUSE || cur != 1 ||
+        !atomic_compare_exchange_strong_explicit(&ep->err_claim, &cur, 3u, memory_order_acq_rel,
+                                                 memory_order_relaxed))
+        return 0;
+    msg = ep->errmsg[1];
+    vsnprintf(msg, RDMA_ERRMSG_MAX, fmt, ap);
     atomic_store_explicit(&ep->err, why, memory_order_release);
-    pdx_warn("rdma: %s: endpoint QP 0x%x failed (%s): %s", ep->tp->dev.name, ep->qp->qp_num,
-             pdx_status_str(why), ep->errmsg);
-    return true;
+    atomic_store_explicit(&ep->errp, msg, memory_order_release);
+    pdx_warn("rdma: %s: endpoint QP 0x%x, which a flush showed in error, failed because (%s): "
+             "%s", ep->tp->dev.name, ep->qpn, pdx_status_str(why), msg);
+    return 2;
 }
 
-bool rdma_ep_set_error(rdma_ep_t *ep, pdx_status_t why, const char *fmt, ...)
+bool rdma_ep_set_error(rdma_ep_t *ep, pdx_status_t why, rdma_err_kind_t kind, const char *fmt,
+                       ...)
 {
     va_list ap;
-    bool first;
+    int rec;
 
     va_start(ap, fmt);
-    first = ep_record(ep, why, fmt, ap);
+    rec = ep_record(ep, why, kind, fmt, ap);
     va_end(ap);
-    return first;
+    return rec != 0;
+}
+
+const char *rdma_ep_errmsg_wait(rdma_ep_t *ep)
+{
+    const char *msg;
+
+    /* the claimer publishes right after a vsnprintf: never long */
+    while (!(msg = atomic_load_explicit(&ep->errp, memory_order_acquire)))
+        sched_yield();
+    return msg;
 }
 
 static void qp_to_err(rdma_ep_t *ep)
 {
     struct ibv_qp_attr attr = {.qp_state = IBV_QPS_ERR};
     struct ibv_qp_init_attr init;
-    int rc = ibv_modify_qp(ep->qp, &attr, IBV_QP_STATE), err = rc > 0 ? rc : errno;
+    int rc, err;
 
+    if (atomic_load_explicit(&ep->tp->dead, memory_order_acquire))
+        return; /* the device is gone: nothing to move, the flush is in software */
+    rc = ibv_modify_qp(ep->qp, &attr, IBV_QP_STATE);
+    err = rc > 0 ? rc : errno;
     if (rc == 0)
         return;
     /* The NIC may have moved it there already (a fatal error). */
     if (ibv_query_qp(ep->qp, &attr, IBV_QP_STATE, &init) == 0 && attr.qp_state == IBV_QPS_ERR)
         return;
-    pdx_error("rdma: %s: moving QP 0x%x to ERR: %s", ep->tp->dev.name, ep->qp->qp_num,
-              strerror(err));
+    if (err == EIO) {
+        /* a device that is gone: its CQs say so (sw_flush.c) */
+        pdx_debug("rdma: %s: moving QP 0x%x to ERR: %s", ep->tp->dev.name, ep->qpn,
+                  strerror(err));
+        return;
+    }
+    pdx_error("rdma: %s: moving QP 0x%x to ERR: %s", ep->tp->dev.name, ep->qpn, strerror(err));
 }
 
 /*
  * Whoever records the error first moves the QP to ERR; a later caller finds
  * it there or on its way (an error CQE means the NIC put it there).
  */
-void rdma_ep_kill(rdma_ep_t *ep, pdx_status_t why, const char *fmt, ...)
+void rdma_ep_kill(rdma_ep_t *ep, pdx_status_t why, rdma_err_kind_t kind, const char *fmt, ...)
 {
     va_list ap;
-    bool first;
+    int rec;
 
     va_start(ap, fmt);
-    first = ep_record(ep, why, fmt, ap);
+    rec = ep_record(ep, why, kind, fmt, ap);
     va_end(ap);
-    if (first)
+    if (rec == 1)
         qp_to_err(ep);
 }
 
@@ -87,7 +146,7 @@ void rdma_ep_fail(pdx_tp_ep_t *pep, pdx_status_t why, const char *msg)
 {
     rdma_ep_t *ep = rdma_ep(pep);
 
-    rdma_ep_kill(ep, why < 0 ? why : PDX_ERR_ABORTED, "%s",
+    rdma_ep_kill(ep, why < 0 ? why : PDX_ERR_ABORTED, RDMA_ERR_FIRST, "%s",
                  msg && msg[0] ? msg : pdx_status_str(why));
 }
 
@@ -95,9 +154,9 @@ const char *rdma_ep_error(const pdx_tp_ep_t *pep)
 {
     const rdma_ep_t *ep = rdma_ep(pep);
 
-    if (atomic_load_explicit(&ep->err, memory_order_acquire) == 0)
-        return "";
-    return ep->errmsg;
+    const char *msg = atomic_load_explicit(&ep->errp, memory_order_acquire);
+
+    return msg ? msg : "";
 }
 
 /* ------------------------------------------------------------ create */
@@ -167,6 +226,7 @@ static pdx_status_t qp_create(rdma_ep_t *ep)
                   ep->sq_depth, ep->rq_depth, strerror(errno));
         return PDX_ERR_IO;
     }
+    ep->qpn = ep->qp->qp_num;
     ep->max_inline = ia.cap.max_inline_data >= PDX_TP_SEND_MAX ? ia.cap.max_inline_data : 0;
     return PDX_OK;
 }
@@ -202,7 +262,7 @@ static pdx_status_t qp_init(rdma_ep_t *ep)
                            IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
 
     if (rc) {
-        pdx_error("rdma: %s: QP 0x%x RESET -> INIT: %s", ep->tp->dev.name, ep->qp->qp_num,
+        pdx_error("rdma: %s: QP 0x%x RESET -> INIT: %s", ep->tp->dev.name, ep->qpn,
                   strerror(rc > 0 ? rc : errno));
         return PDX_ERR_IO;
     }
@@ -231,6 +291,10 @@ pdx_status_t rdma_ep_create(pdx_tp_t *ptp, pdx_tp_cq_t *pcq, const pdx_tp_ep_att
                   "of %u", tp->dev.name, attr->sq_depth, attr->rq_depth, tp->dev.max_qp_wr);
         return PDX_ERR_UNSUPPORTED;
     }
+    if (atomic_load_explicit(&tp->dead, memory_order_acquire)) {
+        pdx_error("rdma: %s: no new endpoint: the device is gone (DEVICE_FATAL)", tp->dev.name);
+        return PDX_ERR_IO;
+    }
     entries = attr->sq_depth + attr->rq_depth;
     status = rdma_cq_reserve(cq, entries, &slot, &gen);
     if (status != PDX_OK)
@@ -254,8 +318,12 @@ pdx_status_t rdma_ep_create(pdx_tp_t *ptp, pdx_tp_cq_t *pcq, const pdx_tp_ep_att
     ep->rq_mask = rq_size - 1;
     atomic_init(&ep->sq_done, 0);
     atomic_init(&ep->rq_done, 0);
+    atomic_init(&ep->sq_head, 0);
+    atomic_init(&ep->rq_head, 0);
     atomic_init(&ep->err, 0);
-    atomic_flag_clear(&ep->err_claimed);
+    atomic_init(&ep->err_claim, 0);
+    atomic_init(&ep->errp, NULL);
+    atomic_init(&ep->err_ns, 0);
     atomic_init(&ep->connect_called, false);
     atomic_init(&ep->connected, false);
     atomic_init(&ep->remote_qpn, 0);
@@ -283,6 +351,10 @@ pdx_status_t rdma_ep_create(pdx_tp_t *ptp, pdx_tp_cq_t *pcq, const pdx_tp_ep_att
     status = qp_init(ep);
     if (status != PDX_OK)
         goto err_destroy_qp;
+    /* the CQ may have gone into error since the reservation: then no ep */
+    status = rdma_cq_attach(cq, ep);
+    if (status != PDX_OK)
+        goto err_destroy_qp;
 
     pthread_mutex_lock(&tp->lock);
     ep->prev = NULL;
@@ -291,9 +363,8 @@ pdx_status_t rdma_ep_create(pdx_tp_t *ptp, pdx_tp_cq_t *pcq, const pdx_tp_ep_att
         tp->eps->prev = ep;
     tp->eps = ep;
     pthread_mutex_unlock(&tp->lock);
-    rdma_cq_attach(cq, ep);
     pdx_debug("rdma: %s: endpoint QP 0x%x (sq %u, rq %u, inline %u)", tp->dev.name,
-              ep->qp->qp_num, ep->sq_depth, ep->rq_depth, ep->max_inline);
+              ep->qpn, ep->sq_depth, ep->rq_depth, ep->max_inline);
     *ep_p = rdma_ep_pub(ep);
     return PDX_OK;
 
@@ -304,7 +375,7 @@ err_destroy_qp:
 err_free_ep:
     ep_free(ep);
 err_release:
-    rdma_cq_detach(cq, slot, entries);
+    rdma_cq_release(cq, slot, entries);
     return status;
 }
 
@@ -336,7 +407,7 @@ void rdma_ep_address(const pdx_tp_ep_t *pep, pdx_tp_addr_t *addr_p)
     b[1] = dev->link_layer;
     b[2] = dev->active_mtu;
     b[3] = dev->gid_index >= 0 ? 1 : 0;
-    put32(b + 4, ep->qp->qp_num);
+    put32(b + 4, ep->qpn);
     put32(b + 8, ep->psn);
     b[12] = (uint8_t)dev->lid;
     b[13] = (uint8_t)(dev->lid >> 8);
@@ -386,6 +457,19 @@ static pdx_status_t addr_decode(const rdma_ep_t *ep, const pdx_tp_addr_t *a, rdm
                   ep->tp->dev.name);
         return PDX_ERR_INVALID;
     }
+    if (ep->tp->dev.gid_index >= 0 &&
+        rdma_gid_ipv4_mapped(&r->gid) != rdma_gid_ipv4_mapped(&ep->tp->dev.gid)) {
+        char ours[INET6_ADDRSTRLEN], theirs[INET6_ADDRSTRLEN];
+        bool v4 = rdma_gid_ipv4_mapped(&ep->tp->dev.gid);
+
+        inet_ntop(AF_INET6, ep->tp->dev.gid.raw, ours, sizeof(ours));
+        inet_ntop(AF_INET6, r->gid.raw, theirs, sizeof(theirs));
+        pdx_error("rdma: %s: the peer's GID %s is %san IPv4-mapped address and ours (%s, index "
+                  "%d) is %s: the two cannot reach each other; set PDX_IB_GID_INDEX on both "
+                  "sides to GIDs of one family", ep->tp->dev.name, theirs, v4 ? "not " : "",
+                  ours, ep->tp->dev.gid_index, v4 ? "one" : "not");
+        return PDX_ERR_INVALID;
+    }
     return PDX_OK;
 }
 
@@ -420,7 +504,7 @@ static pdx_status_t qp_rtr(rdma_ep_t *ep, const rdma_remote_t *r)
                        IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
     if (rc) {
         pdx_error("rdma: %s: QP 0x%x INIT -> RTR (remote QP 0x%x, MTU %s): %s", dev->name,
-                  ep->qp->qp_num, r->qpn, rdma_mtu_str(attr.path_mtu),
+                  ep->qpn, r->qpn, rdma_mtu_str(attr.path_mtu),
                   strerror(rc > 0 ? rc : errno));
         return PDX_ERR_IO;
     }
@@ -444,7 +528,7 @@ static pdx_status_t qp_rts(rdma_ep_t *ep)
                            IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 
     if (rc) {
-        pdx_error("rdma: %s: QP 0x%x RTR -> RTS: %s", dev->name, ep->qp->qp_num,
+        pdx_error("rdma: %s: QP 0x%x RTR -> RTS: %s", dev->name, ep->qpn,
                   strerror(rc > 0 ? rc : errno));
         return PDX_ERR_IO;
     }
@@ -466,12 +550,12 @@ pdx_status_t rdma_ep_connect(pdx_tp_ep_t *pep, const pdx_tp_addr_t *remote)
         return status;
     if (atomic_exchange(&ep->connect_called, true)) {
         pdx_error("rdma: %s: ep_connect called twice on QP 0x%x", ep->tp->dev.name,
-                  ep->qp->qp_num);
+                  ep->qpn);
         return PDX_ERR_STATE;
     }
     if (atomic_load_explicit(&ep->err, memory_order_acquire)) {
         pdx_error("rdma: %s: ep_connect on QP 0x%x, which is in error: %s", ep->tp->dev.name,
-                  ep->qp->qp_num, ep->errmsg);
+                  ep->qpn, rdma_ep_error(pep));
         return PDX_ERR_STATE;
     }
     atomic_store_explicit(&ep->remote_qpn, r.qpn, memory_order_relaxed);
@@ -481,20 +565,25 @@ pdx_status_t rdma_ep_connect(pdx_tp_ep_t *pep, const pdx_tp_addr_t *remote)
     if (status != PDX_OK)
         return status;
     atomic_store_explicit(&ep->connected, true, memory_order_release);
-    pdx_debug("rdma: %s: QP 0x%x connected to QP 0x%x", ep->tp->dev.name, ep->qp->qp_num,
+    pdx_debug("rdma: %s: QP 0x%x connected to QP 0x%x", ep->tp->dev.name, ep->qpn,
               r.qpn);
     return PDX_OK;
 }
 
 /* ----------------------------------------------------------- destroy */
 
+/*
+ * Unlink (the async thread's QP events no longer find it), retire the slot
+ * (no poller reaches it, its CQEs are dropped), destroy the QP, then drain
+ * the CQ of what the QP left and give the slot and the reservation back.
+ */
 void rdma_ep_destroy(pdx_tp_ep_t *pep)
 {
     rdma_ep_t *ep = rdma_ep(pep);
     rdma_tp_t *tp = ep->tp;
+    uint64_t head;
     int rc;
 
-    /* After this the async thread cannot find it. */
     pthread_mutex_lock(&tp->lock);
     if (ep->prev)
         ep->prev->next = ep->next;
@@ -503,21 +592,23 @@ void rdma_ep_destroy(pdx_tp_ep_t *pep)
     if (ep->next)
         ep->next->prev = ep->prev;
     pthread_mutex_unlock(&tp->lock);
+    rdma_cq_retire(ep->cq, ep);
 
     rc = qp_destroy(ep);
     if (rc) {
-        /* The QP may still complete into the CQ: keep the ep attached (leaked). */
+        /* The QP may still complete into the CQ: its slot and reservation
+         * stay taken (its CQEs are dropped), and the ep is leaked. */
         pdx_error("rdma: %s: ibv_destroy_qp of QP 0x%x: %s; the endpoint is leaked",
-                  tp->dev.name, ep->qp->qp_num, strerror(rc > 0 ? rc : errno));
+                  tp->dev.name, ep->qpn, strerror(rc > 0 ? rc : errno));
         return;
     }
-    rdma_cq_detach(ep->cq, ep->slot, ep->sq_depth + ep->rq_depth);
+    rdma_cq_release(ep->cq, ep->slot, ep->sq_depth + ep->rq_depth);
     /* WRs dropped without completions release their regions */
-    for (uint64_t s = atomic_load_explicit(&ep->sq_done, memory_order_relaxed);
-         s != ep->sq_head; s++)
-        rdma_mr_unref(ep->sq[s & ep->sq_mask].mr);
-    for (uint64_t s = atomic_load_explicit(&ep->rq_done, memory_order_relaxed);
-         s != ep->rq_head; s++)
-        rdma_mr_unref(ep->rq[s & ep->rq_mask].mr);
+    head = atomic_load_explicit(&ep->sq_head, memory_order_relaxed);
+    rdma_mr_unref_range(ep->sq, ep->sq_mask, atomic_load_explicit(&ep->sq_done,
+                                                                  memory_order_relaxed), head);
+    head = atomic_load_explicit(&ep->rq_head, memory_order_relaxed);
+    rdma_mr_unref_range(ep->rq, ep->rq_mask, atomic_load_explicit(&ep->rq_done,
+                                                                  memory_order_relaxed), head);
     ep_free(ep);
 }

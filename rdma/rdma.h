@@ -3,34 +3,54 @@
  * runtime/transport.h (DESIGN.md §8).
  *
  * Files, one object each:
- *   device.c  device, port and GID selection, device limits
- *   mr.c      registered regions (host memory and dmabuf)
- *   cq.c      completion queues: wr_id decoding, status mapping, slot freeing
- *   qp.c      endpoints: QP creation, address blob, connect, fail, destroy
- *   post.c    the post path: WRITE, SEND, RECV, READ
- *   async.c   the async-event thread
- *   tp.c      open/close and the ops table
+ *   device.c    device, port and GID selection, device limits
+ *   mr.c        registered regions (host memory and dmabuf)
+ *   cq.c        completion queues: wr_id decoding, status mapping, slot freeing
+ *   sw_flush.c  the software flush: error completions made from the rings
+ *   qp.c        endpoints: QP creation, address blob, connect, fail, destroy
+ *   post.c      the post path: WRITE, SEND, RECV, READ
+ *   async.c     the async-event thread
+ *   tp.c        open/close and the ops table
  *
  * Threads and ownership:
  * - One poster per ep at a time (its shard): post_* touch only the ep's
  *   poster fields (sq_head, rq_head, the WR array) and never lock, allocate
- *   or make a syscall beyond ibv_post_send / ibv_post_recv.
+ *   or make a syscall beyond ibv_post_send / ibv_post_recv. sq_head and
+ *   rq_head are published with a release store once per call: the CQ
+ *   owner reads them for the software flush below and when a CQE
+ *   overtakes the call that posted its WR (post.c: refused posts).
  * - One poller per CQ (its shard): cq_poll holds the CQ's lock while it
- *   reads CQEs, so ep_destroy from another thread never frees an ep under it.
- *   Consuming a completion frees the ep's SQ/RQ slots it covers (sq_done,
- *   rq_done, release stores the poster reads with acquire).
+ *   reads CQEs and looks eps up in the CQ's slot table. ep_destroy first
+ *   retires the ep's slot under that lock (no poller reaches the ep after
+ *   that), then destroys the QP, then drains the CQ and gives the slot and
+ *   the reservation back, and only then frees the ep. Consuming a
+ *   completion frees the ep's SQ/RQ slots it covers (sq_done, rq_done,
+ *   release stores the poster reads with acquire).
  * - Setup calls (mr_*, cq_create/destroy, ep_create/connect/fail/destroy)
  *   may come from any thread; each object is set up and torn down by one
  *   thread at a time. ep_destroy is the last call on its ep.
  * - The async-event thread (async.c) fails eps on fatal events. It finds
- *   eps through the tp's list under tp->lock; ep_destroy unlinks under it.
- *   Ep error state (err, errmsg) is C11 atomics: the first writer claims
- *   it, writes the message, then publishes err with a release store.
+ *   eps through the tp's list under tp->lock (QP events) or through the
+ *   CQs' slot tables under each CQ's lock (CQ and device events);
+ *   ep_destroy unlinks the ep under tp->lock and retires its slot under
+ *   the CQ's lock before it destroys the QP.
+ * - Ep error state (err, errp, err_claim) is C11 atomics: the first writer
+ *   claims it, writes its message, then publishes err and errp with
+ *   release stores. A record made from a flush CQE is provisional: a later
+ *   cause from the NIC (an async event, a non-flush error CQE) replaces it,
+ *   once, in the second message buffer (rdma_ep_set_error).
+ * - Software flush: where the NIC will report nothing more (DEVICE_FATAL,
+ *   CQ_ERR, a failing ibv_poll_cq, a dead completion channel or async fd,
+ *   or an ep in error whose WRs are still outstanding progress_timeout_ms
+ *   after it failed), the ep is marked sw_flush on its CQ; cq_poll then
+ *   completes its ring entries itself, in order, with the ep's error
+ *   status, and ignores the ep's real CQEs from then on.
  * - Locks: tp->lock (ep, CQ and region lists), tp->async_lock (held by the
  *   async thread from reading an event until it is acked, and around
  *   ibv_destroy_qp/cq, which must not run between the two), each CQ's lock
- *   (its ep table, reservations, stash, ibv_poll_cq). Only the async thread
- *   holds two: async_lock, then tp->lock.
+ *   (its ep table, reservations, stash, flush list, ibv_poll_cq). Order:
+ *   async_lock, then tp->lock, then a CQ's lock; ep_destroy and ep_create
+ *   take them one at a time.
  *
  * Work-request ids: the ibv wr_id of every WR encodes (slot of the ep in its
  * CQ's ep table, that slot's generation, send or receive queue, ring index);
@@ -120,6 +140,20 @@ pdx_status_t rdma_device_open(const rdma_knobs_t *knobs, bool quiet, struct ibv_
                               struct ibv_context **ctx_p, rdma_dev_info_t *info_p);
 const char *rdma_mtu_str(uint8_t mtu);
 
+/* ::ffff:a.b.c.d, the GID of RoCEv2 over IPv4 */
+static inline bool rdma_gid_ipv4_mapped(const union ibv_gid *gid)
+{
+    static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+
+    return memcmp(gid->raw, prefix, sizeof(prefix)) == 0;
+}
+
+/* fe80::/10: valid on its link only */
+static inline bool rdma_gid_link_local(const union ibv_gid *gid)
+{
+    return gid->raw[0] == 0xfe && (gid->raw[1] & 0xc0) == 0x80;
+}
+
 /* ------------------------------------------------------------------ mr */
 
 struct rdma_mr {
@@ -176,7 +210,16 @@ struct rdma_cq {
      * hands them out first */
     struct ibv_wc           *stash;
     uint32_t                 stash_head, stash_n;
-    bool                     poll_failed;
+    /* eps whose completions cq_poll makes from their rings (rdma.h top),
+     * linked through rdma_ep.flush_next until they leave the CQ */
+    rdma_ep_t               *flush_list;
+    uint64_t                 backstop_at;   /* next look for stuck failed eps */
+
+    /* The CQ in error (CQ_ERR, DEVICE_FATAL, a failing poll, arm or event
+     * read): no CQE or event will come; its eps are flushed in software
+     * and it takes no new ep. Set under lock; cq_arm, cq_ack read it. */
+    _Atomic bool             dead;
+    _Atomic uint32_t         failed_eps;    /* attached eps with an error */
 
     rdma_cq_t               *next, *prev;   /* tp->cqs, under tp->lock */
 };
@@ -197,10 +240,26 @@ void rdma_cq_free(rdma_cq_t *cq);
 /* ep_create: reserve depth and a table slot (PDX_ERR_FULL when the CQ lacks
  * either); the slot stays empty until rdma_cq_attach. */
 pdx_status_t rdma_cq_reserve(rdma_cq_t *cq, uint32_t entries, uint32_t *slot_p, uint32_t *gen_p);
-void rdma_cq_attach(rdma_cq_t *cq, rdma_ep_t *ep);
-/* ep_destroy, after its QP is gone: empty the slot (new generation), keep
- * the CQ's other completions, drop the ep's, give back its reservation. */
-void rdma_cq_detach(rdma_cq_t *cq, uint32_t slot, uint32_t entries);
+/* ep_create, last: put the ep in its slot. PDX_ERR_IO (logged) when the
+ * CQ went into error since the reservation. */
+pdx_status_t rdma_cq_attach(rdma_cq_t *cq, rdma_ep_t *ep);
+/* ep_destroy, before its QP goes: empty the slot (new generation), so no
+ * poller reaches the ep and its CQEs still in the CQ are dropped. */
+void rdma_cq_retire(rdma_cq_t *cq, rdma_ep_t *ep);
+/* After the QP is gone: keep the CQ's other completions, drop the ep's,
+ * give back the slot and the reservation. */
+void rdma_cq_release(rdma_cq_t *cq, uint32_t slot, uint32_t entries);
+/* sw_flush.c, with cq->lock held: the software flush's completions (at most
+ * max), the backstop (progress_timeout_ms after an ep failed), and
+ * rdma_cq_fail's body. */
+int rdma_flush_poll(rdma_cq_t *cq, pdx_tp_wc_t *wc, int max);
+void rdma_flush_backstop(rdma_cq_t *cq);
+uint32_t rdma_cq_fail_locked(rdma_cq_t *cq, const char *what);
+/* The CQ is in error for good: fail every ep on it ("<what>, QP 0x.."),
+ * move their QPs to ERR (unless the device is gone), flush them in
+ * software, refuse new eps. Returns how many eps were on it. Any thread
+ * but one holding the CQ's lock. */
+uint32_t rdma_cq_fail(rdma_cq_t *cq, const char *what);
 
 /* ------------------------------------------------------------------ ep */
 
@@ -209,6 +268,11 @@ typedef struct rdma_wqe {
     uint64_t   wr_id;           /* the engine's */
     rdma_mr_t *mr;              /* region it reads or writes; NULL: inline SEND */
     uint32_t   opcode;          /* pdx_tp_opcode_t */
+    bool       hidden;          /* posted by a call that was refused: the
+                                 * caller knows nothing of it, so its
+                                 * completion frees the entry and goes to
+                                 * nobody (post.c; never cleared, as the ep
+                                 * posts nothing more) */
 } rdma_wqe_t;
 
 /* Release the regions of ring entries [from, to): one atomic per run of one
@@ -243,6 +307,7 @@ struct rdma_ep {
     rdma_tp_t          *tp;
     rdma_cq_t          *cq;
     struct ibv_qp      *qp;
+    uint32_t            qpn;                /* for messages: never ep->qp there */
     uint32_t            slot, gen;          /* in cq's ep table */
     uint32_t            sq_depth, rq_depth;
     uint32_t            sq_mask, rq_mask;
@@ -254,19 +319,31 @@ struct rdma_ep {
     uint8_t            *send_slots;         /* PDX_TP_SEND_MAX per SQ entry */
     struct ibv_mr      *send_slots_mr;
 
-    /* poster only */
-    alignas(PDX_CACHELINE) uint64_t sq_head;
-    uint64_t            rq_head;
+    /* poster -> CQ owner: WRs before these are posted (release stores, one
+     * per call; the poster alone writes them and reads them relaxed) */
+    alignas(PDX_CACHELINE) _Atomic uint64_t sq_head;
+    _Atomic uint64_t    rq_head;
 
     /* CQ owner -> poster: WRs before these are completed */
     alignas(PDX_CACHELINE) _Atomic uint64_t sq_done;
     _Atomic uint64_t    rq_done;
 
-    /* anyone -> anyone: 0 while healthy, else the status flushed WRs get;
-     * errmsg is written once, by whoever claimed it, before err is set */
+    /* anyone -> anyone: err is 0 while healthy, else the status flushed
+     * WRs get; errp points at the message (NULL while healthy). err_claim
+     * says who wrote errmsg[0] (1: a flush CQE, 2: a cause) and becomes 3
+     * when a cause replaced a flush record in errmsg[1]. Each buffer is
+     * written once, before it is published. */
     alignas(PDX_CACHELINE) _Atomic int err;
-    atomic_flag         err_claimed;
-    char                errmsg[RDMA_ERRMSG_MAX];
+    _Atomic uint32_t    err_claim;
+    _Atomic(const char *) errp;
+    _Atomic uint64_t    err_ns;             /* when it failed (the backstop); 0: not yet */
+    char                errmsg[2][RDMA_ERRMSG_MAX];
+
+    /* CQ owner, under cq->lock */
+    bool                sw_flush;           /* its completions come from its rings */
+    rdma_ep_t          *flush_next;         /* cq->flush_list */
+    uint64_t            sq_seen;            /* sq_head as last read: WRs before it
+                                             * belong to calls that returned */
 
     _Atomic bool        connect_called;
     _Atomic bool        connected;
@@ -299,16 +376,30 @@ void rdma_ep_fail(pdx_tp_ep_t *ep, pdx_status_t why, const char *msg);
 void rdma_ep_destroy(pdx_tp_ep_t *ep);
 const char *rdma_ep_error(const pdx_tp_ep_t *ep);
 
+/* What an error record is (rdma_ep_set_error). */
+typedef enum rdma_err_kind {
+    RDMA_ERR_FIRST = 0,  /* recorded only if the ep has no error yet */
+    RDMA_ERR_FLUSH = 1,  /* from a flush CQE: the QP is in error, the cause
+                          * unknown here; a later RDMA_ERR_CAUSE replaces it */
+    RDMA_ERR_CAUSE = 2,  /* the NIC's own report (an async event, a non-flush
+                          * error CQE): replaces an RDMA_ERR_FLUSH record */
+} rdma_err_kind_t;
+
 /*
  * Record why the ep failed; the first caller wins (true), later ones change
- * nothing. `why` is what its flushed WRs complete with. Logs at warn.
+ * nothing, but for a cause replacing a flush record (also true). `why` is
+ * what its flushed WRs complete with. Logs at warn, after publishing.
  */
-bool rdma_ep_set_error(rdma_ep_t *ep, pdx_status_t why, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-/* Record the error (if first) and move the QP to ERR: the NIC flushes every
- * outstanding WR and receive as error CQEs. Any thread. */
-void rdma_ep_kill(rdma_ep_t *ep, pdx_status_t why, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
+bool rdma_ep_set_error(rdma_ep_t *ep, pdx_status_t why, rdma_err_kind_t kind, const char *fmt,
+                       ...) __attribute__((format(printf, 4, 5)));
+/* Record the error and, if it is the ep's first, move the QP to ERR: the
+ * NIC flushes every outstanding WR and receive as error CQEs (not on a
+ * device that is gone). Any thread, while the ep is attached. */
+void rdma_ep_kill(rdma_ep_t *ep, pdx_status_t why, rdma_err_kind_t kind, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+/* The message once the ep's error is published: waits out another thread
+ * that claimed it and is writing it. Only for an ep with err_claim set. */
+const char *rdma_ep_errmsg_wait(rdma_ep_t *ep);
 
 /* post.c, the ep's poster */
 /* ep_create: wrs[i] becomes an RDMA WRITE of one SGE, sges[i], chained to
@@ -338,6 +429,9 @@ struct rdma_tp {
     rdma_cq_t           *cqs;
     rdma_mr_t           *mrs;
 
+    uint64_t             progress_timeout_ns; /* the software-flush backstop; 0: none */
+    _Atomic bool         dead;          /* DEVICE_FATAL or a dead async fd */
+
     /* async.c */
     pthread_mutex_t      async_lock;    /* an event read and not yet acked */
     pthread_t            async_thread;
@@ -354,5 +448,12 @@ static inline rdma_tp_t *rdma_tp(pdx_tp_t *tp)
  * rdma_async_stop returns false when the thread did not stop in time. */
 pdx_status_t rdma_async_start(rdma_tp_t *tp);
 bool rdma_async_stop(rdma_tp_t *tp);
+/* Act on one event (the thread calls it under async_lock; tests call it to
+ * inject events softnic cannot raise). */
+void rdma_async_handle(rdma_tp_t *tp, const struct ibv_async_event *ev);
+/* sw_flush.c: the device is gone (DEVICE_FATAL, a dead async fd): mark the tp
+ * dead and fail every ep of every CQ with a software flush. Idempotent;
+ * takes tp->lock, then each CQ's lock. */
+void rdma_device_dead(rdma_tp_t *tp, const char *why);
 
 #endif

@@ -12,12 +12,17 @@
  * region still open (a warning per kind), deallocate the PD, close the
  * device and free the device list.
  *
- * params->progress_timeout_ms is not used: the NIC bounds every WR itself.
- * A peer that stops answering (or never connected its QP) fails the WR with
- * IBV_WC_RETRY_EXC_ERR after PDX_IB_RETRY_COUNT retries of the ACK timeout
- * (PDX_IB_TIMEOUT; 7 retries of 4.096 us * 2^18 is about 8.6 s), a peer
- * without receives after PDX_IB_RNR_RETRY RNR retries; the QP then flushes
- * everything else.
+ * Bounding WRs: while the device and the CQ work, the NIC bounds every WR.
+ * A peer that stops answering (or never connected its QP), or a link that
+ * stays down, fails the WR with IBV_WC_RETRY_EXC_ERR after
+ * PDX_IB_RETRY_COUNT retries of the ACK timeout (PDX_IB_TIMEOUT; 7 retries
+ * of 4.096 us * 2^18 is about 8.6 s), a peer without receives after
+ * PDX_IB_RNR_RETRY RNR retries; the QP then flushes everything else. When
+ * the NIC can no longer report (DEVICE_FATAL, CQ_ERR, a failing poll, a dead
+ * completion channel or async fd) it does not: pdx completes the WRs in
+ * software (sw_flush.c). params->progress_timeout_ms is the backstop of that:
+ * an ep in error whose WRs are still outstanding that long after it failed
+ * is flushed in software too.
  */
 #include "rdma/rdma.h"
 
@@ -67,6 +72,7 @@ static pdx_status_t rdma_open(const pdx_tp_params_t *params, pdx_tp_t **tp_p)
     tp = memset(mem, 0, sizeof(*tp));
     tp->base.ops = &pdx_rdma_ops;
     tp->async_stop_fd = -1;
+    atomic_init(&tp->dead, false);
     rdma_knobs_read(params ? params->config : NULL, &tp->knobs);
     status = knobs_check(&tp->knobs);
     if (status != PDX_OK)
@@ -92,6 +98,7 @@ static pdx_status_t rdma_open(const pdx_tp_params_t *params, pdx_tp_t **tp_p)
     if (tp->dev.port_max_msg)
         tp->max_msg_size = PDX_MIN(tp->max_msg_size, (uint64_t)tp->dev.port_max_msg);
     tp->max_msg_size = PDX_MIN(tp->max_msg_size, (uint64_t)UINT32_MAX);
+    tp->progress_timeout_ns = params ? (uint64_t)params->progress_timeout_ms * 1000000u : 0;
 
     status = PDX_ERR_IO;
     tp->pd = ibv_alloc_pd(tp->ctx);

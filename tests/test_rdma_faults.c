@@ -1,0 +1,510 @@
+/*
+ * The rdma transport under faults, over softnic (tests/softnic): async
+ * events (a fatal QP, a port that goes down, an event of another port), a
+ * device that dies, a CQ in error, an ep failed without a flush (the
+ * progress-timeout backstop), a post the provider refuses part-way, the
+ * status of each kind of error completion, and ep_destroy racing the CQ's
+ * poller. Where the NIC reports nothing more, every outstanding WR and
+ * receive still completes, once, with an error. Each test checks that it
+ * leaves no file descriptor and no verbs object behind.
+ */
+#include <criterion/criterion.h>
+
+#include "log.h"
+#include "rdma/rdma.h"
+#include "softnic.h"
+#include "transport.h"
+#include "util.h"
+
+#include <dirent.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define WAIT_MS 5000
+#define LEN     4096u
+#define RW      (PDX_TP_ACCESS_LOCAL_WRITE | PDX_TP_ACCESS_REMOTE_WRITE)
+
+static const pdx_transport_ops_t *const ops = &pdx_rdma_ops;
+
+static int count_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    int n = 0;
+
+    cr_assert_not_null(d);
+    while ((e = readdir(d)))
+        if (e->d_name[0] != '.')
+            n++;
+    closedir(d);
+    return n - 1; /* the directory's own fd */
+}
+
+static softnic_config_t nic(softnic_mode_t mode)
+{
+    softnic_config_t c;
+
+    softnic_config_default(&c);
+    c.devices = 2;
+    c.mode = mode;
+    return c;
+}
+
+/* tp on softnic<dev>: progress_ms the backstop; ack_timeout PDX_IB_TIMEOUT or NULL */
+static pdx_tp_t *tp_new(uint32_t dev, uint32_t progress_ms, const char *ack_timeout)
+{
+    pdx_tp_params_t params = {.progress_timeout_ms = progress_ms, .max_msg_size = 1u << 20};
+    pdx_config_t cfg;
+    pdx_tp_t *tp = NULL;
+
+    cr_assert_eq(pdx_config_init(&cfg), PDX_OK);
+    cr_assert_eq(pdx_config_set(&cfg, "PDX_IB_DEVICES", dev ? "softnic1" : "softnic0"), PDX_OK);
+    if (ack_timeout)
+        cr_assert_eq(pdx_config_set(&cfg, "PDX_IB_TIMEOUT", ack_timeout), PDX_OK);
+    params.config = &cfg;
+    cr_assert_eq(ops->open(&params, &tp), PDX_OK);
+    return tp;
+}
+
+static pdx_tp_ep_t *ep_new(pdx_tp_t *tp, pdx_tp_cq_t *cq, uint32_t sq, uint32_t rq)
+{
+    pdx_tp_ep_attr_t attr = {.sq_depth = sq, .rq_depth = rq};
+    pdx_tp_ep_t *ep = NULL;
+
+    cr_assert_eq(ops->ep_create(tp, cq, &attr, &ep), PDX_OK);
+    return ep;
+}
+
+static void connect_eps(pdx_tp_ep_t *a, pdx_tp_ep_t *b)
+{
+    pdx_tp_addr_t aa, ba;
+
+    ops->ep_address(a, &aa);
+    ops->ep_address(b, &ba);
+    cr_assert_eq(ops->ep_connect(a, &ba), PDX_OK);
+    cr_assert_eq(ops->ep_connect(b, &aa), PDX_OK);
+}
+
+static pdx_tp_mr_t *mr_new(pdx_tp_t *tp, void *base, size_t len, unsigned access)
+{
+    pdx_tp_mr_t *mr = NULL;
+
+    cr_assert_eq(ops->mr_reg(tp, base, len, access, &mr), PDX_OK);
+    return mr;
+}
+
+/* Collect `want` completions within timeout_ms; returns how many came. */
+static int wait_wc(pdx_tp_cq_t *cq, pdx_tp_wc_t *wc, int want, int timeout_ms)
+{
+    uint64_t deadline = pdx_deadline_ns((uint32_t)timeout_ms);
+    int got = 0;
+
+    while (got < want) {
+        struct pollfd pfd = {.fd = ops->cq_fd(cq), .events = POLLIN};
+        uint64_t now = pdx_now_ns();
+        int n = ops->cq_poll(cq, wc + got, want - got);
+
+        if (n == 0 && now < deadline && ops->cq_arm(cq) == PDX_OK) /* then poll once more */
+            n = ops->cq_poll(cq, wc + got, want - got);
+        got += n;
+        if (n > 0)
+            continue;
+        if (now >= deadline)
+            break;
+        if (poll(&pfd, 1, (int)PDX_MIN((deadline - now) / 1000000u + 1, 20u)) > 0)
+            ops->cq_ack(cq);
+    }
+    return got;
+}
+
+/* Wait, without polling, until ep_error(ep) holds `what`. */
+static void wait_error(pdx_tp_ep_t *ep, const char *what)
+{
+    uint64_t deadline = pdx_deadline_ns(WAIT_MS);
+
+    while (!strstr(ops->ep_error(ep), what) && pdx_now_ns() < deadline)
+        usleep(1000);
+    cr_assert(strstr(ops->ep_error(ep), what), "\"%s\", not \"%s\"", ops->ep_error(ep), what);
+}
+
+static void expect_wc(const pdx_tp_wc_t *wc, uint64_t wr_id, pdx_status_t status,
+                      pdx_tp_opcode_t opcode)
+{
+    cr_assert_eq(wc->wr_id, wr_id, "wr_id %llu, expected %llu", (unsigned long long)wc->wr_id,
+                 (unsigned long long)wr_id);
+    cr_assert_eq(wc->status, status, "wr %llu: %s", (unsigned long long)wr_id,
+                 pdx_status_str(wc->status));
+    cr_assert_eq(wc->opcode, opcode);
+}
+
+/* softnic0's ep[0] writes from src into dst on softnic1's ep[1]. */
+typedef struct rig {
+    int              fds;
+    uint32_t         objects;
+    softnic_config_t nic;
+    pdx_tp_t        *tp[2];
+    pdx_tp_cq_t     *cq[2];
+    pdx_tp_ep_t     *ep[2];
+    uint8_t          src[LEN], dst[LEN], rbuf[4 * 64];
+    pdx_tp_mr_t     *smr, *dmr, *rmr[2];
+    pdx_tp_rkey_t    rk;
+} rig_t;
+
+static rig_t *rig_open(const softnic_config_t *c, uint32_t progress_ms, const char *ack_timeout)
+{
+    rig_t *r = calloc(1, sizeof(*r));
+
+    cr_assert_not_null(r);
+    r->nic = c ? *c : nic(SOFTNIC_THREAD);
+    cr_assert_eq(softnic_configure(&r->nic), 0);
+    softnic_faults_clear();
+    r->fds = count_fds();
+    r->objects = softnic_open_objects();
+    for (uint32_t i = 0; i < 2; i++) {
+        r->tp[i] = tp_new(i, progress_ms, ack_timeout);
+        r->cq[i] = NULL;
+        cr_assert_eq(ops->cq_create(r->tp[i], 12, &r->cq[i]), PDX_OK);
+        r->ep[i] = ep_new(r->tp[i], r->cq[i], 8, 4);
+        r->rmr[i] = mr_new(r->tp[i], r->rbuf, sizeof(r->rbuf), PDX_TP_ACCESS_LOCAL_WRITE);
+    }
+    connect_eps(r->ep[0], r->ep[1]);
+    for (size_t i = 0; i < LEN; i++)
+        r->src[i] = (uint8_t)(i * 7 + 1);
+    r->smr = mr_new(r->tp[0], r->src, LEN, 0);
+    r->dmr = mr_new(r->tp[1], r->dst, LEN, RW);
+    ops->mr_remote(r->dmr, &r->rk);
+    return r;
+}
+
+/* Eps first (they drop their WRs' hold on the regions); nothing leaks. */
+static void rig_close(rig_t *r)
+{
+    for (int i = 0; i < 2; i++)
+        if (r->ep[i])
+            ops->ep_destroy(r->ep[i]);
+    cr_assert_eq(ops->mr_dereg(r->smr), PDX_OK);
+    cr_assert_eq(ops->mr_dereg(r->dmr), PDX_OK);
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(ops->mr_dereg(r->rmr[i]), PDX_OK);
+        ops->cq_destroy(r->cq[i]);
+        ops->close(r->tp[i]);
+    }
+    cr_assert_eq(softnic_open_objects(), r->objects, "verbs objects left open");
+    cr_assert_eq(count_fds(), r->fds, "file descriptors leaked");
+    softnic_faults_clear();
+    free(r);
+}
+
+static pdx_tp_write_t wr_make(const rig_t *r, uint64_t id, uint64_t off, uint64_t len,
+                              bool signaled)
+{
+    return (pdx_tp_write_t){.wr_id = id, .mr = r->smr, .offset = off, .length = len,
+                            .remote_addr = r->rk.addr + off, .rkey = r->rk.rkey,
+                            .flags = signaled ? PDX_TP_SIGNALED : 0};
+}
+
+/* Every WR waits delay_us before it executes (applies at once). */
+static void nic_delay(rig_t *r, uint32_t delay_us)
+{
+    r->nic.delay_us = delay_us;
+    cr_assert_eq(softnic_configure(&r->nic), 0);
+}
+
+/* WRITEs 0..n-1 (the last signaled) and receives 100.. on ep 0; none runs yet. */
+static void post_stuck(rig_t *r, int n, int nrecv)
+{
+    pdx_tp_write_t w[8];
+
+    nic_delay(r, 2000000);
+    for (int i = 0; i < n; i++)
+        w[i] = wr_make(r, (uint64_t)i, (uint64_t)i * 256, 256, i == n - 1);
+    cr_assert_eq(ops->post_write(r->ep[0], w, (uint32_t)n), PDX_OK);
+    for (int i = 0; i < nrecv; i++)
+        cr_assert_eq(ops->post_recv(r->ep[0], 100u + (uint64_t)i, r->rmr[0], (uint64_t)i * 64, 64),
+                     PDX_OK);
+}
+
+/* n WRITEs, then nrecv receives, each completed once with `status`, in order. */
+static void expect_flushed(pdx_tp_cq_t *cq, int n, int nrecv, pdx_status_t status)
+{
+    pdx_tp_wc_t wc[16];
+    int nwr = 0, nr = 0;
+
+    cr_assert_eq(wait_wc(cq, wc, n + nrecv, WAIT_MS), n + nrecv, "completions lost");
+    cr_assert_eq(wait_wc(cq, wc + n + nrecv, 1, 100), 0, "a WR completed twice");
+    for (int i = 0; i < n + nrecv; i++) {
+        bool recv = wc[i].opcode == PDX_TP_OP_RECV;
+
+        expect_wc(&wc[i], recv ? 100u + (uint64_t)nr : (uint64_t)nwr, status,
+                  recv ? PDX_TP_OP_RECV : PDX_TP_OP_WRITE);
+        *(recv ? &nr : &nwr) += 1;
+    }
+}
+
+/* ------------------------------------------------------ async events */
+
+/* The QP's flushes come before the async thread reads QP_FATAL: the event
+ * then names the cause in place of the flush. */
+Test(rdma_faults, qp_fatal_names_the_cause_behind_its_flushes)
+{
+    rig_t *r = rig_open(NULL, 10000, NULL);
+    rdma_tp_t *tp = rdma_tp(r->tp[0]);
+
+    post_stuck(r, 4, 0);
+    pthread_mutex_lock(&tp->async_lock); /* the thread cannot read the event yet */
+    cr_assert_eq(softnic_qp_fatal(rdma_ep(r->ep[0])->qpn), 0);
+    expect_flushed(r->cq[0], 4, 0, PDX_ERR_PEER);
+    cr_assert(strstr(ops->ep_error(r->ep[0]), "WRITE: Work Request Flushed Error"), "%s",
+              ops->ep_error(r->ep[0]));
+    pthread_mutex_unlock(&tp->async_lock);
+    wait_error(r->ep[0], "async event local work queue catastrophic error on QP 0x");
+    cr_assert_str_eq(ops->ep_error(r->ep[1]), "");
+    nic_delay(r, 0);
+    rig_close(r);
+}
+
+/* A link flap fails nothing; a link that stays down fails the WR when the
+ * retries run out; another port's event is ignored. */
+Test(rdma_faults, port_down_fails_only_when_the_retries_run_out)
+{
+    /* PDX_IB_TIMEOUT 24: 4.096 us * 2^24 / 1000 (softnic's scale) = 69 ms a try,
+     * 8 tries: about 0.5 s of budget */
+    rig_t *r = rig_open(NULL, 10000, "24");
+    struct ibv_async_event ev = {.event_type = IBV_EVENT_PORT_ERR, .element.port_num = 2};
+    uint64_t errors = pdx_log_error_count();
+    pdx_tp_write_t w = wr_make(r, 1, 0, LEN, true);
+    pdx_tp_wc_t wc;
+
+    rdma_async_handle(rdma_tp(r->tp[0]), &ev); /* port 2: not ours */
+    cr_assert_eq(softnic_async(1, IBV_EVENT_PORT_ERR), 0);
+    usleep(50000);
+    cr_assert(!ops->ep_error(r->ep[0])[0] && !ops->ep_error(r->ep[1])[0], "an ep failed");
+    cr_assert_eq(ops->post_write(r->ep[0], &w, 1), PDX_OK);
+    cr_assert_eq(wait_wc(r->cq[0], &wc, 1, 30), 0, "completed while the link was down");
+    cr_assert_eq(softnic_async(1, IBV_EVENT_PORT_ACTIVE), 0);
+    cr_assert_eq(wait_wc(r->cq[0], &wc, 1, WAIT_MS), 1);
+    expect_wc(&wc, 1, PDX_OK, PDX_TP_OP_WRITE);
+    cr_assert_eq(memcmp(r->dst, r->src, LEN), 0);
+
+    cr_assert_eq(softnic_async(1, IBV_EVENT_PORT_ERR), 0);
+    w.wr_id = 2;
+    cr_assert_eq(ops->post_write(r->ep[0], &w, 1), PDX_OK);
+    cr_assert_eq(wait_wc(r->cq[0], &wc, 1, WAIT_MS), 1);
+    expect_wc(&wc, 2, PDX_ERR_PEER, PDX_TP_OP_WRITE);
+    cr_assert(strstr(ops->ep_error(r->ep[0]), "WRITE: transport retry counter exceeded"), "%s",
+              ops->ep_error(r->ep[0]));
+    cr_assert_eq(softnic_async(1, IBV_EVENT_PORT_ACTIVE), 0);
+    cr_assert_eq(pdx_log_error_count(), errors, "a port event was logged as an error");
+    rig_close(r);
+}
+
+/* ------------------------------------------- the NIC reports nothing */
+
+Test(rdma_faults, device_fatal_completes_everything_in_software)
+{
+    rig_t *r = rig_open(NULL, 10000, NULL);
+    pdx_tp_ep_attr_t attr = {.sq_depth = 1};
+    pdx_tp_write_t w = wr_make(r, 9, 0, 64, true);
+    struct pollfd pfd;
+    pdx_tp_ep_t *ep;
+    uint64_t deadline = pdx_deadline_ns(WAIT_MS);
+
+    post_stuck(r, 6, 3);
+    cr_assert_eq(softnic_async(0, IBV_EVENT_DEVICE_FATAL), 0);
+    while (!atomic_load(&rdma_tp(r->tp[0])->dead) && pdx_now_ns() < deadline)
+        usleep(1000); /* the async thread's turn: then the message is its */
+    expect_flushed(r->cq[0], 6, 3, PDX_ERR_PEER);
+    cr_assert(strstr(ops->ep_error(r->ep[0]), "async event local catastrophic error on "
+                                               "softnic0, QP 0x"), "%s", ops->ep_error(r->ep[0]));
+    pfd = (struct pollfd){.fd = ops->cq_fd(r->cq[0]), .events = POLLIN};
+    cr_assert_eq(poll(&pfd, 1, 50), 0, "the dead channel still wakes its sleepers");
+    cr_assert_eq(ops->cq_arm(r->cq[0]), PDX_ERR_IO, "no event will come: sleep bounded");
+    cr_assert_eq(ops->post_write(r->ep[0], &w, 1), PDX_ERR_PEER);
+    cr_assert_eq(ops->ep_create(r->tp[0], r->cq[0], &attr, &ep), PDX_ERR_IO);
+    cr_assert_eq(atomic_load(&rdma_mr(r->smr)->refs), 0u, "flushed WRs hold their region");
+    nic_delay(r, 0);
+    rig_close(r);
+}
+
+/* The completion channel dies before the async thread hears of the device:
+ * the CQ's owner finds out in cq_ack, and its eps are flushed the same way. */
+Test(rdma_faults, dead_channel_fails_its_cq)
+{
+    rig_t *r = rig_open(NULL, 10000, NULL);
+    rdma_tp_t *tp = rdma_tp(r->tp[0]);
+
+    post_stuck(r, 3, 2);
+    pthread_mutex_lock(&tp->async_lock);
+    cr_assert_eq(softnic_async(0, IBV_EVENT_DEVICE_FATAL), 0);
+    ops->cq_ack(r->cq[0]); /* as after the fd woke its sleeper */
+    cr_assert_eq(ops->cq_arm(r->cq[0]), PDX_ERR_IO);
+    expect_flushed(r->cq[0], 3, 2, PDX_ERR_PEER);
+    cr_assert(strstr(ops->ep_error(r->ep[0]), "its completion channel failed, QP 0x"), "%s",
+              ops->ep_error(r->ep[0]));
+    pthread_mutex_unlock(&tp->async_lock);
+    nic_delay(r, 0);
+    rig_close(r);
+}
+
+/* CQ_ERR (injected: the reservations keep softnic's CQs from overrunning) */
+Test(rdma_faults, cq_error_completes_everything_in_software)
+{
+    rig_t *r = rig_open(NULL, 10000, NULL);
+    struct ibv_async_event ev = {.event_type = IBV_EVENT_CQ_ERR,
+                                 .element.cq = rdma_cq(r->cq[0])->cq};
+    rdma_tp_t *tp = rdma_tp(r->tp[0]);
+    pdx_tp_ep_attr_t attr = {.sq_depth = 1};
+    pdx_tp_wc_t wc;
+    pdx_tp_ep_t *ep;
+
+    post_stuck(r, 5, 2);
+    pthread_mutex_lock(&tp->async_lock); /* as the async thread calls it */
+    rdma_async_handle(tp, &ev);
+    pthread_mutex_unlock(&tp->async_lock);
+    expect_flushed(r->cq[0], 5, 2, PDX_ERR_PEER);
+    cr_assert(strstr(ops->ep_error(r->ep[0]), "async event CQ error, QP 0x"), "%s",
+              ops->ep_error(r->ep[0]));
+    nic_delay(r, 0);
+    cr_assert_eq(wait_wc(r->cq[0], &wc, 1, 200), 0, "the NIC's own flushes came out too");
+    cr_assert_eq(ops->cq_arm(r->cq[0]), PDX_ERR_IO);
+    cr_assert_eq(ops->ep_create(r->tp[0], r->cq[0], &attr, &ep), PDX_ERR_IO, "a CQ in error");
+    rig_close(r);
+}
+
+/* An ep in error whose WRs the NIC never completes: progress_timeout_ms
+ * after it failed they complete in software, and the NIC's late
+ * completions are dropped. */
+Test(rdma_faults, backstop_flushes_an_ep_the_nic_forgot)
+{
+    rig_t *r = rig_open(NULL, 100, NULL);
+    uint64_t t0;
+    pdx_tp_wc_t wc;
+
+    post_stuck(r, 3, 1);
+    nic_delay(r, 0); /* posted WRs keep their 2 s */
+    t0 = pdx_now_ns();
+    cr_assert(rdma_ep_set_error(rdma_ep(r->ep[0]), PDX_ERR_ABORTED, RDMA_ERR_FIRST,
+                                "failed by the test, QP left alone"));
+    expect_flushed(r->cq[0], 3, 1, PDX_ERR_ABORTED);
+    cr_assert_geq(pdx_now_ns() - t0, 100000000u, "flushed before the progress timeout");
+    cr_assert_lt(pdx_now_ns() - t0, 1500000000u, "flushed only when the NIC ran the WRs");
+    cr_assert_eq(wait_wc(r->cq[0], &wc, 1, 2500), 0, "the NIC's late completion came out");
+    rig_close(r);
+}
+
+/* ----------------------------------------------------- refused posts */
+
+/* The provider takes 2 WRs of a call of 4, then refuses one: the caller
+ * gets PDX_ERR_PEER and no completion of any of the 4; the earlier calls'
+ * WRs still complete, and the regions are released. */
+Test(rdma_faults, partial_post_hands_out_nothing)
+{
+    softnic_config_t c = nic(SOFTNIC_ON_POLL); /* WRs run inside cq_poll */
+    rig_t *r = rig_open(&c, 10000, NULL);
+    rdma_ep_t *e = rdma_ep(r->ep[0]);
+    pdx_tp_write_t w[6];
+    pdx_tp_wc_t wc[4];
+
+    for (int i = 0; i < 6; i++)
+        w[i] = wr_make(r, (uint64_t)i + 1, (uint64_t)i * 512, 512, i == 3);
+    cr_assert_eq(ops->post_write(r->ep[0], w, 2), PDX_OK);
+    cr_assert_eq(wait_wc(r->cq[0], wc, 1, 50), 0, "unsignaled WRs 1 and 2 ran silently");
+    e->wrs[2].num_sge = 2; /* the third WR of the next call: more SGEs than the QP takes */
+    cr_assert_eq(ops->post_write(r->ep[0], w + 2, 4), PDX_ERR_PEER);
+    e->wrs[2].num_sge = 1;
+    cr_assert(strstr(ops->ep_error(r->ep[0]), "after 2 of 4"), "%s", ops->ep_error(r->ep[0]));
+    cr_assert_eq(wait_wc(r->cq[0], wc, 4, 300), 1, "WRs of the refused call completed");
+    expect_wc(&wc[0], 2, PDX_OK, PDX_TP_OP_WRITE); /* WR 3's flush covers WRs 1 and 2 */
+    cr_assert_eq(atomic_load(&rdma_mr(r->smr)->refs), 0u, "the refused call holds its region");
+    rig_close(r);
+}
+
+/* ---------------------------------------------------------- statuses */
+
+Test(rdma_faults, error_statuses_and_messages)
+{
+    rig_t *r = rig_open(NULL, 10000, NULL);
+    pdx_tp_write_t w = wr_make(r, 1, 0, 64, true);
+    uint8_t msg[48] = {0};
+    pdx_tp_wc_t wc;
+
+    /* a local error of the NIC */
+    softnic_fault_wr_status(rdma_ep(r->ep[0])->qpn, 1, IBV_WC_LOC_ACCESS_ERR);
+    cr_assert_eq(ops->post_write(r->ep[0], &w, 1), PDX_OK);
+    cr_assert_eq(wait_wc(r->cq[0], &wc, 1, WAIT_MS), 1);
+    expect_wc(&wc, 1, PDX_ERR_IO, PDX_TP_OP_WRITE);
+    cr_assert(strstr(ops->ep_error(r->ep[0]), "WRITE: local access error"), "%s",
+              ops->ep_error(r->ep[0]));
+    rig_close(r);
+
+    /* a SEND larger than the peer's receive: both sides call it a protocol error */
+    r = rig_open(NULL, 10000, NULL);
+    cr_assert_eq(ops->post_recv(r->ep[1], 7, r->rmr[1], 0, 16), PDX_OK);
+    cr_assert_eq(ops->post_send(r->ep[0], 8, msg, sizeof(msg), PDX_TP_SIGNALED), PDX_OK);
+    cr_assert_eq(wait_wc(r->cq[0], &wc, 1, WAIT_MS), 1);
+    expect_wc(&wc, 8, PDX_ERR_PROTO, PDX_TP_OP_SEND);
+    cr_assert(strstr(ops->ep_error(r->ep[0]), "SEND: remote invalid request error"), "%s",
+              ops->ep_error(r->ep[0]));
+    cr_assert_eq(wait_wc(r->cq[1], &wc, 1, WAIT_MS), 1);
+    expect_wc(&wc, 7, PDX_ERR_PROTO, PDX_TP_OP_RECV);
+    cr_assert(strstr(ops->ep_error(r->ep[1]), "RECV: local length error"), "%s",
+              ops->ep_error(r->ep[1]));
+    rig_close(r);
+}
+
+/* ------------------------------------------------------------- races */
+
+typedef struct poller {
+    pdx_tp_cq_t  *cq;
+    _Atomic bool  stop;
+    uint64_t      got;
+} poller_t;
+
+static void *poller_main(void *arg)
+{
+    poller_t *p = arg;
+    pdx_tp_wc_t wc[16];
+
+    while (!atomic_load_explicit(&p->stop, memory_order_relaxed))
+        p->got += (uint64_t)ops->cq_poll(p->cq, wc, 16);
+    return NULL;
+}
+
+/* ep_destroy while the poller handles the ep's first error CQE (the one
+ * that records and logs the error): run it under ASan. */
+Test(rdma_faults, destroy_races_the_poller, .timeout = 60)
+{
+    rig_t *r = rig_open(NULL, 10000, NULL);
+    poller_t p = {.cq = r->cq[0]};
+    pdx_tp_write_t w[4];
+    pthread_t th;
+
+    for (int i = 0; i < 2; i++) {
+        ops->ep_destroy(r->ep[i]);
+        r->ep[i] = NULL;
+    }
+    cr_assert_eq(pthread_create(&th, NULL, poller_main, &p), 0);
+    for (int i = 0; i < 200; i++) {
+        pdx_tp_ep_t *a = ep_new(r->tp[0], r->cq[0], 8, 4), *b = ep_new(r->tp[1], r->cq[1], 8, 4);
+
+        connect_eps(a, b);
+        softnic_fault_wr_status(rdma_ep(a)->qpn, 1, IBV_WC_REM_OP_ERR);
+        for (int k = 0; k < 4; k++)
+            w[k] = wr_make(r, (uint64_t)k, 0, 64, true);
+        cr_assert_eq(ops->post_write(a, w, 4), PDX_OK); /* one call: the first fails */
+        if (i % 8 == 0)
+            usleep(2000); /* now and then the completions surely arrive first */
+        else if (i % 4)
+            usleep((useconds_t)(i % 40));
+        ops->ep_destroy(a);
+        ops->ep_destroy(b);
+    }
+    atomic_store(&p.stop, true);
+    cr_assert_eq(pthread_join(th, NULL), 0);
+    cr_assert_gt(p.got, 0u, "the poller never met a completion");
+    rig_close(r);
+}
