@@ -437,11 +437,11 @@ pdx_status_t rdma_cq_create(pdx_tp_t *ptp, uint32_t depth, pdx_tp_cq_t **cq_p)
         return PDX_ERR_IO;
     }
     if (depth > tp->dev.max_cqe) {
-        pdx_error("rdma: %s: a CQ of depth %u exceeds the device's max_cqe of %u (the CQ "
-                  "holds the send and receive depths of all its endpoints: use fewer "
-                  "endpoints per shard or a smaller PDX_SQ_DEPTH)", tp->dev.name, depth,
-                  tp->dev.max_cqe);
-        return PDX_ERR_UNSUPPORTED;
+        /* Clamped: it then holds fewer endpoints; ep_create refuses the one
+         * that does not fit (PDX_ERR_FULL), so the CQ never overruns. */
+        pdx_info("rdma: %s: a CQ of depth %u asked, the device's max_cqe is %u: clamped",
+                 tp->dev.name, depth, tp->dev.max_cqe);
+        depth = tp->dev.max_cqe;
     }
     cq = calloc(1, sizeof(*cq));
     if (!cq)

@@ -729,7 +729,7 @@ Test(rdma, bad_arguments_are_refused)
 {
     softnic_config_t c = nic(2, SOFTNIC_THREAD);
     pdx_tp_mr_t *mr = (pdx_tp_mr_t *)0x1;
-    pdx_tp_ep_t *ep = (pdx_tp_ep_t *)0x1;
+    pdx_tp_ep_t *ep = (pdx_tp_ep_t *)0x1, *ep2 = NULL;
     pdx_tp_cq_t *cq = (pdx_tp_cq_t *)0x1;
     pdx_tp_ep_attr_t attr = {.sq_depth = 4, .rq_depth = 1};
     pdx_tp_addr_t junk = {.len = 3, .bytes = {1, 2, 3}}, good;
@@ -747,8 +747,17 @@ Test(rdma, bad_arguments_are_refused)
                  "above max_mr_size: no registration in pieces yet");
     cr_assert_eq(mr, (pdx_tp_mr_t *)0x1, "output written on failure");
     cr_assert_eq(ops->cq_create(r.tp[0], 0, &cq), PDX_ERR_INVALID);
-    cr_assert_eq(ops->cq_create(r.tp[0], 1025, &cq), PDX_ERR_UNSUPPORTED, "above max_cqe");
     cr_assert_eq(cq, (pdx_tp_cq_t *)0x1, "output written on failure");
+    cr_assert_eq(ops->cq_create(r.tp[0], 4096, &cq), PDX_OK, "above max_cqe: clamped to 1024");
+    attr = (pdx_tp_ep_attr_t){.sq_depth = 500, .rq_depth = 500};
+    cr_assert_eq(ops->ep_create(r.tp[0], cq, &attr, &ep), PDX_OK);
+    attr = (pdx_tp_ep_attr_t){.sq_depth = 16, .rq_depth = 16};
+    cr_assert_eq(ops->ep_create(r.tp[0], cq, &attr, &ep2), PDX_ERR_FULL, "past the clamp");
+    ops->ep_destroy(ep);
+    ops->cq_destroy(cq);
+    cq = (pdx_tp_cq_t *)0x1;
+    ep = (pdx_tp_ep_t *)0x1;
+    attr = (pdx_tp_ep_attr_t){.sq_depth = 4, .rq_depth = 1};
     cr_assert_eq(ops->ep_create(r.tp[0], r.cq[0], &attr, &ep), PDX_ERR_FULL, "CQ is full");
     cr_assert_eq(ops->ep_create(r.tp[1], r.cq[0], &attr, &ep), PDX_ERR_INVALID, "other tp");
     attr.sq_depth = 513;
