@@ -9,12 +9,13 @@
 #include <criterion/criterion.h>
 
 #include "log.h"
+#include "rdma_fixture.h"
 #include "rdma/rdma.h"
 #include "softnic.h"
+#include "tp_fixture.h"
 #include "transport.h"
 #include "util.h"
 
-#include <dirent.h>
 #include <poll.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -28,24 +29,9 @@
 
 static const pdx_transport_ops_t *const ops = &pdx_rdma_ops;
 
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int n = 0;
-
-    cr_assert_not_null(d);
-    while ((e = readdir(d)))
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n - 1; /* the directory's own fd */
-}
-
 typedef struct env {
-    int      fds;
+    fx_env_t fx;
     uint32_t objects;
-    uint64_t errors;
 } env_t;
 
 /* Configure the NIC (devices, mode, tweaks), then note what is open. */
@@ -53,30 +39,15 @@ static void env_begin(env_t *env, const softnic_config_t *nic)
 {
     cr_assert_eq(softnic_configure(nic), 0);
     softnic_faults_clear();
-    env->fds = count_fds();
-    env->errors = pdx_log_error_count();
+    fx_env_begin(&env->fx);
     env->objects = softnic_open_objects();
 }
 
 static void env_end(const env_t *env, bool errors_expected)
 {
-    int fds = count_fds();
-
     cr_assert_eq(softnic_open_objects(), env->objects, "verbs objects left open: %u, not %u",
                  softnic_open_objects(), env->objects);
-    cr_assert_eq(fds, env->fds, "file descriptors leaked: %d before, %d after", env->fds, fds);
-    if (!errors_expected)
-        cr_assert_eq(pdx_log_error_count(), env->errors, "unexpected error messages");
-}
-
-static softnic_config_t nic(uint32_t devices, softnic_mode_t mode)
-{
-    softnic_config_t c;
-
-    softnic_config_default(&c);
-    c.devices = devices;
-    c.mode = mode;
-    return c;
+    fx_env_end(&env->fx, errors_expected);
 }
 
 static void fill_random(uint8_t *p, size_t len)
@@ -104,41 +75,6 @@ static pdx_status_t tp_try(pdx_tp_t **tp_p, const char *var, ...)
     return ops->open(&params, tp_p);
 }
 
-static pdx_tp_cq_t *cq_new(pdx_tp_t *tp, uint32_t depth)
-{
-    pdx_tp_cq_t *cq = NULL;
-
-    cr_assert_eq(ops->cq_create(tp, depth, &cq), PDX_OK);
-    return cq;
-}
-
-static pdx_tp_ep_t *ep_new(pdx_tp_t *tp, pdx_tp_cq_t *cq, uint32_t sq, uint32_t rq)
-{
-    pdx_tp_ep_attr_t attr = {.sq_depth = sq, .rq_depth = rq};
-    pdx_tp_ep_t *ep = NULL;
-
-    cr_assert_eq(ops->ep_create(tp, cq, &attr, &ep), PDX_OK);
-    return ep;
-}
-
-static void connect_eps(pdx_tp_ep_t *a, pdx_tp_ep_t *b)
-{
-    pdx_tp_addr_t aa, ba;
-
-    ops->ep_address(a, &aa);
-    ops->ep_address(b, &ba);
-    cr_assert_eq(ops->ep_connect(a, &ba), PDX_OK);
-    cr_assert_eq(ops->ep_connect(b, &aa), PDX_OK);
-}
-
-static pdx_tp_mr_t *mr_new(pdx_tp_t *tp, void *base, size_t len, unsigned access)
-{
-    pdx_tp_mr_t *mr = NULL;
-
-    cr_assert_eq(ops->mr_reg(tp, base, len, access, &mr), PDX_OK);
-    return mr;
-}
-
 static struct ibv_qp_attr qp_query(pdx_tp_ep_t *ep)
 {
     struct ibv_qp_attr attr;
@@ -152,25 +88,7 @@ static struct ibv_qp_attr qp_query(pdx_tp_ep_t *ep)
 /* Collect `want` completions within timeout_ms; returns how many came. */
 static int wait_wc(pdx_tp_cq_t *cq, pdx_tp_wc_t *wc, int want, int timeout_ms)
 {
-    uint64_t deadline = pdx_deadline_ns((uint32_t)timeout_ms);
-    int got = 0;
-
-    while (got < want) {
-        struct pollfd pfd = {.fd = ops->cq_fd(cq), .events = POLLIN};
-        uint64_t now = pdx_now_ns();
-        int n = ops->cq_poll(cq, wc + got, want - got);
-
-        if (n == 0 && now < deadline && ops->cq_arm(cq) == PDX_OK) /* then poll once more */
-            n = ops->cq_poll(cq, wc + got, want - got);
-        got += n;
-        if (n > 0)
-            continue;
-        if (now >= deadline)
-            break;
-        if (poll(&pfd, 1, (int)PDX_MIN((deadline - now) / 1000000u + 1, 20u)) > 0)
-            ops->cq_ack(cq);
-    }
-    return got;
+    return fx_wait_wc(ops, cq, wc, want, timeout_ms, 20u);
 }
 
 /* The usual setup: tp 0 (softnic0) writes from src into dst on tp 1 (softnic1);
@@ -191,22 +109,22 @@ typedef struct rig {
 static void rig_open(rig_t *r, const softnic_config_t *c, size_t len, uint32_t sq, uint32_t rq)
 {
     memset(r, 0, sizeof(*r));
-    r->nic = c ? *c : nic(2, SOFTNIC_THREAD);
+    r->nic = c ? *c : fx_nic(2, SOFTNIC_THREAD);
     env_begin(&r->env, &r->nic);
     for (int i = 0; i < 2; i++) {
         cr_assert_eq(tp_try(&r->tp[i], "PDX_IB_DEVICES", i ? "softnic1" : "softnic0", NULL),
                      PDX_OK);
-        r->cq[i] = cq_new(r->tp[i], sq + rq);
-        r->ep[i] = ep_new(r->tp[i], r->cq[i], sq, rq);
+        r->cq[i] = fx_cq_new(ops, r->tp[i], sq + rq);
+        r->ep[i] = fx_ep_new(ops, r->tp[i], r->cq[i], sq, rq);
     }
-    connect_eps(r->ep[0], r->ep[1]);
+    fx_connect_eps(ops, r->ep[0], r->ep[1]);
     r->len = len;
     r->src = malloc(len);
     r->dst = calloc(2, len);
     cr_assert(r->src && r->dst);
     fill_random(r->src, len);
-    r->smr = mr_new(r->tp[0], r->src, len, 0);
-    r->dmr = mr_new(r->tp[1], r->dst, len, RW);
+    r->smr = fx_mr_new(ops, r->tp[0], r->src, len, 0);
+    r->dmr = fx_mr_new(ops, r->tp[1], r->dst, len, RW);
     ops->mr_remote(r->dmr, &r->rk);
 }
 
@@ -236,28 +154,11 @@ static pdx_tp_write_t wr_make(const rig_t *r, uint64_t id, uint64_t src_off, uin
     return w;
 }
 
-static void expect_wc(const pdx_tp_wc_t *wc, uint64_t wr_id, pdx_status_t status,
-                      pdx_tp_opcode_t opcode)
-{
-    cr_assert_eq(wc->wr_id, wr_id, "wr_id %llu, expected %llu", (unsigned long long)wc->wr_id,
-                 (unsigned long long)wr_id);
-    cr_assert_eq(wc->status, status, "wr %llu: %s", (unsigned long long)wr_id,
-                 pdx_status_str(wc->status));
-    cr_assert_eq(wc->opcode, opcode);
-}
-
-/* Every WR waits delay_us before it executes (applies at once). */
-static void nic_delay(rig_t *r, uint32_t delay_us)
-{
-    r->nic.delay_us = delay_us;
-    cr_assert_eq(softnic_configure(&r->nic), 0);
-}
-
 /* ------------------------------------------------------------ devices */
 
 Test(rdma, open_close_and_device_choice)
 {
-    softnic_config_t c = nic(1, SOFTNIC_THREAD);
+    softnic_config_t c = fx_nic(1, SOFTNIC_THREAD);
     pdx_tp_t *tp = NULL, *tp2 = (pdx_tp_t *)0x1;
     uint8_t buf[256];
     pdx_tp_mr_t *mr;
@@ -269,10 +170,10 @@ Test(rdma, open_close_and_device_choice)
     cr_assert_eq(ops->open(NULL, &tp), PDX_OK, "no params, no config: defaults");
     cr_assert_str_eq(rdma_tp(tp)->dev.name, "softnic0");
     cr_assert_eq(rdma_tp(tp)->max_msg_size, 1u << 20);
-    cq = cq_new(tp, 16);
-    ep = ep_new(tp, cq, 4, 4);
-    mr = mr_new(tp, buf, sizeof(buf), RW);
-    (void)mr_new(tp, buf, 64, RW);
+    cq = fx_cq_new(ops, tp, 16);
+    ep = fx_ep_new(ops, tp, cq, 4, 4);
+    mr = fx_mr_new(ops, tp, buf, sizeof(buf), RW);
+    (void)fx_mr_new(ops, tp, buf, 64, RW);
     /* an ep not connected yet takes receives, not sends */
     cr_assert_eq(ops->post_recv(ep, 1, mr, 0, 64), PDX_OK);
     cr_assert_eq(ops->post_send(ep, 2, "x", 1, 0), PDX_ERR_STATE);
@@ -283,13 +184,13 @@ Test(rdma, open_close_and_device_choice)
     c.no_devices = true;
     env_begin(&env, &c);
     cr_assert_eq(tp_try(&tp2, NULL), PDX_ERR_NO_DEVICE, "quiet: info, the engine falls back");
-    cr_assert_eq(pdx_log_error_count(), env.errors);
+    cr_assert_eq(pdx_log_error_count(), env.fx.errors);
     cr_assert_eq(ops->open(&(pdx_tp_params_t){0}, &tp2), PDX_ERR_NO_DEVICE);
-    cr_assert_eq(pdx_log_error_count(), env.errors + 1, "not quiet: one error says why");
+    cr_assert_eq(pdx_log_error_count(), env.fx.errors + 1, "not quiet: one error says why");
     cr_assert_eq(tp2, (pdx_tp_t *)0x1, "output written on failure");
     env_end(&env, true);
 
-    c = nic(2, SOFTNIC_THREAD);
+    c = fx_nic(2, SOFTNIC_THREAD);
     env_begin(&env, &c);
     cr_assert_eq(tp_try(&tp, NULL), PDX_OK);
     cr_assert_str_eq(rdma_tp(tp)->dev.name, "softnic0", "no filter: the first device");
@@ -306,7 +207,7 @@ Test(rdma, open_close_and_device_choice)
 Test(rdma, addressing_and_knobs)
 {
     static const uint8_t v4[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 1};
-    softnic_config_t c = nic(2, SOFTNIC_THREAD);
+    softnic_config_t c = fx_nic(2, SOFTNIC_THREAD);
     struct ibv_qp_attr q[2];
     pdx_tp_addr_t a[2], ll;
     pdx_tp_t *tp2;
@@ -321,10 +222,10 @@ Test(rdma, addressing_and_knobs)
     ops->close(r.tp[1]); /* again, with settings */
     cr_assert_eq(tp_try(&r.tp[1], "PDX_IB_DEVICES", "softnic1", "PDX_IB_GID_INDEX", "1",
                         "PDX_IB_HOP_LIMIT", "7", "PDX_IB_RNR_RETRY", "3", NULL), PDX_OK);
-    r.cq[1] = cq_new(r.tp[1], 4);
-    r.dmr = mr_new(r.tp[1], r.dst, r.len, RW);
+    r.cq[1] = fx_cq_new(ops, r.tp[1], 4);
+    r.dmr = fx_mr_new(ops, r.tp[1], r.dst, r.len, RW);
     for (int i = 0; i < 2; i++) {
-        r.ep[i] = ep_new(r.tp[i], r.cq[i], 4, 0);
+        r.ep[i] = fx_ep_new(ops, r.tp[i], r.cq[i], 4, 0);
         ops->ep_address(r.ep[i], &a[i]);
         cr_assert_eq(a[i].len, 32u);
         cr_assert_eq(a[i].bytes[2], IBV_MTU_2048, "the address carries the active MTU");
@@ -332,8 +233,8 @@ Test(rdma, addressing_and_knobs)
     cr_assert_arr_eq(a[0].bytes + 16, v4, 16, "the RoCEv2 IPv4-mapped GID (index 1)");
     /* a GID of the other family (link-local RoCEv1, index 0) is refused both ways */
     cr_assert_eq(tp_try(&tp2, "PDX_IB_DEVICES", "softnic1", "PDX_IB_GID_INDEX", "0", NULL), PDX_OK);
-    cq2 = cq_new(tp2, 4);
-    ep2 = ep_new(tp2, cq2, 4, 0);
+    cq2 = fx_cq_new(ops, tp2, 4);
+    ep2 = fx_ep_new(ops, tp2, cq2, 4, 0);
     ops->ep_address(ep2, &ll);
     cr_assert_eq(ll.bytes[16], 0xfe, "PDX_IB_GID_INDEX=0: the link-local RoCEv1 GID");
     cr_assert_eq(ops->ep_connect(r.ep[0], &ll), PDX_ERR_INVALID, "IPv4-mapped meets link-local");
@@ -379,18 +280,18 @@ Test(rdma, write_both_ways_and_cq_fd)
     ops->cq_ack(r.cq[0]);
     cr_assert_eq(poll(&pfd, 1, 0), 0, "still readable after cq_ack");
     cr_assert_eq(ops->cq_poll(r.cq[0], &wc, 1), 1);
-    expect_wc(&wc, 100, PDX_OK, PDX_TP_OP_WRITE);
+    fx_expect_wc(&wc, 100, PDX_OK, PDX_TP_OP_WRITE);
     cr_assert_eq(wc.ep, r.ep[0]);
     cr_assert_eq(memcmp(r.dst, r.src, r.len), 0);
 
-    bmr = mr_new(r.tp[0], back, sizeof(back), RW);
+    bmr = fx_mr_new(ops, r.tp[0], back, sizeof(back), RW);
     ops->mr_remote(bmr, &brk);
     cr_assert(brk.addr == (uintptr_t)back && brk.len == sizeof(back));
     w = (pdx_tp_write_t){.wr_id = 200, .mr = r.dmr, .offset = 1000, .length = sizeof(back),
                          .remote_addr = brk.addr, .rkey = brk.rkey, .flags = PDX_TP_SIGNALED};
     cr_assert_eq(ops->post_write(r.ep[1], &w, 1), PDX_OK);
     cr_assert_eq(wait_wc(r.cq[1], &wc, 1, WAIT_MS), 1);
-    expect_wc(&wc, 200, PDX_OK, PDX_TP_OP_WRITE);
+    fx_expect_wc(&wc, 200, PDX_OK, PDX_TP_OP_WRITE);
     cr_assert_eq(wc.ep, r.ep[1]);
     cr_assert_eq(memcmp(back, r.src + 1000, sizeof(back)), 0);
     cr_assert(!ops->ep_error(r.ep[0])[0] && !ops->ep_error(r.ep[1])[0]);
@@ -412,7 +313,7 @@ Test(rdma, signaled_and_unsignaled_slots)
     cr_assert_eq(ops->post_write(r.ep[0], w, 8), PDX_OK);
     cr_assert_eq(ops->post_write(r.ep[0], w, 1), PDX_ERR_AGAIN, "nothing free yet");
     cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
-    expect_wc(&wc, 7, PDX_OK, PDX_TP_OP_WRITE);
+    fx_expect_wc(&wc, 7, PDX_OK, PDX_TP_OP_WRITE);
     cr_assert_eq(wait_wc(r.cq[0], &wc, 1, 50), 0, "an unsignaled WR completed");
     cr_assert_eq(memcmp(r.src, r.dst, r.len), 0);
     /* a signaled WR in the middle frees the slots up to it, not after it */
@@ -420,7 +321,7 @@ Test(rdma, signaled_and_unsignaled_slots)
     w[3].flags = PDX_TP_SIGNALED;
     cr_assert_eq(ops->post_write(r.ep[0], w, 8), PDX_OK);
     cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
-    expect_wc(&wc, 3, PDX_OK, PDX_TP_OP_WRITE);
+    fx_expect_wc(&wc, 3, PDX_OK, PDX_TP_OP_WRITE);
     cr_assert_eq(ops->post_write(r.ep[0], w, 5), PDX_ERR_AGAIN, "4 free, not 5");
     cr_assert_eq(ops->post_write(r.ep[0], w, 4), PDX_OK);
     cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1, "it covers the 4 unsignaled ones too");
@@ -490,7 +391,7 @@ Test(rdma, send_after_writes_and_rnr)
 
     rig_open(&r, NULL, 16u * 65536, 32, 4);
     fill_random(msg, sizeof(msg));
-    rmr = mr_new(r.tp[1], rbuf, sizeof(rbuf), PDX_TP_ACCESS_LOCAL_WRITE);
+    rmr = fx_mr_new(ops, r.tp[1], rbuf, sizeof(rbuf), PDX_TP_ACCESS_LOCAL_WRITE);
     cr_assert_eq(ops->post_recv(r.ep[1], 55, rmr, PDX_TP_SEND_MAX, PDX_TP_SEND_MAX), PDX_OK);
     cr_assert_eq(ops->mr_dereg(rmr), PDX_ERR_STATE, "a posted receive uses it");
     for (uint64_t i = 0; i < 16; i++)
@@ -500,16 +401,16 @@ Test(rdma, send_after_writes_and_rnr)
     cr_assert_eq(ops->post_send(r.ep[0], 99, msg, sizeof(msg), PDX_TP_SIGNALED), PDX_OK);
     cr_assert_eq(wait_wc(r.cq[1], &wc, 1, WAIT_MS), 1);
     cr_assert_eq(memcmp(r.src, r.dst, r.len), 0, "the SEND overtook the writes before it");
-    expect_wc(&wc, 55, PDX_OK, PDX_TP_OP_RECV);
+    fx_expect_wc(&wc, 55, PDX_OK, PDX_TP_OP_RECV);
     cr_assert(wc.byte_len == sizeof(msg) && wc.ep == r.ep[1]);
     cr_assert_eq(memcmp(rbuf[1], msg, sizeof(msg)), 0);
     cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
-    expect_wc(&wc, 99, PDX_OK, PDX_TP_OP_SEND);
+    fx_expect_wc(&wc, 99, PDX_OK, PDX_TP_OP_SEND);
     cr_assert_eq(ops->mr_dereg(rmr), PDX_OK);
     /* no receive posted: RNR retries run out; failed WRs complete, unsignaled too */
     cr_assert_eq(ops->post_send(r.ep[0], 1, "x", 1, 0), PDX_OK);
     cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
-    expect_wc(&wc, 1, PDX_ERR_PEER, PDX_TP_OP_SEND);
+    fx_expect_wc(&wc, 1, PDX_ERR_PEER, PDX_TP_OP_SEND);
     cr_assert(strstr(ops->ep_error(r.ep[0]), "RNR"), "%s", ops->ep_error(r.ep[0]));
     cr_assert_eq(ops->post_send(r.ep[0], 2, "x", 1, 0), PDX_ERR_PEER);
     rig_close(&r, false); /* the SEND's completion released the writes' region */
@@ -543,15 +444,15 @@ Test(rdma, dmabuf_region_and_read)
                          .remote_addr = rk.addr + 100, .rkey = rk.rkey, .flags = PDX_TP_SIGNALED};
     cr_assert_eq(ops->post_write(r.ep[0], &w, 1), PDX_OK);
     cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
-    expect_wc(&wc, 1, PDX_OK, PDX_TP_OP_WRITE);
+    fx_expect_wc(&wc, 1, PDX_OK, PDX_TP_OP_WRITE);
     cr_assert_eq(memcmp(map + page + 100, r.src, len - 100), 0);
     for (size_t i = 0; i < page + 100; i++)
         cr_assert_eq(map[i], 0, "byte %zu before the region's target was written", i);
 
-    lmr = mr_new(r.tp[0], local, sizeof(local), PDX_TP_ACCESS_LOCAL_WRITE);
+    lmr = fx_mr_new(ops, r.tp[0], local, sizeof(local), PDX_TP_ACCESS_LOCAL_WRITE);
     cr_assert_eq(ops->post_read(r.ep[0], 7, lmr, 100, 3000, rk.addr + 500, rk.rkey), PDX_OK);
     cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
-    expect_wc(&wc, 7, PDX_OK, PDX_TP_OP_READ);
+    fx_expect_wc(&wc, 7, PDX_OK, PDX_TP_OP_READ);
     cr_assert_eq(memcmp(local + 100, r.src + 400, 3000), 0);
     cr_assert_eq(local[99] | local[3100], 0);
     cr_assert_eq(ops->post_read(r.ep[0], 8, r.smr, 0, 16, rk.addr, rk.rkey), PDX_ERR_INVALID,
@@ -559,7 +460,7 @@ Test(rdma, dmabuf_region_and_read)
     /* a region without REMOTE_READ refuses the READ; the QP goes to error */
     cr_assert_eq(ops->post_read(r.ep[0], 9, lmr, 0, 16, r.rk.addr, r.rk.rkey), PDX_OK);
     cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
-    expect_wc(&wc, 9, PDX_ERR_RANGE, PDX_TP_OP_READ);
+    fx_expect_wc(&wc, 9, PDX_ERR_RANGE, PDX_TP_OP_READ);
     cr_assert_eq(ops->mr_dereg(lmr), PDX_OK);
     cr_assert_eq(ops->mr_dereg(mr), PDX_OK);
     cr_assert_eq(ops->mr_reg_dmabuf(r.tp[1], map, len, -1, 0, RW, &mr), PDX_ERR_INVALID);
@@ -584,9 +485,9 @@ Test(rdma, out_of_range_write_then_everything_flushed)
     cr_assert_eq(wait_wc(r.cq[0], wc, 6, WAIT_MS), 6, "the failed WR and 5 flushed ones");
     cr_assert_eq(wait_wc(r.cq[0], wc + 6, 1, 50), 0);
     cr_assert_eq(wc[0].wr_id, 2u, "the unsignaled w0 and w1 before it succeeded silently");
-    expect_wc(&wc[0], 2, PDX_ERR_RANGE, PDX_TP_OP_WRITE);
+    fx_expect_wc(&wc[0], 2, PDX_ERR_RANGE, PDX_TP_OP_WRITE);
     for (int i = 1; i < 6; i++) /* flushed, signaled or not */
-        expect_wc(&wc[i], (uint64_t)i + 2, PDX_ERR_PEER, PDX_TP_OP_WRITE);
+        fx_expect_wc(&wc[i], (uint64_t)i + 2, PDX_ERR_PEER, PDX_TP_OP_WRITE);
     cr_assert(strstr(ops->ep_error(r.ep[0]), "remote access"), "%s", ops->ep_error(r.ep[0]));
     cr_assert_eq(memcmp(r.dst, r.src, 1024), 0);
     cr_assert_eq(memcmp(r.dst + 1024, r.src, 1024), 0);
@@ -606,8 +507,8 @@ Test(rdma, ep_fail_flushes_everything)
     rig_t r;
 
     rig_open(&r, NULL, 4096, 8, 4);
-    rmr = mr_new(r.tp[0], rbuf, sizeof(rbuf), PDX_TP_ACCESS_LOCAL_WRITE);
-    nic_delay(&r, 2000000); /* nothing executes for 2 s */
+    rmr = fx_mr_new(ops, r.tp[0], rbuf, sizeof(rbuf), PDX_TP_ACCESS_LOCAL_WRITE);
+    fx_nic_delay(&r.nic, 2000000); /* nothing executes for 2 s */
     for (int i = 0; i < 6; i++)
         w[i] = wr_make(&r, (uint64_t)i, 0, r.len, 0, i % 3 == 0);
     cr_assert_eq(ops->post_write(r.ep[0], w, 6), PDX_OK);
@@ -618,11 +519,11 @@ Test(rdma, ep_fail_flushes_everything)
     cr_assert_str_eq(ops->ep_error(r.ep[0]), "room aborted by the test");
     cr_assert_eq(wait_wc(r.cq[0], wc, 10, WAIT_MS), 10);
     cr_assert_eq(wait_wc(r.cq[0], wc + 10, 1, 50), 0);
-    nic_delay(&r, 0);
+    fx_nic_delay(&r.nic, 0);
     for (int i = 0; i < 10; i++) { /* each queue in order, with ep_fail's status */
         bool recv = wc[i].opcode == PDX_TP_OP_RECV;
 
-        expect_wc(&wc[i], recv ? 100u + (uint64_t)nrecv : (uint64_t)nwr, PDX_ERR_ABORTED,
+        fx_expect_wc(&wc[i], recv ? 100u + (uint64_t)nrecv : (uint64_t)nwr, PDX_ERR_ABORTED,
                   recv ? PDX_TP_OP_RECV : nwr == 6 ? PDX_TP_OP_SEND : PDX_TP_OP_WRITE);
         *(recv ? &nrecv : &nwr) += 1;
     }
@@ -648,12 +549,12 @@ Test(rdma, destroyed_ep_never_completes)
     for (int i = 0; i < 2; i++) { /* one CQ of 16 per tp for two pairs */
         ops->ep_destroy(r.ep[i]);
         ops->cq_destroy(r.cq[i]);
-        r.cq[i] = cq_new(r.tp[i], 16);
-        r.ep[i] = ep_new(r.tp[i], r.cq[i], 8, 0);
-        b[i] = ep_new(r.tp[i], r.cq[i], 8, 0);
+        r.cq[i] = fx_cq_new(ops, r.tp[i], 16);
+        r.ep[i] = fx_ep_new(ops, r.tp[i], r.cq[i], 8, 0);
+        b[i] = fx_ep_new(ops, r.tp[i], r.cq[i], 8, 0);
     }
-    connect_eps(r.ep[0], r.ep[1]);
-    connect_eps(b[0], b[1]);
+    fx_connect_eps(ops, r.ep[0], r.ep[1]);
+    fx_connect_eps(ops, b[0], b[1]);
     /* completions of both eps wait in the CQ when ep 0 is destroyed */
     softnic_stats(&st);
     for (uint64_t i = 0; i < 16; i++) {
@@ -665,9 +566,9 @@ Test(rdma, destroyed_ep_never_completes)
         softnic_stats(&st);
     for (int i = 0; i < 2; i++) { /* its share of the CQ is free again */
         ops->ep_destroy(r.ep[i]);
-        r.ep[i] = ep_new(r.tp[i], r.cq[i], 8, 0);
+        r.ep[i] = fx_ep_new(ops, r.tp[i], r.cq[i], 8, 0);
     }
-    connect_eps(r.ep[0], r.ep[1]);
+    fx_connect_eps(ops, r.ep[0], r.ep[1]);
     w = wr_make(&r, 77, 0, 512, 0, true);
     cr_assert_eq(ops->post_write(r.ep[0], &w, 1), PDX_OK);
     cr_assert_eq(wait_wc(r.cq[0], wc, 9, WAIT_MS), 9);
@@ -677,12 +578,12 @@ Test(rdma, destroyed_ep_never_completes)
                      "kept completions first, in order; none of the destroyed ep");
     }
     /* WRs in flight when their ep goes are dropped too */
-    nic_delay(&r, 100000);
+    fx_nic_delay(&r.nic, 100000);
     w = wr_make(&r, 500, 0, 512, 0, true);
     cr_assert_eq(ops->post_write(b[0], &w, 1), PDX_OK);
     ops->ep_destroy(b[0]);
     cr_assert_eq(wait_wc(r.cq[0], wc, 1, 300), 0, "a completion of the destroyed ep came out");
-    nic_delay(&r, 0);
+    fx_nic_delay(&r.nic, 0);
     ops->ep_destroy(b[1]);
     rig_close(&r, false);
 }
@@ -690,7 +591,7 @@ Test(rdma, destroyed_ep_never_completes)
 /* ON_POLL: nothing runs unless someone polls; no inline: SENDs go from slots */
 Test(rdma, on_poll_mode_and_sends_without_inline)
 {
-    softnic_config_t c = nic(2, SOFTNIC_ON_POLL);
+    softnic_config_t c = fx_nic(2, SOFTNIC_ON_POLL);
     uint8_t rbuf[PDX_TP_SEND_MAX] = {0};
     char msg[PDX_TP_SEND_MAX];
     pdx_tp_mr_t *rmr;
@@ -701,7 +602,7 @@ Test(rdma, on_poll_mode_and_sends_without_inline)
     c.max_inline = 0;
     rig_open(&r, &c, 65536, 4, 4);
     cr_assert_eq(rdma_ep(r.ep[0])->max_inline, 0u, "the device refused inline data");
-    rmr = mr_new(r.tp[1], rbuf, sizeof(rbuf), PDX_TP_ACCESS_LOCAL_WRITE);
+    rmr = fx_mr_new(ops, r.tp[1], rbuf, sizeof(rbuf), PDX_TP_ACCESS_LOCAL_WRITE);
     w = wr_make(&r, 1, 0, r.len, 0, false);
     for (uint64_t i = 0; i < 6; i++) { /* more SENDs than SQ slots: slots are reused */
         memset(msg, 'a' + (int)i, sizeof(msg));
@@ -715,9 +616,9 @@ Test(rdma, on_poll_mode_and_sends_without_inline)
                 cr_assert_eq(r.dst[k], 0, "executed without a poll");
         }
         cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
-        expect_wc(&wc, i, PDX_OK, PDX_TP_OP_SEND);
+        fx_expect_wc(&wc, i, PDX_OK, PDX_TP_OP_SEND);
         cr_assert_eq(wait_wc(r.cq[1], &wc, 1, WAIT_MS), 1);
-        expect_wc(&wc, i, PDX_OK, PDX_TP_OP_RECV);
+        fx_expect_wc(&wc, i, PDX_OK, PDX_TP_OP_RECV);
         cr_assert(wc.byte_len == sizeof(msg) && rbuf[0] == 'a' + i && rbuf[63] == 'a' + i);
     }
     cr_assert_eq(memcmp(r.dst, r.src, r.len), 0);
@@ -727,7 +628,7 @@ Test(rdma, on_poll_mode_and_sends_without_inline)
 
 Test(rdma, bad_arguments_are_refused)
 {
-    softnic_config_t c = nic(2, SOFTNIC_THREAD);
+    softnic_config_t c = fx_nic(2, SOFTNIC_THREAD);
     pdx_tp_mr_t *mr = (pdx_tp_mr_t *)0x1;
     pdx_tp_ep_t *ep = (pdx_tp_ep_t *)0x1, *ep2 = NULL;
     pdx_tp_cq_t *cq = (pdx_tp_cq_t *)0x1;
@@ -779,7 +680,7 @@ Test(rdma, bad_arguments_are_refused)
     w = wr_make(&r, 2, 0, 100, 0, true);
     cr_assert_eq(ops->post_write(r.ep[0], &w, 1), PDX_OK);
     cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
-    expect_wc(&wc, 2, PDX_OK, PDX_TP_OP_WRITE);
+    fx_expect_wc(&wc, 2, PDX_OK, PDX_TP_OP_WRITE);
     cr_assert_str_eq(ops->ep_error(r.ep[0]), "");
     rig_close(&r, true);
 }

@@ -11,12 +11,13 @@
 #include <criterion/criterion.h>
 
 #include "log.h"
+#include "rdma_fixture.h"
 #include "rdma/rdma.h"
 #include "softnic.h"
+#include "tp_fixture.h"
 #include "transport.h"
 #include "util.h"
 
-#include <dirent.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
@@ -29,30 +30,6 @@
 #define RW      (PDX_TP_ACCESS_LOCAL_WRITE | PDX_TP_ACCESS_REMOTE_WRITE)
 
 static const pdx_transport_ops_t *const ops = &pdx_rdma_ops;
-
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int n = 0;
-
-    cr_assert_not_null(d);
-    while ((e = readdir(d)))
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n - 1; /* the directory's own fd */
-}
-
-static softnic_config_t nic(softnic_mode_t mode)
-{
-    softnic_config_t c;
-
-    softnic_config_default(&c);
-    c.devices = 2;
-    c.mode = mode;
-    return c;
-}
 
 /* tp on softnic<dev>: progress_ms the backstop; ack_timeout PDX_IB_TIMEOUT or NULL */
 static pdx_tp_t *tp_new(uint32_t dev, uint32_t progress_ms, const char *ack_timeout)
@@ -70,55 +47,10 @@ static pdx_tp_t *tp_new(uint32_t dev, uint32_t progress_ms, const char *ack_time
     return tp;
 }
 
-static pdx_tp_ep_t *ep_new(pdx_tp_t *tp, pdx_tp_cq_t *cq, uint32_t sq, uint32_t rq)
-{
-    pdx_tp_ep_attr_t attr = {.sq_depth = sq, .rq_depth = rq};
-    pdx_tp_ep_t *ep = NULL;
-
-    cr_assert_eq(ops->ep_create(tp, cq, &attr, &ep), PDX_OK);
-    return ep;
-}
-
-static void connect_eps(pdx_tp_ep_t *a, pdx_tp_ep_t *b)
-{
-    pdx_tp_addr_t aa, ba;
-
-    ops->ep_address(a, &aa);
-    ops->ep_address(b, &ba);
-    cr_assert_eq(ops->ep_connect(a, &ba), PDX_OK);
-    cr_assert_eq(ops->ep_connect(b, &aa), PDX_OK);
-}
-
-static pdx_tp_mr_t *mr_new(pdx_tp_t *tp, void *base, size_t len, unsigned access)
-{
-    pdx_tp_mr_t *mr = NULL;
-
-    cr_assert_eq(ops->mr_reg(tp, base, len, access, &mr), PDX_OK);
-    return mr;
-}
-
 /* Collect `want` completions within timeout_ms; returns how many came. */
 static int wait_wc(pdx_tp_cq_t *cq, pdx_tp_wc_t *wc, int want, int timeout_ms)
 {
-    uint64_t deadline = pdx_deadline_ns((uint32_t)timeout_ms);
-    int got = 0;
-
-    while (got < want) {
-        struct pollfd pfd = {.fd = ops->cq_fd(cq), .events = POLLIN};
-        uint64_t now = pdx_now_ns();
-        int n = ops->cq_poll(cq, wc + got, want - got);
-
-        if (n == 0 && now < deadline && ops->cq_arm(cq) == PDX_OK) /* then poll once more */
-            n = ops->cq_poll(cq, wc + got, want - got);
-        got += n;
-        if (n > 0)
-            continue;
-        if (now >= deadline)
-            break;
-        if (poll(&pfd, 1, (int)PDX_MIN((deadline - now) / 1000000u + 1, 20u)) > 0)
-            ops->cq_ack(cq);
-    }
-    return got;
+    return fx_wait_wc(ops, cq, wc, want, timeout_ms, 20u);
 }
 
 /* Wait, without polling, until ep_error(ep) holds `what`. */
@@ -129,16 +61,6 @@ static void wait_error(pdx_tp_ep_t *ep, const char *what)
     while (!strstr(ops->ep_error(ep), what) && pdx_now_ns() < deadline)
         usleep(1000);
     cr_assert(strstr(ops->ep_error(ep), what), "\"%s\", not \"%s\"", ops->ep_error(ep), what);
-}
-
-static void expect_wc(const pdx_tp_wc_t *wc, uint64_t wr_id, pdx_status_t status,
-                      pdx_tp_opcode_t opcode)
-{
-    cr_assert_eq(wc->wr_id, wr_id, "wr_id %llu, expected %llu", (unsigned long long)wc->wr_id,
-                 (unsigned long long)wr_id);
-    cr_assert_eq(wc->status, status, "wr %llu: %s", (unsigned long long)wr_id,
-                 pdx_status_str(wc->status));
-    cr_assert_eq(wc->opcode, opcode);
 }
 
 /* softnic0's ep[0] writes from src into dst on softnic1's ep[1]. */
@@ -159,23 +81,23 @@ static rig_t *rig_open(const softnic_config_t *c, uint32_t progress_ms, const ch
     rig_t *r = calloc(1, sizeof(*r));
 
     cr_assert_not_null(r);
-    r->nic = c ? *c : nic(SOFTNIC_THREAD);
+    r->nic = c ? *c : fx_nic(2, SOFTNIC_THREAD);
     cr_assert_eq(softnic_configure(&r->nic), 0);
     softnic_faults_clear();
-    r->fds = count_fds();
+    r->fds = fx_count_fds();
     r->objects = softnic_open_objects();
     for (uint32_t i = 0; i < 2; i++) {
         r->tp[i] = tp_new(i, progress_ms, ack_timeout);
         r->cq[i] = NULL;
         cr_assert_eq(ops->cq_create(r->tp[i], 12, &r->cq[i]), PDX_OK);
-        r->ep[i] = ep_new(r->tp[i], r->cq[i], 8, 4);
-        r->rmr[i] = mr_new(r->tp[i], r->rbuf, sizeof(r->rbuf), PDX_TP_ACCESS_LOCAL_WRITE);
+        r->ep[i] = fx_ep_new(ops, r->tp[i], r->cq[i], 8, 4);
+        r->rmr[i] = fx_mr_new(ops, r->tp[i], r->rbuf, sizeof(r->rbuf), PDX_TP_ACCESS_LOCAL_WRITE);
     }
-    connect_eps(r->ep[0], r->ep[1]);
+    fx_connect_eps(ops, r->ep[0], r->ep[1]);
     for (size_t i = 0; i < LEN; i++)
         r->src[i] = (uint8_t)(i * 7 + 1);
-    r->smr = mr_new(r->tp[0], r->src, LEN, 0);
-    r->dmr = mr_new(r->tp[1], r->dst, LEN, RW);
+    r->smr = fx_mr_new(ops, r->tp[0], r->src, LEN, 0);
+    r->dmr = fx_mr_new(ops, r->tp[1], r->dst, LEN, RW);
     ops->mr_remote(r->dmr, &r->rk);
     return r;
 }
@@ -194,7 +116,7 @@ static void rig_close(rig_t *r)
         ops->close(r->tp[i]);
     }
     cr_assert_eq(softnic_open_objects(), r->objects, "verbs objects left open");
-    cr_assert_eq(count_fds(), r->fds, "file descriptors leaked");
+    cr_assert_eq(fx_count_fds(), r->fds, "file descriptors leaked");
     softnic_faults_clear();
     free(r);
 }
@@ -207,19 +129,12 @@ static pdx_tp_write_t wr_make(const rig_t *r, uint64_t id, uint64_t off, uint64_
                             .flags = signaled ? PDX_TP_SIGNALED : 0};
 }
 
-/* Every WR waits delay_us before it executes (applies at once). */
-static void nic_delay(rig_t *r, uint32_t delay_us)
-{
-    r->nic.delay_us = delay_us;
-    cr_assert_eq(softnic_configure(&r->nic), 0);
-}
-
 /* WRITEs 0..n-1 (the last signaled) and receives 100.. on ep 0; none runs yet. */
 static void post_stuck(rig_t *r, int n, int nrecv)
 {
     pdx_tp_write_t w[8];
 
-    nic_delay(r, 2000000);
+    fx_nic_delay(&r->nic, 2000000);
     for (int i = 0; i < n; i++)
         w[i] = wr_make(r, (uint64_t)i, (uint64_t)i * 256, 256, i == n - 1);
     cr_assert_eq(ops->post_write(r->ep[0], w, (uint32_t)n), PDX_OK);
@@ -239,7 +154,7 @@ static void expect_flushed(pdx_tp_cq_t *cq, int n, int nrecv, pdx_status_t statu
     for (int i = 0; i < n + nrecv; i++) {
         bool recv = wc[i].opcode == PDX_TP_OP_RECV;
 
-        expect_wc(&wc[i], recv ? 100u + (uint64_t)nr : (uint64_t)nwr, status,
+        fx_expect_wc(&wc[i], recv ? 100u + (uint64_t)nr : (uint64_t)nwr, status,
                   recv ? PDX_TP_OP_RECV : PDX_TP_OP_WRITE);
         *(recv ? &nr : &nwr) += 1;
     }
@@ -263,7 +178,7 @@ Test(rdma_faults, qp_fatal_names_the_cause_behind_its_flushes)
     pthread_mutex_unlock(&tp->async_lock);
     wait_error(r->ep[0], "async event local work queue catastrophic error on QP 0x");
     cr_assert_str_eq(ops->ep_error(r->ep[1]), "");
-    nic_delay(r, 0);
+    fx_nic_delay(&r->nic, 0);
     rig_close(r);
 }
 
@@ -287,14 +202,14 @@ Test(rdma_faults, port_down_fails_only_when_the_retries_run_out)
     cr_assert_eq(wait_wc(r->cq[0], &wc, 1, 30), 0, "completed while the link was down");
     cr_assert_eq(softnic_async(1, IBV_EVENT_PORT_ACTIVE), 0);
     cr_assert_eq(wait_wc(r->cq[0], &wc, 1, WAIT_MS), 1);
-    expect_wc(&wc, 1, PDX_OK, PDX_TP_OP_WRITE);
+    fx_expect_wc(&wc, 1, PDX_OK, PDX_TP_OP_WRITE);
     cr_assert_eq(memcmp(r->dst, r->src, LEN), 0);
 
     cr_assert_eq(softnic_async(1, IBV_EVENT_PORT_ERR), 0);
     w.wr_id = 2;
     cr_assert_eq(ops->post_write(r->ep[0], &w, 1), PDX_OK);
     cr_assert_eq(wait_wc(r->cq[0], &wc, 1, WAIT_MS), 1);
-    expect_wc(&wc, 2, PDX_ERR_PEER, PDX_TP_OP_WRITE);
+    fx_expect_wc(&wc, 2, PDX_ERR_PEER, PDX_TP_OP_WRITE);
     cr_assert(strstr(ops->ep_error(r->ep[0]), "WRITE: transport retry counter exceeded"), "%s",
               ops->ep_error(r->ep[0]));
     cr_assert_eq(softnic_async(1, IBV_EVENT_PORT_ACTIVE), 0);
@@ -326,7 +241,7 @@ Test(rdma_faults, device_fatal_completes_everything_in_software)
     cr_assert_eq(ops->post_write(r->ep[0], &w, 1), PDX_ERR_PEER);
     cr_assert_eq(ops->ep_create(r->tp[0], r->cq[0], &attr, &ep), PDX_ERR_IO);
     cr_assert_eq(atomic_load(&rdma_mr(r->smr)->refs), 0u, "flushed WRs hold their region");
-    nic_delay(r, 0);
+    fx_nic_delay(&r->nic, 0);
     rig_close(r);
 }
 
@@ -346,7 +261,7 @@ Test(rdma_faults, dead_channel_fails_its_cq)
     cr_assert(strstr(ops->ep_error(r->ep[0]), "its completion channel failed, QP 0x"), "%s",
               ops->ep_error(r->ep[0]));
     pthread_mutex_unlock(&tp->async_lock);
-    nic_delay(r, 0);
+    fx_nic_delay(&r->nic, 0);
     rig_close(r);
 }
 
@@ -368,7 +283,7 @@ Test(rdma_faults, cq_error_completes_everything_in_software)
     expect_flushed(r->cq[0], 5, 2, PDX_ERR_PEER);
     cr_assert(strstr(ops->ep_error(r->ep[0]), "async event CQ error, QP 0x"), "%s",
               ops->ep_error(r->ep[0]));
-    nic_delay(r, 0);
+    fx_nic_delay(&r->nic, 0);
     cr_assert_eq(wait_wc(r->cq[0], &wc, 1, 200), 0, "the NIC's own flushes came out too");
     cr_assert_eq(ops->cq_arm(r->cq[0]), PDX_ERR_IO);
     cr_assert_eq(ops->ep_create(r->tp[0], r->cq[0], &attr, &ep), PDX_ERR_IO, "a CQ in error");
@@ -385,7 +300,7 @@ Test(rdma_faults, backstop_flushes_an_ep_the_nic_forgot)
     pdx_tp_wc_t wc;
 
     post_stuck(r, 3, 1);
-    nic_delay(r, 0); /* posted WRs keep their 2 s */
+    fx_nic_delay(&r->nic, 0); /* posted WRs keep their 2 s */
     t0 = pdx_now_ns();
     cr_assert(rdma_ep_set_error(rdma_ep(r->ep[0]), PDX_ERR_ABORTED, RDMA_ERR_FIRST,
                                 "failed by the test, QP left alone"));
@@ -403,7 +318,7 @@ Test(rdma_faults, backstop_flushes_an_ep_the_nic_forgot)
  * WRs still complete, and the regions are released. */
 Test(rdma_faults, partial_post_hands_out_nothing)
 {
-    softnic_config_t c = nic(SOFTNIC_ON_POLL); /* WRs run inside cq_poll */
+    softnic_config_t c = fx_nic(2, SOFTNIC_ON_POLL); /* WRs run inside cq_poll */
     rig_t *r = rig_open(&c, 10000, NULL);
     rdma_ep_t *e = rdma_ep(r->ep[0]);
     pdx_tp_write_t w[6];
@@ -418,7 +333,7 @@ Test(rdma_faults, partial_post_hands_out_nothing)
     e->wrs[2].num_sge = 1;
     cr_assert(strstr(ops->ep_error(r->ep[0]), "after 2 of 4"), "%s", ops->ep_error(r->ep[0]));
     cr_assert_eq(wait_wc(r->cq[0], wc, 4, 300), 1, "WRs of the refused call completed");
-    expect_wc(&wc[0], 2, PDX_OK, PDX_TP_OP_WRITE); /* WR 3's flush covers WRs 1 and 2 */
+    fx_expect_wc(&wc[0], 2, PDX_OK, PDX_TP_OP_WRITE); /* WR 3's flush covers WRs 1 and 2 */
     cr_assert_eq(atomic_load(&rdma_mr(r->smr)->refs), 0u, "the refused call holds its region");
     rig_close(r);
 }
@@ -436,7 +351,7 @@ Test(rdma_faults, error_statuses_and_messages)
     softnic_fault_wr_status(rdma_ep(r->ep[0])->qpn, 1, IBV_WC_LOC_ACCESS_ERR);
     cr_assert_eq(ops->post_write(r->ep[0], &w, 1), PDX_OK);
     cr_assert_eq(wait_wc(r->cq[0], &wc, 1, WAIT_MS), 1);
-    expect_wc(&wc, 1, PDX_ERR_IO, PDX_TP_OP_WRITE);
+    fx_expect_wc(&wc, 1, PDX_ERR_IO, PDX_TP_OP_WRITE);
     cr_assert(strstr(ops->ep_error(r->ep[0]), "WRITE: local access error"), "%s",
               ops->ep_error(r->ep[0]));
     rig_close(r);
@@ -446,11 +361,11 @@ Test(rdma_faults, error_statuses_and_messages)
     cr_assert_eq(ops->post_recv(r->ep[1], 7, r->rmr[1], 0, 16), PDX_OK);
     cr_assert_eq(ops->post_send(r->ep[0], 8, msg, sizeof(msg), PDX_TP_SIGNALED), PDX_OK);
     cr_assert_eq(wait_wc(r->cq[0], &wc, 1, WAIT_MS), 1);
-    expect_wc(&wc, 8, PDX_ERR_PROTO, PDX_TP_OP_SEND);
+    fx_expect_wc(&wc, 8, PDX_ERR_PROTO, PDX_TP_OP_SEND);
     cr_assert(strstr(ops->ep_error(r->ep[0]), "SEND: remote invalid request error"), "%s",
               ops->ep_error(r->ep[0]));
     cr_assert_eq(wait_wc(r->cq[1], &wc, 1, WAIT_MS), 1);
-    expect_wc(&wc, 7, PDX_ERR_PROTO, PDX_TP_OP_RECV);
+    fx_expect_wc(&wc, 7, PDX_ERR_PROTO, PDX_TP_OP_RECV);
     cr_assert(strstr(ops->ep_error(r->ep[1]), "RECV: local length error"), "%s",
               ops->ep_error(r->ep[1]));
     rig_close(r);
@@ -489,9 +404,10 @@ Test(rdma_faults, destroy_races_the_poller, .timeout = 60)
     }
     cr_assert_eq(pthread_create(&th, NULL, poller_main, &p), 0);
     for (int i = 0; i < 200; i++) {
-        pdx_tp_ep_t *a = ep_new(r->tp[0], r->cq[0], 8, 4), *b = ep_new(r->tp[1], r->cq[1], 8, 4);
+        pdx_tp_ep_t *a = fx_ep_new(ops, r->tp[0], r->cq[0], 8, 4);
+        pdx_tp_ep_t *b = fx_ep_new(ops, r->tp[1], r->cq[1], 8, 4);
 
-        connect_eps(a, b);
+        fx_connect_eps(ops, a, b);
         softnic_fault_wr_status(rdma_ep(a)->qpn, 1, IBV_WC_REM_OP_ERR);
         for (int k = 0; k < 4; k++)
             w[k] = wr_make(r, (uint64_t)k, 0, 64, true);

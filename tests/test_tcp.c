@@ -8,11 +8,10 @@
 
 #include "log.h"
 #include "tcp/tcp.h"
+#include "tp_fixture.h"
 #include "transport.h"
 #include "util.h"
 
-#include <dirent.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,56 +21,6 @@
 #define RW       (PDX_TP_ACCESS_LOCAL_WRITE | PDX_TP_ACCESS_REMOTE_WRITE)
 
 static const pdx_transport_ops_t *const ops = &pdx_tcp_ops;
-
-static int count_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int n = 0;
-
-    cr_assert_not_null(d);
-    while ((e = readdir(d)))
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n - 1; /* the directory's own fd */
-}
-
-typedef struct env {
-    int      fds;
-    uint64_t errors;
-} env_t;
-
-static void env_begin(env_t *env)
-{
-    env->fds = count_fds();
-    env->errors = pdx_log_error_count();
-}
-
-static void env_end(const env_t *env, bool errors_expected)
-{
-    int fds = count_fds();
-
-    cr_assert_eq(fds, env->fds, "file descriptors leaked: %d before, %d after", env->fds, fds);
-    if (!errors_expected)
-        cr_assert_eq(pdx_log_error_count(), env->errors, "unexpected error messages");
-}
-
-static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-
-static uint64_t rng(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-static void fill_random(uint8_t *p, size_t len)
-{
-    for (size_t i = 0; i < len; i++)
-        p[i] = (uint8_t)rng();
-}
 
 static pdx_tp_t *tp_open(uint32_t timeout_ms)
 {
@@ -84,63 +33,10 @@ static pdx_tp_t *tp_open(uint32_t timeout_ms)
     return tp;
 }
 
-static pdx_tp_cq_t *cq_new(pdx_tp_t *tp, uint32_t depth)
-{
-    pdx_tp_cq_t *cq = NULL;
-
-    cr_assert_eq(ops->cq_create(tp, depth, &cq), PDX_OK);
-    return cq;
-}
-
-static pdx_tp_ep_t *ep_new(pdx_tp_t *tp, pdx_tp_cq_t *cq, uint32_t sq, uint32_t rq)
-{
-    pdx_tp_ep_attr_t attr = {.sq_depth = sq, .rq_depth = rq};
-    pdx_tp_ep_t *ep = NULL;
-
-    cr_assert_eq(ops->ep_create(tp, cq, &attr, &ep), PDX_OK);
-    return ep;
-}
-
-static void connect_eps(pdx_tp_ep_t *a, pdx_tp_ep_t *b)
-{
-    pdx_tp_addr_t aa, ba;
-
-    ops->ep_address(a, &aa);
-    ops->ep_address(b, &ba);
-    cr_assert_eq(ops->ep_connect(a, &ba), PDX_OK);
-    cr_assert_eq(ops->ep_connect(b, &aa), PDX_OK);
-}
-
-static pdx_tp_mr_t *mr_new(pdx_tp_t *tp, void *base, size_t len, unsigned access)
-{
-    pdx_tp_mr_t *mr = NULL;
-
-    cr_assert_eq(ops->mr_reg(tp, base, len, access, &mr), PDX_OK);
-    return mr;
-}
-
 /* Collect `want` completions within timeout_ms; returns how many came. */
 static int wait_wc(pdx_tp_cq_t *cq, pdx_tp_wc_t *wc, int want, int timeout_ms)
 {
-    uint64_t deadline = pdx_deadline_ns((uint32_t)timeout_ms);
-    int got = 0;
-
-    while (got < want) {
-        struct pollfd pfd = {.fd = ops->cq_fd(cq), .events = POLLIN};
-        uint64_t now = pdx_now_ns();
-        int n = ops->cq_poll(cq, wc + got, want - got);
-
-        if (n == 0 && now < deadline && ops->cq_arm(cq) == PDX_OK) /* then poll once more */
-            n = ops->cq_poll(cq, wc + got, want - got);
-        got += n;
-        if (n > 0)
-            continue;
-        if (now >= deadline)
-            break;
-        if (poll(&pfd, 1, (int)PDX_MIN((deadline - now) / 1000000u + 1, 50u)) > 0)
-            ops->cq_ack(cq);
-    }
-    return got;
+    return fx_wait_wc(ops, cq, wc, want, timeout_ms, 50u);
 }
 
 /* Wait up to timeout_ms for at least one completion; returns how many (<= max). */
@@ -168,7 +64,7 @@ static void wait_error(pdx_tp_ep_t *ep, pdx_tp_cq_t *cq)
  * nothing landed past the region.
  */
 typedef struct rig {
-    env_t         env;
+    fx_env_t      env;
     pdx_tp_t     *tp[2];
     pdx_tp_cq_t  *cq[2];
     pdx_tp_ep_t  *ep[2];
@@ -182,20 +78,20 @@ typedef struct rig {
 static void rig_open_ex(rig_t *r, size_t len, uint32_t sq, uint32_t rq, bool one_tp)
 {
     memset(r, 0, sizeof(*r));
-    env_begin(&r->env);
+    fx_env_begin(&r->env);
     for (int i = 0; i < 2; i++) {
         r->tp[i] = one_tp && i ? r->tp[0] : tp_open(LONG_MS);
-        r->cq[i] = one_tp && i ? r->cq[0] : cq_new(r->tp[i], (sq + rq) * (one_tp ? 2 : 1));
-        r->ep[i] = ep_new(r->tp[i], r->cq[i], sq, rq);
+        r->cq[i] = one_tp && i ? r->cq[0] : fx_cq_new(ops, r->tp[i], (sq + rq) * (one_tp ? 2 : 1));
+        r->ep[i] = fx_ep_new(ops, r->tp[i], r->cq[i], sq, rq);
     }
-    connect_eps(r->ep[0], r->ep[1]); /* one tp: one listener, the tokens decide who dials */
+    fx_connect_eps(ops, r->ep[0], r->ep[1]); /* one tp: one listener, the tokens decide who dials */
     r->len = len;
     r->src = malloc(len);
     r->dst = calloc(2, len);
     cr_assert(r->src && r->dst);
-    fill_random(r->src, len);
-    r->smr = mr_new(r->tp[0], r->src, len, 0);
-    r->dmr = mr_new(r->tp[1], r->dst, len, RW);
+    fx_fill_random(r->src, len);
+    r->smr = fx_mr_new(ops, r->tp[0], r->src, len, 0);
+    r->dmr = fx_mr_new(ops, r->tp[1], r->dst, len, RW);
     ops->mr_remote(r->dmr, &r->rk);
 }
 
@@ -221,7 +117,7 @@ static void rig_close(rig_t *r, bool errors_expected)
     }
     free(r->src);
     free(r->dst);
-    env_end(&r->env, errors_expected);
+    fx_env_end(&r->env, errors_expected);
 }
 
 /* A WRITE from offset 0 of src to the start of dst. */
@@ -271,7 +167,7 @@ Test(tcp, connect_and_write_both_ways)
 
     /* and back, from the destination region into a buffer of tp 0 */
     memset(back, 0, sizeof(back));
-    bmr = mr_new(r.tp[0], back, sizeof(back), RW);
+    bmr = fx_mr_new(ops, r.tp[0], back, sizeof(back), RW);
     ops->mr_remote(bmr, &brk);
     w = (pdx_tp_write_t){.wr_id = 200, .mr = r.dmr, .offset = 1000, .length = sizeof(back),
                          .remote_addr = brk.addr, .rkey = brk.rkey, .flags = PDX_TP_SIGNALED};
@@ -328,8 +224,8 @@ Test(tcp, ordered_writes_land_byte_exact)
     /* random, overlapping destinations: only in-order placement gives `expect` */
     for (int i = 0; i < 600; i++) {
         uint64_t len = sizes[i % PDX_ARRAY_SIZE(sizes)];
-        uint64_t so = rng() % (r.len - len + 1);
-        uint64_t doff = i >= 500 ? 4096 : rng() % (r.len - len + 1); /* the last hit one spot */
+        uint64_t so = fx_rng() % (r.len - len + 1);
+        uint64_t doff = i >= 500 ? 4096 : fx_rng() % (r.len - len + 1); /* the last hit one spot */
         bool sig = i % 4 == 3 || i == 599;
         pdx_tp_write_t w = wr_make(&r, (uint64_t)i, so, len, doff, sig);
         uint64_t deadline = pdx_deadline_ns(WAIT_MS);
@@ -412,9 +308,9 @@ Test(tcp, send_arrives_after_writes_in_posted_recv)
     rig_t r;
 
     rig_open(&r, 16u * 65536, 32, 4);
-    fill_random(msg, sizeof(msg));
+    fx_fill_random(msg, sizeof(msg));
     memset(rbuf, 0, sizeof(rbuf));
-    rmr = mr_new(r.tp[1], rbuf, sizeof(rbuf), PDX_TP_ACCESS_LOCAL_WRITE);
+    rmr = fx_mr_new(ops, r.tp[1], rbuf, sizeof(rbuf), PDX_TP_ACCESS_LOCAL_WRITE);
     cr_assert_eq(ops->post_recv(r.ep[1], 55, rmr, PDX_TP_SEND_MAX, PDX_TP_SEND_MAX), PDX_OK);
     for (int i = 0; i < 16; i++) {
         pdx_tp_write_t w = wr_make(&r, (uint64_t)i, (uint64_t)i * 65536, 65536,
@@ -515,7 +411,7 @@ Test(tcp, full_send_queue_is_again)
 Test(tcp, stalled_peer_times_out_while_others_progress)
 {
     const size_t big = 1u << 20, small = 65536;
-    env_t env;
+    fx_env_t env;
     pdx_tp_t *s, *rx[2];
     pdx_tp_cq_t *cq, *rcq[2];
     pdx_tp_ep_t *ep[2], *rep[2];
@@ -526,20 +422,20 @@ Test(tcp, stalled_peer_times_out_while_others_progress)
     int stalled_done = 0, before = 0, posted = 0, done = 0;
     uint64_t deadline;
 
-    env_begin(&env);
+    fx_env_begin(&env);
     s = tp_open(400); /* the sender gives up on a silent peer after 400 ms */
-    cq = cq_new(s, 64);
+    cq = fx_cq_new(ops, s, 64);
     src = malloc(big);
-    fill_random(src, big);
-    smr = mr_new(s, src, big, 0);
+    fx_fill_random(src, big);
+    smr = fx_mr_new(ops, s, src, big, 0);
     for (int i = 0; i < 2; i++) {
         rx[i] = tp_open(LONG_MS);
-        rcq[i] = cq_new(rx[i], 32);
-        ep[i] = ep_new(s, cq, 32, 0); /* both eps of the sender share its CQ */
-        rep[i] = ep_new(rx[i], rcq[i], 32, 0);
-        connect_eps(ep[i], rep[i]);
+        rcq[i] = fx_cq_new(ops, rx[i], 32);
+        ep[i] = fx_ep_new(ops, s, cq, 32, 0); /* both eps of the sender share its CQ */
+        rep[i] = fx_ep_new(ops, rx[i], rcq[i], 32, 0);
+        fx_connect_eps(ops, ep[i], rep[i]);
         dst[i] = calloc(1, big);
-        dmr[i] = mr_new(rx[i], dst[i], big, RW);
+        dmr[i] = fx_mr_new(ops, rx[i], dst[i], big, RW);
         ops->mr_remote(dmr[i], &rk[i]);
     }
     /* rx 0 stops reading: 32 MiB toward it fill every socket buffer on the way */
@@ -604,7 +500,7 @@ Test(tcp, stalled_peer_times_out_while_others_progress)
     ops->cq_destroy(cq);
     ops->close(s);
     free(src);
-    env_end(&env, false);
+    fx_env_end(&env, false);
 }
 
 Test(tcp, closed_peer_fails_writes_in_flight)
@@ -645,7 +541,7 @@ Test(tcp, ep_fail_flushes_everything)
     rig_t r;
 
     rig_open(&r, 4096, 8, 4);
-    rmr = mr_new(r.tp[0], rbuf, sizeof(rbuf), PDX_TP_ACCESS_LOCAL_WRITE);
+    rmr = fx_mr_new(ops, r.tp[0], rbuf, sizeof(rbuf), PDX_TP_ACCESS_LOCAL_WRITE);
     pdx_tcp_pause(r.tp[1], true);
     for (int i = 0; i < 6; i++) {
         pdx_tp_write_t w = wr_make(&r, (uint64_t)i, 0, r.len, 0, i % 3 == 0);
@@ -691,7 +587,7 @@ Test(tcp, mr_dereg_refused_while_in_use)
     rig_t r;
 
     rig_open(&r, 4096, 4, 4);
-    rmr = mr_new(r.tp[1], rbuf, sizeof(rbuf), PDX_TP_ACCESS_LOCAL_WRITE);
+    rmr = fx_mr_new(ops, r.tp[1], rbuf, sizeof(rbuf), PDX_TP_ACCESS_LOCAL_WRITE);
     cr_assert_eq(ops->post_recv(r.ep[1], 1, rmr, 0, sizeof(rbuf)), PDX_OK);
     cr_assert_eq(ops->mr_dereg(rmr), PDX_ERR_STATE, "a posted receive uses it");
     pdx_tcp_pause(r.tp[1], true);
@@ -702,7 +598,7 @@ Test(tcp, mr_dereg_refused_while_in_use)
     cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
     expect_wc(&wc, 2, PDX_OK, PDX_TP_OP_WRITE);
     cr_assert_eq(ops->mr_dereg(r.smr), PDX_OK, "free again once the write completed");
-    r.smr = mr_new(r.tp[0], r.src, r.len, 0);
+    r.smr = fx_mr_new(ops, r.tp[0], r.src, r.len, 0);
     cr_assert_eq(ops->post_send(r.ep[0], 3, "hello", 5, PDX_TP_SIGNALED), PDX_OK);
     cr_assert_eq(wait_wc(r.cq[1], &wc, 1, WAIT_MS), 1);
     expect_wc(&wc, 1, PDX_OK, PDX_TP_OP_RECV);
@@ -722,7 +618,7 @@ Test(tcp, mr_dereg_refused_while_in_use)
 
 Test(tcp, connection_failure_fails_the_ep)
 {
-    env_t env;
+    fx_env_t env;
     pdx_tp_t *a, *c;
     pdx_tp_cq_t *cq;
     pdx_tp_ep_t *ea, *ec;
@@ -732,15 +628,15 @@ Test(tcp, connection_failure_fails_the_ep)
     pdx_tp_wc_t wc;
     pdx_tp_write_t w;
 
-    env_begin(&env);
+    fx_env_begin(&env);
     a = tp_open(300);
     c = tp_open(300);
-    cq = cq_new(a, 4);
-    ea = ep_new(a, cq, 4, 0);
-    ec = ep_new(c, cq_new(c, 4), 4, 0);
+    cq = fx_cq_new(ops, a, 4);
+    ea = fx_ep_new(ops, a, cq, 4, 0);
+    ec = fx_ep_new(ops, c, fx_cq_new(ops, c, 4), 4, 0);
     ops->ep_address(ec, &addr);
     ops->close(c); /* nothing listens there any more */
-    smr = mr_new(a, src, sizeof(src), 0);
+    smr = fx_mr_new(ops, a, src, sizeof(src), 0);
     w = wr_to(smr, &(pdx_tp_rkey_t){.addr = 4096, .rkey = 1}, 1, sizeof(src), true);
     cr_assert_eq(ops->post_write(ea, &w, 1), PDX_OK, "WRs may be posted before connecting");
     cr_assert_eq(ops->ep_connect(ea, &addr), PDX_OK);
@@ -754,7 +650,7 @@ Test(tcp, connection_failure_fails_the_ep)
     cr_assert_eq(ops->mr_dereg(smr), PDX_OK);
     ops->cq_destroy(cq);
     ops->close(a);
-    env_end(&env, true);
+    fx_env_end(&env, true);
 }
 
 Test(tcp, bad_arguments_are_refused)
