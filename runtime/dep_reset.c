@@ -12,9 +12,9 @@
  *   2 rebuild (the shard, pdx_shard_resets): once every WR and receive of
  *     the old ep completed, destroy it, create a new one on the shard's CQ,
  *     epoch + 1, send EP(epoch) with its address.
- *   3 connect (whichever thread completes the pair: the shard after its
- *     rebuild, or the control thread on the peer's EP): ep_connect, post the
- *     notify receives, CREDIT(epoch, PDX_NOTIFY_RQ) to the peer.
+ *   3 connect (whichever thread completes the pair: the shard once its EP
+ *     went out, or the control thread on the peer's EP): ep_connect, post
+ *     the notify receives, CREDIT(epoch, PDX_NOTIFY_RQ) to the peer.
  *   4 up (control thread, the peer's first CREDIT of the epoch): the peer's
  *     receives are posted, so notifies may flow: credits, connected, index
  *     rebuilt, the shard woken.
@@ -26,7 +26,8 @@
  *
  * dep->lock guards the ep pointer against fail_deps (peer.c) and the fields
  * rebuilt, up_local, have_remote, remote; the shard is the only writer of
- * dep->ep after the handshake.
+ * dep->ep after the handshake. Control messages go out after the lock is
+ * released (never two locks at once).
  */
 #include "shard.h"
 
@@ -49,16 +50,18 @@ static pdx_status_t send_reset(pdx_peer_t *peer, const pdx_dep_t *dep, uint32_t 
     return st == PDX_OK ? pdx_peer_send(peer, frame, len) : st;
 }
 
-static pdx_status_t send_ep(pdx_peer_t *peer, const pdx_dep_t *dep, uint32_t epoch)
+/* The EP frame of the dep's new ep (dep->lock held: the ep is stable). */
+typedef struct ep_frame {
+    uint8_t bytes[PDX_WIRE_HEADER_SIZE + 16 + PDX_TP_ADDR_MAX];
+    size_t  len;
+} ep_frame_t;
+
+static pdx_status_t encode_ep(const pdx_dep_t *dep, uint32_t epoch, ep_frame_t *f)
 {
     pdx_wire_ep_t m = {.shard = dep->pair, .index = dep->index, .epoch = epoch};
-    uint8_t frame[PDX_WIRE_HEADER_SIZE + 16 + PDX_TP_ADDR_MAX];
-    pdx_status_t st;
-    size_t len;
 
-    peer->engine->ops->ep_address(dep->ep, &m.addr);
-    st = pdx_wire_encode_ep(&m, frame, sizeof(frame), &len);
-    return st == PDX_OK ? pdx_peer_send(peer, frame, len) : st;
+    dep->peer->engine->ops->ep_address(dep->ep, &m.addr);
+    return pdx_wire_encode_ep(&m, f->bytes, sizeof(f->bytes), &f->len);
 }
 
 static bool peer_ready(const pdx_peer_t *peer)
@@ -100,7 +103,8 @@ void pdx_dep_reset_begin(pdx_dep_t *dep, pdx_status_t status, const char *why, b
     atomic_store_explicit(&dep->resetting, 1, memory_order_release);
     atomic_store_explicit(&dep->connected, 0, memory_order_release);
     atomic_fetch_add_explicit(&dep->streak, 1, memory_order_relaxed);
-    dep->rebuilt = dep->up_local = dep->have_remote = false;
+    dep->rebuilt = dep->ep_sent = dep->up_local = dep->have_remote = false;
+    dep->peer_up = false;
     epoch = atomic_load_explicit(&dep->epoch, memory_order_relaxed);
     e->ops->ep_fail(dep->ep, status < 0 ? status : PDX_ERR_PEER, why);
     pthread_mutex_unlock(&dep->lock);
@@ -118,12 +122,31 @@ void pdx_dep_reset_begin(pdx_dep_t *dep, pdx_status_t status, const char *why, b
     pdx_shard_wake(dep->shard);
 }
 
-/* Connect the rebuilt ep to the peer's new one (dep->lock held). */
+/* Both sides' receives are posted (dep->lock held): the endpoint carries
+ * rooms again; the caller calls up_done() once unlocked. */
+static void up_locked(pdx_dep_t *dep, uint32_t credits)
+{
+    atomic_store_explicit(&dep->credits, (int32_t)credits, memory_order_relaxed);
+    dep->rebuilt = dep->ep_sent = dep->up_local = dep->have_remote = false;
+    dep->peer_up = false;
+    atomic_store_explicit(&dep->failed, 0, memory_order_release);
+    atomic_store_explicit(&dep->connected, 1, memory_order_release);
+    atomic_store_explicit(&dep->resetting, 0, memory_order_release);
+}
+
+static void up_done(pdx_dep_t *dep, uint32_t epoch)
+{
+    pdx_info("data endpoint %u.%u to %s reconnected (epoch %u)", dep->pair, dep->index,
+             dep->peer->addr, epoch);
+    reset_over(dep);
+}
+
+/* Connect the rebuilt ep to the peer's new one (dep->lock held); the caller
+ * then sends the CREDIT that says our receives are posted, unlocked. */
 static pdx_status_t connect_locked(pdx_dep_t *dep)
 {
     pdx_peer_t *peer = dep->peer;
     pdx_engine_t *e = peer->engine;
-    uint32_t epoch = atomic_load_explicit(&dep->epoch, memory_order_relaxed);
     pdx_status_t st;
 
     st = e->ops->ep_connect(dep->ep, &dep->remote);
@@ -134,10 +157,13 @@ static pdx_status_t connect_locked(pdx_dep_t *dep)
             atomic_fetch_add_explicit(&dep->rx_out, 1, memory_order_relaxed);
     }
     if (st == PDX_OK)
-        st = pdx_peer_send_credit(peer, dep->pair, dep->index, epoch, PDX_NOTIFY_RQ);
-    if (st == PDX_OK)
         dep->up_local = true;
     return st;
+}
+
+static pdx_status_t send_credit(pdx_dep_t *dep, uint32_t epoch)
+{
+    return pdx_peer_send_credit(dep->peer, dep->pair, dep->index, epoch, PDX_NOTIFY_RQ);
 }
 
 /* Shard: the old ep has nothing outstanding; replace it and offer the new one. */
@@ -147,6 +173,8 @@ static void rebuild(pdx_shard_loop_t *L, pdx_dep_t *dep)
     pdx_peer_t *peer = dep->peer;
     const pdx_tp_ep_attr_t attr = {.sq_depth = dep->sq_depth, .rq_depth = PDX_NOTIFY_RQ};
     uint32_t epoch = atomic_load_explicit(&dep->epoch, memory_order_relaxed) + 1;
+    bool connected = false, up = false;
+    ep_frame_t f;
     pdx_status_t st;
 
     pthread_mutex_lock(&dep->lock);
@@ -164,11 +192,30 @@ static void rebuild(pdx_shard_loop_t *L, pdx_dep_t *dep)
         dep->unsignaled = 0;
         dep->reposted = 0;
         dep->rebuilt = true;
-        st = send_ep(peer, dep, epoch);
+        st = encode_ep(dep, epoch, &f);
     }
-    if (st == PDX_OK && dep->have_remote)
-        st = connect_locked(dep);
     pthread_mutex_unlock(&dep->lock);
+    /* Sent unlocked (never two locks at once). Our CREDIT must follow our
+     * EP: until ep_sent, the control thread only keeps the peer's EP. */
+    if (st == PDX_OK)
+        st = pdx_peer_send(peer, f.bytes, f.len);
+    if (st == PDX_OK) {
+        pthread_mutex_lock(&dep->lock);
+        dep->ep_sent = true;
+        if (dep->have_remote && !dep->up_local) {
+            st = connect_locked(dep);
+            connected = st == PDX_OK;
+            if (connected && dep->peer_up) {
+                up_locked(dep, dep->peer_credits);
+                up = true;
+            }
+        }
+        pthread_mutex_unlock(&dep->lock);
+    }
+    if (connected)
+        st = send_credit(dep, epoch);
+    if (up)
+        up_done(dep, epoch);
     if (st != PDX_OK)
         pdx_peer_fail(peer, st, "rebuilding data endpoint %u.%u to %s: %s", dep->pair,
                       dep->index, peer->addr, pdx_status_str(st));
@@ -233,6 +280,7 @@ void pdx_dep_on_ep(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_ep_t *m)
 {
     pdx_dep_t *dep = find_dep(peer, m->shard, m->index, "EP");
     uint32_t epoch, want;
+    bool connected = false, up = false;
     pdx_status_t st = PDX_OK;
 
     (void)e;
@@ -251,9 +299,19 @@ void pdx_dep_on_ep(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_ep_t *m)
     }
     dep->remote = m->addr;
     dep->have_remote = true;
-    if (dep->rebuilt)
+    if (dep->ep_sent) {
         st = connect_locked(dep);
+        connected = st == PDX_OK;
+        if (connected && dep->peer_up) {
+            up_locked(dep, dep->peer_credits);
+            up = true;
+        }
+    }
     pthread_mutex_unlock(&dep->lock);
+    if (connected)
+        st = send_credit(dep, m->epoch); /* unlocked: never two locks at once */
+    if (up)
+        up_done(dep, m->epoch);
     if (st != PDX_OK)
         pdx_peer_fail(peer, st, "reconnecting data endpoint %u.%u to %s: %s", dep->pair,
                       dep->index, peer->addr, pdx_status_str(st));
@@ -270,20 +328,20 @@ bool pdx_dep_on_credit(pdx_engine_t *e, pdx_peer_t *peer, pdx_dep_t *dep,
     if (!atomic_load_explicit(&dep->resetting, memory_order_acquire))
         return false; /* a plain credit */
     pthread_mutex_lock(&dep->lock);
-    if (dep->up_local && atomic_load_explicit(&dep->resetting, memory_order_relaxed)) {
-        /* The peer's receives are posted: the endpoint carries rooms again. */
-        atomic_store_explicit(&dep->credits, (int32_t)m->count, memory_order_relaxed);
-        dep->rebuilt = dep->up_local = dep->have_remote = false;
-        atomic_store_explicit(&dep->failed, 0, memory_order_release);
-        atomic_store_explicit(&dep->connected, 1, memory_order_release);
-        atomic_store_explicit(&dep->resetting, 0, memory_order_release);
-        up = true;
+    if (atomic_load_explicit(&dep->resetting, memory_order_relaxed) && dep->rebuilt) {
+        /* The peer's receives are posted. Ours too: the endpoint carries
+         * rooms again; not yet (our EP or connect is still to come): kept. */
+        if (dep->up_local) {
+            up_locked(dep, m->count);
+            up = true;
+        } else {
+            dep->peer_up = true;
+            dep->peer_credits = m->count;
+        }
     }
     pthread_mutex_unlock(&dep->lock);
-    if (up) {
-        pdx_info("data endpoint %u.%u to %s reconnected (epoch %u)", dep->pair, dep->index,
-                 peer->addr, m->epoch);
-        reset_over(dep);
-    }
+    (void)peer;
+    if (up)
+        up_done(dep, m->epoch);
     return true;
 }

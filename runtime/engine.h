@@ -107,9 +107,12 @@ struct pdx_dep {
     _Atomic uint32_t    epoch;         /* incarnation: 0, + 1 per reset */
     _Atomic uint32_t    resetting;     /* failed; not usable until reconnected */
     _Atomic uint32_t    streak;        /* resets since a WR last succeeded on it */
-    bool                rebuilt;       /* the ep of `epoch` exists, its EP went out */
+    bool                rebuilt;       /* the ep of `epoch` exists */
+    bool                ep_sent;       /* ... and its EP went out */
     bool                up_local;      /* ... and is connected, receives posted */
     bool                have_remote;   /* the peer's EP of the next incarnation */
+    bool                peer_up;       /* its CREDIT of the epoch came first */
+    uint32_t            peer_credits;
     pdx_tp_addr_t       remote;
 };
 
@@ -277,7 +280,8 @@ struct pdx_shard {
     pdx_flush_entry_t *flush_batch;    /* shard only: what the READ in flight covers */
     uint32_t           flush_nbatch;
     bool               flush_busy;
-    char               flush_broken[PDX_ERRMSG_MAX]; /* why the pair is not used */
+    int32_t            flush_target;   /* mem pinned by the READ in flight, -1: none */
+    char               flush_broken[PDX_ERRMSG_MAX]; /* why no pair could be made */
     /* shard only: rooms with queued chunks */
     uint32_t           active_head;    /* room obj index, UINT32_MAX: none; */
     uint32_t           active_tail;    /* oldest first, so no room starves */

@@ -13,8 +13,8 @@
  * - The shard takes the whole queue as a batch, posts the READ, and on its
  *   completion moves each live room of the batch from TRANSFERRING to
  *   SUCCESS (a room aborted or failed meanwhile stays FAILED); a READ that
- *   fails fails the batch's rooms with the reason, and the pair is not
- *   used again (later rooms fail the same way: the NIC is broken).
+ *   fails fails the batch's rooms with the reason, and the pair is made
+ *   anew for the next batch (if that fails too, later rooms fail with it).
  *
  * PDX_FLUSH=on turns it on over rdma; auto will once hip/ tells GPU
  * destinations apart (host memory needs no flush); tcp places bytes before
@@ -45,6 +45,7 @@ pdx_status_t pdx_flush_init(pdx_shard_t *s)
     void *buf;
 
     pthread_mutex_init(&s->flush_lock, NULL);
+    s->flush_target = -1;
     if (!e->flush)
         return PDX_OK;
     s->flush_cap = e->cfg.rooms;
@@ -69,10 +70,13 @@ pdx_status_t pdx_flush_init(pdx_shard_t *s)
     return st;
 }
 
+static void flush_unpin(pdx_engine_t *e, pdx_shard_t *s);
+
 void pdx_flush_fini(pdx_shard_t *s)
 {
     pdx_engine_t *e = s->engine;
 
+    flush_unpin(e, s); /* a READ still in flight at teardown */
     for (int i = 0; i < 2; i++)
         if (s->flush_ep[i]) {
             e->ops->ep_destroy(s->flush_ep[i]);
@@ -91,7 +95,7 @@ void pdx_flush_fini(pdx_shard_t *s)
 
 bool pdx_flush_defer(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t room)
 {
-    pdx_shard_t *s = &e->shards[pdx_hash64(room) % e->nshards];
+    pdx_shard_t *s = pdx_room_shard(e, room);
     bool queued = false;
 
     if (!e->flush)
@@ -113,19 +117,60 @@ bool pdx_flush_defer(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t room)
     return true;
 }
 
-/* The READ's target: 8 bytes of any region this engine registered. */
-static bool flush_target(pdx_engine_t *e, pdx_tp_rkey_t *rkey_p)
+/*
+ * The READ's target: 8 bytes of a region this engine registered, pinned
+ * (users) while the READ is in flight so pdx_mem_deregister refuses it.
+ * With one GPU per engine any of its GPU regions orders the writes; until
+ * hip/ tells them apart, the first region serves.
+ */
+static bool flush_target(pdx_engine_t *e, pdx_shard_t *s, pdx_tp_rkey_t *rkey_p)
 {
     bool found = false;
 
     pthread_mutex_lock(&e->lock);
     for (uint32_t i = 0; i < PDX_MAX_MEMS && !found; i++)
         if (e->mems[i].used && e->mems[i].len >= 8) {
+            atomic_fetch_add(&e->mems[i].users, 1);
+            s->flush_target = (int32_t)i;
             *rkey_p = e->mems[i].rkey;
             found = true;
         }
     pthread_mutex_unlock(&e->lock);
     return found;
+}
+
+static void flush_unpin(pdx_engine_t *e, pdx_shard_t *s)
+{
+    if (s->flush_target >= 0)
+        atomic_fetch_sub(&e->mems[s->flush_target].users, 1);
+    s->flush_target = -1;
+}
+
+/* After an error: a fresh loopback pair (false, and why, when none can be made). */
+static bool pair_rebuild(pdx_shard_t *s)
+{
+    pdx_engine_t *e = s->engine;
+    const pdx_tp_ep_attr_t attr = {.sq_depth = FLUSH_SQ, .rq_depth = 1};
+    pdx_tp_addr_t addr[2];
+    pdx_status_t st = PDX_OK;
+
+    for (int i = 0; i < 2; i++) {
+        e->ops->ep_destroy(s->flush_ep[i]);
+        s->flush_ep[i] = NULL;
+    }
+    for (int i = 0; i < 2 && st == PDX_OK; i++)
+        st = e->ops->ep_create(e->tp, s->cq, &attr, &s->flush_ep[i]);
+    if (st == PDX_OK) {
+        e->ops->ep_address(s->flush_ep[0], &addr[0]);
+        e->ops->ep_address(s->flush_ep[1], &addr[1]);
+        st = e->ops->ep_connect(s->flush_ep[0], &addr[1]);
+    }
+    if (st == PDX_OK)
+        st = e->ops->ep_connect(s->flush_ep[1], &addr[0]);
+    if (st != PDX_OK)
+        snprintf(s->flush_broken, sizeof(s->flush_broken), "no new flush endpoints: %s",
+                 pdx_status_str(st));
+    return st == PDX_OK;
 }
 
 static void fail_batch(pdx_shard_loop_t *L, pdx_status_t status, const char *why)
@@ -158,17 +203,19 @@ void pdx_flush_run(pdx_shard_loop_t *L)
         fail_batch(L, PDX_ERR_IO, s->flush_broken);
         return;
     }
-    if (!flush_target(e, &target)) {
+    if (!flush_target(e, s, &target)) {
         fail_batch(L, PDX_ERR_STATE, "no registered memory to read");
         return;
     }
     st = e->ops->post_read(s->flush_ep[0], 0, s->flush_mr, 0, 8, target.addr, target.rkey);
     if (st != PDX_OK) {
         const char *why = e->ops->ep_error(s->flush_ep[0]);
+        char msg[PDX_ERRMSG_MAX];
 
-        snprintf(s->flush_broken, sizeof(s->flush_broken), "%s",
-                 why[0] ? why : pdx_status_str(st));
-        fail_batch(L, st, s->flush_broken);
+        snprintf(msg, sizeof(msg), "%s", why[0] ? why : pdx_status_str(st));
+        flush_unpin(e, s);
+        fail_batch(L, st, msg);
+        pair_rebuild(s);
         return;
     }
     s->flush_busy = true;
@@ -185,20 +232,30 @@ bool pdx_flush_on_wc(pdx_shard_loop_t *L, const pdx_tp_wc_t *wc)
         return true; /* only READs are posted, on [0] */
     s->flush_busy = false;
     L->progress = true;
+    flush_unpin(e, s);
     if (wc->status != PDX_OK) {
         const char *why = e->ops->ep_error(s->flush_ep[0]);
+        char msg[PDX_ERRMSG_MAX];
 
-        snprintf(s->flush_broken, sizeof(s->flush_broken), "%s",
-                 why[0] ? why : pdx_status_str(wc->status));
-        pdx_error("shard %u: the flush read failed: %s", s->index, s->flush_broken);
-        fail_batch(L, wc->status, s->flush_broken);
+        snprintf(msg, sizeof(msg), "%s", why[0] ? why : pdx_status_str(wc->status));
+        pdx_error("shard %u: the flush read failed: %s", s->index, msg);
+        fail_batch(L, wc->status, msg);
+        pair_rebuild(s); /* the next batch reads through a fresh pair */
         return true;
     }
     for (uint32_t i = 0; i < s->flush_nbatch; i++) {
         pdx_room_obj_t *obj = s->flush_batch[i].obj;
+        pdx_room_ext_t *ext = pdx_room_ext(e, obj);
+        bool ok;
 
-        if (pdx_rooms_live(obj, s->flush_batch[i].room) &&
-            pdx_room_advance(obj, PDX_ROOM_SUCCESS))
+        /* The same room still: live, TRANSFERRING and every sender done (a
+         * slot recycled for a new room of the same id is not). */
+        pthread_mutex_lock(&ext->lock);
+        ok = pdx_rooms_live(obj, s->flush_batch[i].room) &&
+             pdx_room_state(obj) == PDX_ROOM_TRANSFERRING && ext->nsenders &&
+             ext->ndone == ext->nsenders && pdx_room_advance(obj, PDX_ROOM_SUCCESS);
+        pthread_mutex_unlock(&ext->lock);
+        if (ok)
             atomic_fetch_add_explicit(&e->stats.rooms_success, 1, memory_order_relaxed);
     }
     atomic_fetch_add_explicit(&s->stats.flushes, 1, memory_order_relaxed);

@@ -270,7 +270,7 @@ pdx_status_t pdx_shard_add_dep(pdx_shard_t *s, pdx_dep_t *dep)
     atomic_init(&dep->epoch, 0);
     atomic_init(&dep->resetting, 0);
     atomic_init(&dep->streak, 0);
-    dep->rebuilt = dep->up_local = dep->have_remote = false;
+    dep->rebuilt = dep->ep_sent = dep->up_local = dep->have_remote = dep->peer_up = false;
     pthread_mutex_init(&dep->lock, NULL);
 
     status = e->ops->ep_create(e->tp, s->cq, &attr, &dep->ep);
@@ -368,7 +368,9 @@ void pdx_shard_index_deps(pdx_shard_loop_t *L)
         L->use[i] = NULL;
         if (!atomic_load_explicit(&d->connected, memory_order_acquire)) {
             L->idx_pending[d->peer->id] = true;
-            complete = false;
+            /* A failed peer's deps stay unconnected: no reason to rebuild. */
+            if (atomic_load_explicit(&d->peer->state, memory_order_acquire) != PDX_PEER_FAILED)
+                complete = false;
             continue;
         }
         L->use[i] = d;
@@ -400,10 +402,29 @@ uint32_t pdx_shard_peer_deps(pdx_shard_loop_t *L, const pdx_peer_t *peer)
     for (uint32_t i = L->idx_start[id]; i < L->idx_start[id + 1]; i++) {
         pdx_dep_t *dp = L->idx_deps[i];
 
-        if (dp->peer == peer && !atomic_load_explicit(&dp->failed, memory_order_acquire))
-            L->use[n++] = dp;
+        if (dp->peer != peer)
+            continue;
+        /* One failed: the set a room's LAST notifies count must not shrink
+         * under it (a room with writes there fails by their flush; the
+         * others wait for the reset, or fail with the peer). */
+        if (atomic_load_explicit(&dp->failed, memory_order_acquire))
+            return 0;
+        L->use[n++] = dp;
     }
     return n;
+}
+
+bool pdx_shard_peer_resetting(pdx_shard_loop_t *L, const pdx_peer_t *peer)
+{
+    uint32_t id = peer->id;
+
+    if (id >= PDX_MAX_PEERS)
+        return false;
+    for (uint32_t i = L->idx_start[id]; i < L->idx_start[id + 1]; i++)
+        if (L->idx_deps[i]->peer == peer &&
+            atomic_load_explicit(&L->idx_deps[i]->resetting, memory_order_acquire))
+            return true;
+    return false;
 }
 
 /* ------------------------------------------------------------------ loop */

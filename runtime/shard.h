@@ -71,6 +71,8 @@ void pdx_shard_index_deps(pdx_shard_loop_t *L);
 /* The usable (connected, not failed) deps of this shard to peer, in L->use;
  * none while one of them is still connecting. */
 uint32_t pdx_shard_peer_deps(pdx_shard_loop_t *L, const pdx_peer_t *peer);
+/* A dep of this shard to peer is being reset (dep_reset.c). */
+bool pdx_shard_peer_resetting(pdx_shard_loop_t *L, const pdx_peer_t *peer);
 
 /* shard_send.c: work the active rooms. */
 void pdx_shard_send(pdx_shard_loop_t *L);

@@ -72,10 +72,12 @@ static step_t no_deps(send_ctx_t *c, const pdx_peer_t *peer)
 {
     int state = atomic_load_explicit(&peer->state, memory_order_acquire);
 
-    if (peer->id < PDX_MAX_PEERS && c->L->idx_pending[peer->id])
-        return STEP_WAIT; /* pdx_dep_connect() wakes the shard */
     if (state == PDX_PEER_FAILED)
         return room_fail(c, PDX_ERR_PEER, "peer %s failed: %s", peer->addr, peer->err);
+    if (peer->id < PDX_MAX_PEERS && c->L->idx_pending[peer->id])
+        return STEP_WAIT; /* pdx_dep_connect() wakes the shard */
+    if (pdx_shard_peer_resetting(c->L, peer))
+        return STEP_WAIT; /* the reconnect wakes the shard */
     if (state == PDX_PEER_READY)
         return room_fail(c, PDX_ERR_PEER, "no usable data endpoint to peer %s on shard %u",
                          peer->addr, c->L->s->index);
