@@ -145,17 +145,8 @@ static void up_done(pdx_dep_t *dep, uint32_t epoch)
  * then sends the CREDIT that says our receives are posted, unlocked. */
 static pdx_status_t connect_locked(pdx_dep_t *dep)
 {
-    pdx_peer_t *peer = dep->peer;
-    pdx_engine_t *e = peer->engine;
-    pdx_status_t st;
+    pdx_status_t st = pdx_dep_ep_connect(dep, &dep->remote);
 
-    st = e->ops->ep_connect(dep->ep, &dep->remote);
-    for (uint32_t i = 0; st == PDX_OK && i < PDX_NOTIFY_RQ; i++) {
-        st = e->ops->post_recv(dep->ep, pdx_wr_id_recv(dep, i), dep->rx_mr,
-                               (uint64_t)i * PDX_TP_SEND_MAX, PDX_TP_SEND_MAX);
-        if (st == PDX_OK)
-            atomic_fetch_add_explicit(&dep->rx_out, 1, memory_order_relaxed);
-    }
     if (st == PDX_OK)
         dep->up_local = true;
     return st;

@@ -390,6 +390,8 @@ void pdx_shard_wake(pdx_shard_t *s);
  */
 pdx_status_t pdx_shard_add_dep(pdx_shard_t *s, pdx_dep_t *dep);
 pdx_status_t pdx_dep_connect(pdx_dep_t *dep, const pdx_tp_addr_t *remote);
+/* Its part shared with a reconnect: ep_connect, then the notify receives. */
+pdx_status_t pdx_dep_ep_connect(pdx_dep_t *dep, const pdx_tp_addr_t *remote);
 
 /*
  * dep_reset.c: a data endpoint that failed while its peer is READY is reset

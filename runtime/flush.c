@@ -36,11 +36,44 @@ uint32_t pdx_flush_cq_depth(const pdx_engine_t *e)
     return e->flush ? 2 * (FLUSH_SQ + 1) : 0;
 }
 
-pdx_status_t pdx_flush_init(pdx_shard_t *s)
+/* The loopback pair, made anew (the old one, if any, destroyed first). */
+static pdx_status_t pair_make(pdx_shard_t *s)
 {
     pdx_engine_t *e = s->engine;
     const pdx_tp_ep_attr_t attr = {.sq_depth = FLUSH_SQ, .rq_depth = 1};
     pdx_tp_addr_t addr[2];
+    pdx_status_t st = PDX_OK;
+
+    for (int i = 0; i < 2; i++)
+        if (s->flush_ep[i]) {
+            e->ops->ep_destroy(s->flush_ep[i]);
+            s->flush_ep[i] = NULL;
+        }
+    for (int i = 0; i < 2 && st == PDX_OK; i++)
+        st = e->ops->ep_create(e->tp, s->cq, &attr, &s->flush_ep[i]);
+    if (st != PDX_OK)
+        return st; /* the transport said why */
+    e->ops->ep_address(s->flush_ep[0], &addr[0]);
+    e->ops->ep_address(s->flush_ep[1], &addr[1]);
+    st = e->ops->ep_connect(s->flush_ep[0], &addr[1]);
+    if (st == PDX_OK)
+        st = e->ops->ep_connect(s->flush_ep[1], &addr[0]);
+    return st;
+}
+
+/* After an error: a fresh pair for the next batch, or why there is none. */
+static void pair_rebuild(pdx_shard_t *s)
+{
+    pdx_status_t st = pair_make(s);
+
+    if (st != PDX_OK)
+        snprintf(s->flush_broken, sizeof(s->flush_broken), "no new flush endpoints: %s",
+                 pdx_status_str(st));
+}
+
+pdx_status_t pdx_flush_init(pdx_shard_t *s)
+{
+    pdx_engine_t *e = s->engine;
     pdx_status_t st;
     void *buf;
 
@@ -58,16 +91,8 @@ pdx_status_t pdx_flush_init(pdx_shard_t *s)
     s->flush_buf = memset(buf, 0, PDX_CACHELINE);
     st = e->ops->mr_reg(e->tp, s->flush_buf, PDX_CACHELINE, PDX_TP_ACCESS_LOCAL_WRITE,
                         &s->flush_mr);
-    for (int i = 0; i < 2 && st == PDX_OK; i++)
-        st = e->ops->ep_create(e->tp, s->cq, &attr, &s->flush_ep[i]);
-    if (st != PDX_OK)
-        return st; /* the transport said why; pdx_flush_fini undoes the rest */
-    e->ops->ep_address(s->flush_ep[0], &addr[0]);
-    e->ops->ep_address(s->flush_ep[1], &addr[1]);
-    st = e->ops->ep_connect(s->flush_ep[0], &addr[1]);
-    if (st == PDX_OK)
-        st = e->ops->ep_connect(s->flush_ep[1], &addr[0]);
-    return st;
+    /* On failure pdx_flush_fini undoes the rest; the transport said why. */
+    return st == PDX_OK ? pair_make(s) : st;
 }
 
 static void flush_unpin(pdx_engine_t *e, pdx_shard_t *s);
@@ -144,33 +169,6 @@ static void flush_unpin(pdx_engine_t *e, pdx_shard_t *s)
     if (s->flush_target >= 0)
         atomic_fetch_sub(&e->mems[s->flush_target].users, 1);
     s->flush_target = -1;
-}
-
-/* After an error: a fresh loopback pair (false, and why, when none can be made). */
-static bool pair_rebuild(pdx_shard_t *s)
-{
-    pdx_engine_t *e = s->engine;
-    const pdx_tp_ep_attr_t attr = {.sq_depth = FLUSH_SQ, .rq_depth = 1};
-    pdx_tp_addr_t addr[2];
-    pdx_status_t st = PDX_OK;
-
-    for (int i = 0; i < 2; i++) {
-        e->ops->ep_destroy(s->flush_ep[i]);
-        s->flush_ep[i] = NULL;
-    }
-    for (int i = 0; i < 2 && st == PDX_OK; i++)
-        st = e->ops->ep_create(e->tp, s->cq, &attr, &s->flush_ep[i]);
-    if (st == PDX_OK) {
-        e->ops->ep_address(s->flush_ep[0], &addr[0]);
-        e->ops->ep_address(s->flush_ep[1], &addr[1]);
-        st = e->ops->ep_connect(s->flush_ep[0], &addr[1]);
-    }
-    if (st == PDX_OK)
-        st = e->ops->ep_connect(s->flush_ep[1], &addr[0]);
-    if (st != PDX_OK)
-        snprintf(s->flush_broken, sizeof(s->flush_broken), "no new flush endpoints: %s",
-                 pdx_status_str(st));
-    return st == PDX_OK;
 }
 
 static void fail_batch(pdx_shard_loop_t *L, pdx_status_t status, const char *why)

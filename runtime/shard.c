@@ -311,10 +311,30 @@ err_ep:
     return status;
 }
 
+pdx_status_t pdx_dep_ep_connect(pdx_dep_t *dep, const pdx_tp_addr_t *remote)
+{
+    pdx_engine_t *e = dep->shard->engine;
+    pdx_status_t status = e->ops->ep_connect(dep->ep, remote);
+
+    if (status != PDX_OK)
+        return status; /* the transport said why */
+    for (uint32_t i = 0; i < PDX_NOTIFY_RQ; i++) {
+        status = e->ops->post_recv(dep->ep, pdx_wr_id_recv(dep, i), dep->rx_mr,
+                                   (uint64_t)i * PDX_TP_SEND_MAX, PDX_TP_SEND_MAX);
+        if (status != PDX_OK) {
+            pdx_error("data endpoint %u.%u to %s: posting notify receive %u of %u: %s",
+                      dep->pair, dep->index, dep->peer->addr, i, PDX_NOTIFY_RQ,
+                      pdx_status_str(status));
+            return status;
+        }
+        atomic_fetch_add_explicit(&dep->rx_out, 1, memory_order_relaxed);
+    }
+    return PDX_OK;
+}
+
 pdx_status_t pdx_dep_connect(pdx_dep_t *dep, const pdx_tp_addr_t *remote)
 {
     pdx_shard_t *s = dep->shard;
-    pdx_engine_t *e = s->engine;
     pdx_status_t status;
 
     if (atomic_load_explicit(&dep->connected, memory_order_relaxed)) {
@@ -322,21 +342,9 @@ pdx_status_t pdx_dep_connect(pdx_dep_t *dep, const pdx_tp_addr_t *remote)
                   dep->peer->addr);
         return PDX_ERR_STATE;
     }
-    status = e->ops->ep_connect(dep->ep, remote);
+    status = pdx_dep_ep_connect(dep, remote);
     if (status != PDX_OK)
-        return status; /* the transport said why */
-    for (uint32_t i = 0; i < PDX_NOTIFY_RQ; i++) {
-        status = e->ops->post_recv(dep->ep, pdx_wr_id_recv(dep, i), dep->rx_mr,
-                                   (uint64_t)i * PDX_TP_SEND_MAX, PDX_TP_SEND_MAX);
-        if (status == PDX_OK)
-            atomic_fetch_add_explicit(&dep->rx_out, 1, memory_order_relaxed);
-        if (status != PDX_OK) {
-            pdx_error("data endpoint %u.%u to %s: posting notify receive %u of %u: %s",
-                      dep->pair, dep->index, dep->peer->addr, i, PDX_NOTIFY_RQ,
-                      pdx_status_str(status));
-            return status;
-        }
-    }
+        return status;
     /* The peer posted as many for us; CREDIT messages add to it later. */
     atomic_fetch_add_explicit(&dep->credits, PDX_NOTIFY_RQ, memory_order_relaxed);
     atomic_store_explicit(&dep->connected, 1, memory_order_release);
