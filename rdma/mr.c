@@ -7,10 +7,11 @@
  * REMOTE_READ only when asked; never REMOTE_ATOMIC (some NICs refuse the
  * registration outright).
  *
- * A region larger than the device's max_mr_size would have to be registered
- * in pieces with runs split at piece boundaries (DESIGN.md §6). That is not
- * supported yet: the engine's rkey format carries one rkey per region, so
- * such a region is PDX_ERR_UNSUPPORTED.
+ * A region longer than tp->base.mr_piece (the largest power of two not
+ * above the device's max_mr_size) is registered in pieces of that many bytes
+ * (DESIGN.md §6), each an ibv_mr of its own with its own keys; the engine
+ * cuts its runs at piece boundaries on both sides and names each piece's
+ * rkey (pdx_tp_rkey_at()), and a WR crossing a piece boundary is refused.
  *
  * A region counts the posted WRs that read or write it (taken at post,
  * released when the completion covering the WR is consumed, or when its ep
@@ -48,9 +49,9 @@ static pdx_status_t mr_check(const rdma_tp_t *tp, const void *base, size_t len, 
                   len, base, access);
         return PDX_ERR_INVALID;
     }
-    if (len > tp->dev.max_mr_size) {
-        pdx_error("rdma: %s: %s of %zu bytes exceeds the device's max_mr_size of %llu; "
-                  "registration in pieces is not supported yet", tp->dev.name, what, len,
+    if (tp->base.mr_piece && (len - 1) / tp->base.mr_piece >= PDX_TP_PIECES_MAX) {
+        pdx_error("rdma: %s: %s of %zu bytes needs more than %d pieces of the device's "
+                  "max_mr_size (%llu bytes)", tp->dev.name, what, len, PDX_TP_PIECES_MAX,
                   (unsigned long long)tp->dev.max_mr_size);
         return PDX_ERR_UNSUPPORTED;
     }
@@ -59,8 +60,14 @@ static pdx_status_t mr_check(const rdma_tp_t *tp, const void *base, size_t len, 
 
 static rdma_mr_t *mr_new(rdma_tp_t *tp, void *base, size_t len, unsigned access)
 {
-    rdma_mr_t *mr = calloc(1, sizeof(*mr));
+    const uint64_t piece = tp->base.mr_piece;
+    const uint32_t n = piece && len > piece ? (uint32_t)((len - 1) / piece + 1) : 1;
+    rdma_mr_t *mr = calloc(1, sizeof(*mr) + n * sizeof(mr->mr[0]));
 
+    if (mr && n > 1 && !(mr->rkeys = calloc(n, sizeof(*mr->rkeys)))) {
+        free(mr);
+        mr = NULL;
+    }
     if (!mr) {
         pdx_error("rdma: %s: out of memory registering %zu bytes", tp->dev.name, len);
         return NULL;
@@ -69,8 +76,39 @@ static rdma_mr_t *mr_new(rdma_tp_t *tp, void *base, size_t len, unsigned access)
     mr->base = base;
     mr->len = len;
     mr->access = access;
+    mr->npieces = n;
     atomic_init(&mr->refs, 0);
     return mr;
+}
+
+static void mr_free_pieces(rdma_mr_t *mr, uint32_t n)
+{
+    for (uint32_t i = n; i-- > 0;) {
+        int rc = ibv_dereg_mr(mr->mr[i]);
+
+        if (rc)
+            pdx_error("rdma: %s: ibv_dereg_mr of piece %u of %zu bytes at %p: %s",
+                      mr->tp->dev.name, i, mr->len, (void *)mr->base,
+                      strerror(rc > 0 ? rc : errno));
+    }
+    free(mr->rkeys);
+    free(mr);
+}
+
+/* Piece i: [off, off + len) of the region. */
+static void mr_piece_span(const rdma_mr_t *mr, uint32_t i, uint64_t *off_p, size_t *len_p)
+{
+    const uint64_t off = (uint64_t)i * mr->tp->base.mr_piece;
+
+    *off_p = off;
+    *len_p = mr->npieces == 1 ? mr->len : (size_t)PDX_MIN(mr->tp->base.mr_piece, mr->len - off);
+}
+
+static void mr_keys(rdma_mr_t *mr)
+{
+    if (mr->npieces > 1)
+        for (uint32_t i = 0; i < mr->npieces; i++)
+            mr->rkeys[i] = mr->mr[i]->rkey;
 }
 
 static void mr_link(rdma_tp_t *tp, rdma_mr_t *mr)
@@ -109,14 +147,22 @@ pdx_status_t rdma_mr_reg(pdx_tp_t *ptp, void *base, size_t len, unsigned access,
     mr = mr_new(tp, base, len, access);
     if (!mr)
         return PDX_ERR_NOMEM;
-    /* The function, not the macro: access is not a compile-time constant. */
-    mr->mr = (ibv_reg_mr)(tp->pd, base, len, ibv_access(access));
-    if (!mr->mr) {
-        pdx_error("rdma: %s: ibv_reg_mr of %zu bytes at %p: %s", tp->dev.name, len, base,
-                  strerror(errno));
-        free(mr);
-        return PDX_ERR_IO;
+    for (uint32_t i = 0; i < mr->npieces; i++) {
+        uint64_t off;
+        size_t plen;
+
+        mr_piece_span(mr, i, &off, &plen);
+        /* The function, not the macro: access is not a compile-time constant. */
+        mr->mr[i] = (ibv_reg_mr)(tp->pd, (uint8_t *)base + off, plen, ibv_access(access));
+        if (!mr->mr[i]) {
+            pdx_error("rdma: %s: ibv_reg_mr of %zu bytes at %p%s: %s", tp->dev.name, plen,
+                      (void *)((uint8_t *)base + off), mr->npieces > 1 ? " (a piece)" : "",
+                      strerror(errno));
+            mr_free_pieces(mr, i);
+            return PDX_ERR_IO;
+        }
     }
+    mr_keys(mr);
     mr_link(tp, mr);
     *mr_p = (pdx_tp_mr_t *)(void *)mr;
     return PDX_OK;
@@ -142,21 +188,29 @@ pdx_status_t rdma_mr_reg_dmabuf(pdx_tp_t *ptp, void *base, size_t len, int fd, u
     mr = mr_new(tp, base, len, access);
     if (!mr)
         return PDX_ERR_NOMEM;
-    /* iova = base: WRs and remote peers address the region as the engine sees it */
-    mr->mr = ibv_reg_dmabuf_mr(tp->pd, offset, len, (uint64_t)(uintptr_t)base, fd,
-                               ibv_access(access));
-    if (!mr->mr) {
-        err = errno;
-        free(mr);
-        if (err == ENOSYS || err == EOPNOTSUPP || err == EPROTONOSUPPORT) {
-            pdx_error("rdma: dmabuf registration not supported by %s: %s", tp->dev.name,
+    for (uint32_t i = 0; i < mr->npieces; i++) {
+        uint64_t off;
+        size_t plen;
+
+        mr_piece_span(mr, i, &off, &plen);
+        /* iova = base: WRs and remote peers address the region as the engine sees it */
+        mr->mr[i] = ibv_reg_dmabuf_mr(tp->pd, offset + off, plen,
+                                      (uint64_t)(uintptr_t)base + off, fd, ibv_access(access));
+        if (!mr->mr[i]) {
+            err = errno;
+            mr_free_pieces(mr, i);
+            if (err == ENOSYS || err == EOPNOTSUPP || err == EPROTONOSUPPORT) {
+                pdx_error("rdma: dmabuf registration not supported by %s: %s", tp->dev.name,
+                          strerror(err));
+                return PDX_ERR_UNSUPPORTED;
+            }
+            pdx_error("rdma: %s: ibv_reg_dmabuf_mr of %zu bytes at offset %llu of dmabuf fd "
+                      "%d: %s", tp->dev.name, plen, (unsigned long long)(offset + off), fd,
                       strerror(err));
-            return PDX_ERR_UNSUPPORTED;
+            return PDX_ERR_IO;
         }
-        pdx_error("rdma: %s: ibv_reg_dmabuf_mr of %zu bytes at offset %llu of dmabuf fd %d: %s",
-                  tp->dev.name, len, (unsigned long long)offset, fd, strerror(err));
-        return PDX_ERR_IO;
     }
+    mr_keys(mr);
     mr_link(tp, mr);
     *mr_p = (pdx_tp_mr_t *)(void *)mr;
     return PDX_OK;
@@ -171,35 +225,44 @@ pdx_status_t rdma_mr_dereg(pdx_tp_mr_t *pmr)
 
     if (refs) {
         pdx_debug("rdma: %s: region lkey 0x%x still used by %u work requests", tp->dev.name,
-                  mr->mr->lkey, refs);
+                  mr->mr[0]->lkey, refs);
         return PDX_ERR_STATE;
     }
-    rc = ibv_dereg_mr(mr->mr);
-    if (rc) {
-        pdx_error("rdma: %s: ibv_dereg_mr of %zu bytes at %p: %s", tp->dev.name, mr->len,
-                  (void *)mr->base, strerror(rc > 0 ? rc : errno));
-        return PDX_ERR_IO;
+    /* The last piece first: a failure leaves pieces [0, i] registered, and
+     * the region shrinks to them (WRs beyond are refused) for another try. */
+    for (uint32_t i = mr->npieces; i-- > 0;) {
+        rc = ibv_dereg_mr(mr->mr[i]);
+        if (rc) {
+            pdx_error("rdma: %s: ibv_dereg_mr of %zu bytes at %p: %s", tp->dev.name, mr->len,
+                      (void *)mr->base, strerror(rc > 0 ? rc : errno));
+            if (i + 1 < mr->npieces) {
+                mr->npieces = i + 1;
+                mr->len = (size_t)mr->npieces * tp->base.mr_piece;
+            }
+            return PDX_ERR_IO;
+        }
     }
     mr_unlink(tp, mr);
+    free(mr->rkeys);
     free(mr);
     return PDX_OK;
 }
 
 void rdma_mr_free(rdma_mr_t *mr)
 {
-    int rc = ibv_dereg_mr(mr->mr);
-
-    if (rc)
-        pdx_error("rdma: %s: ibv_dereg_mr at close: %s", mr->tp->dev.name,
-                  strerror(rc > 0 ? rc : errno));
-    free(mr);
+    mr_free_pieces(mr, mr->npieces);
 }
 
 void rdma_mr_remote(const pdx_tp_mr_t *pmr, pdx_tp_rkey_t *rkey_p)
 {
     const rdma_mr_t *mr = rdma_mr(pmr);
 
-    rkey_p->addr = (uint64_t)(uintptr_t)mr->base;
-    rkey_p->len = mr->len;
-    rkey_p->rkey = mr->mr->rkey;
+    *rkey_p = (pdx_tp_rkey_t){
+        .addr = (uint64_t)(uintptr_t)mr->base,
+        .len = mr->len,
+        .rkey = mr->mr[0]->rkey,
+        .npieces = mr->npieces,
+        .piece = mr->npieces > 1 ? mr->tp->base.mr_piece : 0,
+        .rkeys = mr->npieces > 1 ? mr->rkeys : NULL,
+    };
 }

@@ -98,7 +98,7 @@ static pdx_status_t __attribute__((cold, noinline))
 write_invalid(const rdma_ep_t *ep, const pdx_tp_write_t *wr, uint32_t i, uint32_t n)
 {
     pdx_error("rdma: WRITE %u of %u (wr_id %llu): %llu bytes at offset %llu do not fit "
-              "its source region or the %llu-byte message limit", i, n,
+              "its source region (or one piece of it) or the %llu-byte message limit", i, n,
               (unsigned long long)wr[i].wr_id, (unsigned long long)wr[i].length,
               (unsigned long long)wr[i].offset, (unsigned long long)ep->tp->max_msg_size);
     return PDX_ERR_INVALID;
@@ -139,6 +139,7 @@ pdx_status_t rdma_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_
     rdma_mr_t *first, *run_mr = NULL;
     uint64_t run_base = 0, run_len = 0;
     uint32_t run_lkey = 0, runs = 0;
+    bool run_pieces = false;
     struct ibv_send_wr *bad = NULL;
     uint32_t posted;
     int rc;
@@ -178,11 +179,17 @@ pdx_status_t rdma_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_
             run_mr = mr;
             run_base = (uint64_t)(uintptr_t)mr->base;
             run_len = mr->len;
-            run_lkey = mr->mr->lkey;
+            run_lkey = mr->mr[0]->lkey;
+            run_pieces = mr->npieces > 1;
             runs++;
         }
         if (PDX_UNLIKELY(len > max_msg || off > run_len || len > run_len - off))
             goto err_invalid;
+        if (PDX_UNLIKELY(run_pieces)) {
+            if (len && !rdma_mr_one_piece(mr, off, len))
+                goto err_invalid;
+            run_lkey = rdma_mr_lkey(mr, off);
+        }
         q->wr_id = x->wr_id;
         q->mr = mr;
         q->opcode = PDX_TP_OP_WRITE;
@@ -285,9 +292,10 @@ pdx_status_t rdma_post_read(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t 
         return PDX_ERR_PEER;
     if (PDX_UNLIKELY(!mr || mr->tp != ep->tp || !(mr->access & PDX_TP_ACCESS_LOCAL_WRITE) ||
                      offset > mr->len || len > mr->len - offset ||
-                     len > ep->tp->max_msg_size)) {
-        pdx_error("rdma: READ of %u bytes into offset %llu is outside its region, beyond the "
-                  "message limit, or the region lacks local write access", len,
+                     len > ep->tp->max_msg_size || (len && !rdma_mr_one_piece(mr, offset, len)))) {
+        pdx_error("rdma: READ of %u bytes into offset %llu is outside its region (or one "
+                  "piece of it), beyond the message limit, or the region lacks local write "
+                  "access", len,
                   (unsigned long long)offset);
         return PDX_ERR_INVALID;
     }
@@ -300,7 +308,7 @@ pdx_status_t rdma_post_read(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t 
     q->opcode = PDX_TP_OP_READ;
     sge.addr = (uint64_t)(uintptr_t)mr->base + offset;
     sge.length = len;
-    sge.lkey = mr->mr->lkey;
+    sge.lkey = rdma_mr_lkey(mr, offset);
     w.wr_id = rdma_wr_id(ep, false, head);
     w.sg_list = &sge;
     w.num_sge = 1;
@@ -332,9 +340,11 @@ pdx_status_t rdma_post_recv(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t 
     if (PDX_UNLIKELY(ep_failed(ep)))
         return PDX_ERR_PEER;
     if (PDX_UNLIKELY(!mr || mr->tp != ep->tp || !(mr->access & PDX_TP_ACCESS_LOCAL_WRITE) ||
-                     offset > mr->len || len > mr->len - offset)) {
-        pdx_error("rdma: receive buffer of %u bytes at offset %llu is outside its region or "
-                  "the region lacks local write access", len, (unsigned long long)offset);
+                     offset > mr->len || len > mr->len - offset ||
+                     (len && !rdma_mr_one_piece(mr, offset, len)))) {
+        pdx_error("rdma: receive buffer of %u bytes at offset %llu is outside its region (or "
+                  "one piece of it) or the region lacks local write access", len,
+                  (unsigned long long)offset);
         return PDX_ERR_INVALID;
     }
     if (head + 1 - atomic_load_explicit(&ep->rq_done, memory_order_acquire) > ep->rq_depth)
@@ -344,7 +354,7 @@ pdx_status_t rdma_post_recv(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t 
     q->opcode = PDX_TP_OP_RECV;
     sge.addr = (uint64_t)(uintptr_t)mr->base + offset;
     sge.length = len;
-    sge.lkey = mr->mr->lkey;
+    sge.lkey = rdma_mr_lkey(mr, offset);
     w.wr_id = rdma_wr_id(ep, true, head);
     w.sg_list = &sge;
     w.num_sge = 1;

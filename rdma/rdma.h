@@ -158,13 +158,16 @@ static inline bool rdma_gid_link_local(const union ibv_gid *gid)
 
 struct rdma_mr {
     rdma_tp_t        *tp;
-    struct ibv_mr    *mr;
     uint8_t          *base;     /* the address WRs use (the iova for dmabuf) */
     size_t            len;
     unsigned          access;   /* PDX_TP_ACCESS_* */
     _Atomic uint32_t  refs;     /* posted WRs reading or writing it */
     rdma_mr_t        *next, *prev;   /* tp->mrs, under tp->lock */
+    uint32_t          npieces;  /* registrations: piece k covers [k, k + 1) * mr_piece */
+    uint32_t         *rkeys;    /* npieces > 1: each piece's rkey (mr_remote) */
+    struct ibv_mr    *mr[];     /* npieces */
 };
+
 
 static inline rdma_mr_t *rdma_mr(const pdx_tp_mr_t *mr)
 {
@@ -438,6 +441,20 @@ struct rdma_tp {
     int                  async_stop_fd;
     bool                 async_started;
 };
+
+/* The lkey of the piece holding offset off (a WR stays inside one piece). */
+static inline uint32_t rdma_mr_lkey(const rdma_mr_t *mr, uint64_t off)
+{
+    return mr->npieces > 1 ? mr->mr[off / mr->tp->base.mr_piece]->lkey : mr->mr[0]->lkey;
+}
+
+/* Whether [off, off + len) of mr lies inside one of its pieces (len >= 1). */
+static inline bool rdma_mr_one_piece(const rdma_mr_t *mr, uint64_t off, uint64_t len)
+{
+    const uint64_t piece = mr->tp->base.mr_piece;
+
+    return mr->npieces == 1 || off / piece == (off + len - 1) / piece;
+}
 
 static inline rdma_tp_t *rdma_tp(pdx_tp_t *tp)
 {

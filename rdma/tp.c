@@ -99,6 +99,10 @@ static pdx_status_t rdma_open(const pdx_tp_params_t *params, pdx_tp_t **tp_p)
         tp->max_msg_size = PDX_MIN(tp->max_msg_size, (uint64_t)tp->dev.port_max_msg);
     tp->max_msg_size = PDX_MIN(tp->max_msg_size, (uint64_t)UINT32_MAX);
     tp->progress_timeout_ns = params ? (uint64_t)params->progress_timeout_ms * 1000000u : 0;
+    /* the largest power of two the device registers at once */
+    tp->base.mr_piece = tp->dev.max_mr_size >> 63 ? 0
+                        : tp->dev.max_mr_size ? 1ull << (63 - __builtin_clzll(tp->dev.max_mr_size))
+                                              : 0;
 
     status = PDX_ERR_IO;
     tp->pd = ibv_alloc_pd(tp->ctx);

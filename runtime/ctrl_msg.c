@@ -309,11 +309,20 @@ static void on_ready_connector(pdx_peer_t *peer)
 
 /* ------------------------------------------------------------ descriptors */
 
+static bool rkey_equal(const pdx_tp_rkey_t *a, const pdx_tp_rkey_t *b)
+{
+    return a->addr == b->addr && a->len == b->len && a->rkey == b->rkey &&
+           a->npieces == b->npieces && a->piece == b->piece &&
+           (a->npieces == 1 || !memcmp(a->rkeys, b->rkeys, a->npieces * sizeof(a->rkeys[0])));
+}
+
 static void on_mem(pdx_peer_t *peer, const pdx_wire_mem_t *m)
 {
     for (uint32_t i = 0; i < m->count; i++) {
         const pdx_wire_mem_entry_t *ent = &m->entries[i];
+        uint64_t piece = atomic_load_explicit(&peer->mem_piece, memory_order_relaxed);
         pdx_remote_mem_t *rm;
+        uint32_t *keys = NULL;
 
         if (ent->mem >= PDX_MAX_MEMS) {
             pdx_ctrl_fail(peer, PDX_ERR_PROTO, "MEM from %s names region %u (limit %u)",
@@ -322,15 +331,28 @@ static void on_mem(pdx_peer_t *peer, const pdx_wire_mem_t *m)
         }
         rm = &peer->mems[ent->mem];
         if (atomic_load_explicit(&rm->valid, memory_order_relaxed)) {
-            if (rm->rkey.rkey == ent->rkey.rkey && rm->rkey.addr == ent->rkey.addr &&
-                rm->rkey.len == ent->rkey.len)
+            if (rkey_equal(&rm->rkey, &ent->rkey))
                 continue; /* sent twice around our snapshot: the same */
             /* Never replaced: a shard may be reading it without a lock. */
             pdx_ctrl_fail(peer, PDX_ERR_PROTO, "memory %u described twice by %s", ent->mem,
                           peer->addr);
             return;
         }
+        if (ent->rkey.npieces > 1) {
+            keys = malloc(ent->rkey.npieces * sizeof(*keys));
+            if (!keys) {
+                pdx_ctrl_fail(peer, PDX_ERR_NOMEM, "out of memory for the %u pieces of "
+                              "memory %u of %s", ent->rkey.npieces, ent->mem, peer->addr);
+                return;
+            }
+            memcpy(keys, ent->rkey.rkeys, ent->rkey.npieces * sizeof(*keys));
+            /* Shards cut runs at the smallest piece; a region's own is never smaller. */
+            if (!piece || ent->rkey.piece < piece)
+                atomic_store_explicit(&peer->mem_piece, ent->rkey.piece, memory_order_relaxed);
+        }
+        free((void *)(uintptr_t)rm->rkey.rkeys);
         rm->rkey = ent->rkey;
+        rm->rkey.rkeys = keys;
         atomic_store_explicit(&rm->valid, 1, memory_order_release);
     }
 }

@@ -351,6 +351,7 @@ pdx_status_t pdx_mem_deregister(pdx_engine_t *e, uint32_t mem)
             pdx_tp_rkey_t described = e->mems[mem].rkey; /* kept: the id is not fresh */
 
             memset(&e->mems[mem], 0, sizeof(e->mems[mem]));
+            described.rkeys = NULL; /* the transport's, gone with the region */
             e->mems[mem].rkey = described;
         }
     }

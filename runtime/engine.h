@@ -64,7 +64,7 @@ typedef struct pdx_mem {
  * an entry is filled, then published with a release store of `valid`. */
 typedef struct pdx_remote_mem {
     _Atomic uint32_t valid;
-    pdx_tp_rkey_t    rkey;
+    pdx_tp_rkey_t    rkey;         /* rkeys (a region in pieces): owned by the entry */
 } pdx_remote_mem_t;
 
 /* ------------------------------------------------------------ data endpoints */
@@ -143,6 +143,7 @@ struct pdx_peer {
     uint32_t            remote_shards;
     /* its memory and layouts (control thread writes, shards read) */
     pdx_remote_mem_t    mems[PDX_MAX_MEMS];
+    _Atomic uint64_t    mem_piece;     /* smallest piece of its regions in pieces; 0: none */
     pdx_layout_t *_Atomic layouts[PDX_MAX_LAYOUTS];
     /* data endpoints: npairs x qps; pair k is our shard k % nshards */
     uint32_t            npairs, qps;

@@ -42,6 +42,8 @@ static void peer_free(pdx_peer_t *peer)
 {
     for (uint32_t i = 0; i < PDX_MAX_LAYOUTS; i++)
         pdx_layout_free(atomic_load_explicit(&peer->layouts[i], memory_order_relaxed));
+    for (uint32_t i = 0; i < PDX_MAX_MEMS; i++)
+        free((void *)(uintptr_t)peer->mems[i].rkey.rkeys);
     free(peer->deps);
     free(peer->eps_in);
     pthread_cond_destroy(&peer->wait_cond);
@@ -97,8 +99,10 @@ static void peer_reset(pdx_peer_t *peer, pdx_engine_t *e, int fd, bool outgoing,
         pdx_layout_free(atomic_exchange_explicit(&peer->layouts[i], NULL, memory_order_relaxed));
     for (uint32_t i = 0; i < PDX_MAX_MEMS; i++) {
         atomic_store_explicit(&peer->mems[i].valid, 0, memory_order_relaxed);
+        free((void *)(uintptr_t)peer->mems[i].rkey.rkeys);
         memset(&peer->mems[i].rkey, 0, sizeof(peer->mems[i].rkey));
     }
+    atomic_store_explicit(&peer->mem_piece, 0, memory_order_relaxed);
     free(peer->deps);
     free(peer->eps_in);
     peer->engine = e;
@@ -377,26 +381,41 @@ pdx_status_t pdx_peer_send_descs(pdx_peer_t *peer)
     pdx_engine_t *e = peer->engine;
     const pdx_layout_t *layouts[PDX_MAX_LAYOUTS];
     uint32_t ids[PDX_MAX_LAYOUTS], nlayouts = 0;
-    pdx_wire_mem_t mem = {0};
+    pdx_wire_mem_entry_t *entries;
+    uint32_t *keys = NULL, count = 0, nkeys = 0;
     pdx_status_t st = PDX_OK;
     uint8_t *buf;
-    size_t len;
 
     buf = malloc(PDX_WIRE_MAX_FRAME);
-    mem.entries = calloc(PDX_MAX_MEMS, sizeof(*mem.entries));
-    if (!buf || !mem.entries) {
-        pdx_error("out of memory for the descriptors of %s", peer->addr);
-        st = PDX_ERR_NOMEM;
-        goto out;
-    }
+    entries = calloc(PDX_MAX_MEMS, sizeof(*entries));
+    if (!buf || !entries)
+        goto err_nomem;
     /* Regions and layouts added after this snapshot are broadcast to the
      * peer (desc_sent); one added meanwhile may travel twice, which the
-     * receiver accepts. Layouts are never freed before the engine. */
+     * receiver accepts. Layouts are never freed before the engine. The rkeys
+     * of regions in pieces are copied: a region may go once the lock drops. */
     pthread_mutex_lock(&e->lock);
-    peer->desc_sent = true;
     for (uint32_t i = 0; i < PDX_MAX_MEMS; i++)
-        if (e->mems[i].used)
-            mem.entries[mem.count++] = (pdx_wire_mem_entry_t){.mem = i, .rkey = e->mems[i].rkey};
+        if (e->mems[i].used && e->mems[i].rkey.npieces > 1)
+            nkeys += e->mems[i].rkey.npieces;
+    if (nkeys && !(keys = malloc(nkeys * sizeof(*keys)))) {
+        pthread_mutex_unlock(&e->lock);
+        goto err_nomem;
+    }
+    peer->desc_sent = true;
+    nkeys = 0;
+    for (uint32_t i = 0; i < PDX_MAX_MEMS; i++) {
+        pdx_tp_rkey_t k = e->mems[i].rkey;
+
+        if (!e->mems[i].used)
+            continue;
+        if (k.npieces > 1) {
+            memcpy(keys + nkeys, k.rkeys, k.npieces * sizeof(*keys));
+            k.rkeys = keys + nkeys;
+            nkeys += k.npieces;
+        }
+        entries[count++] = (pdx_wire_mem_entry_t){.mem = i, .rkey = k};
+    }
     for (uint32_t i = 0; i < PDX_MAX_LAYOUTS; i++) {
         if (e->layouts[i]) {
             layouts[nlayouts] = e->layouts[i];
@@ -405,20 +424,35 @@ pdx_status_t pdx_peer_send_descs(pdx_peer_t *peer)
     }
     pthread_mutex_unlock(&e->lock);
 
-    if (mem.count) {
+    /* as many frames as the per-message limits take */
+    for (uint32_t at = 0; at < count && st == PDX_OK;) {
+        pdx_wire_mem_t mem = {.entries = entries + at};
+        uint32_t extra = 0;
+        size_t len;
+
+        while (at + mem.count < count && mem.count < PDX_WIRE_MAX_MEMS &&
+               extra + entries[at + mem.count].rkey.npieces - 1 <= PDX_WIRE_MAX_MEM_KEYS)
+            extra += entries[at + mem.count++].rkey.npieces - 1;
         st = pdx_wire_encode_mem(&mem, buf, PDX_WIRE_MAX_FRAME, &len);
         if (st != PDX_OK)
             pdx_error("cannot encode %u regions for %s: %s", mem.count, peer->addr,
                       pdx_status_str(st));
         else
             st = send_desc(peer, buf, len, "regions", mem.count);
+        at += mem.count;
     }
     for (uint32_t i = 0; i < nlayouts && st == PDX_OK; i++)
         st = send_layout(peer, buf, ids[i], layouts[i]);
-out:
-    free(mem.entries);
+    free(keys);
+    free(entries);
     free(buf);
     return st;
+
+err_nomem:
+    pdx_error("out of memory for the descriptors of %s", peer->addr);
+    free(entries);
+    free(buf);
+    return PDX_ERR_NOMEM;
 }
 
 /* Under engine->lock: the peers that have our descriptors. */
@@ -437,9 +471,10 @@ static uint32_t desc_peers(pdx_engine_t *e, pdx_peer_t **to)
 
 void pdx_peer_broadcast_mem(pdx_engine_t *e, uint32_t mem)
 {
+    uint32_t keys[PDX_TP_PIECES_MAX];
     pdx_wire_mem_entry_t entry;
     pdx_wire_mem_t m = {.count = 1, .entries = &entry};
-    uint8_t frame[PDX_WIRE_HEADER_SIZE + 64];
+    uint8_t frame[PDX_WIRE_MEM_ONE_MAX];
     pdx_peer_t *to[PDX_MAX_PEERS];
     uint32_t n;
     pdx_status_t st;
@@ -453,6 +488,10 @@ void pdx_peer_broadcast_mem(pdx_engine_t *e, uint32_t mem)
         return;
     }
     entry = (pdx_wire_mem_entry_t){.mem = mem, .rkey = e->mems[mem].rkey};
+    if (entry.rkey.npieces > 1) { /* copied: the region may go once the lock drops */
+        memcpy(keys, entry.rkey.rkeys, entry.rkey.npieces * sizeof(keys[0]));
+        entry.rkey.rkeys = keys;
+    }
     n = desc_peers(e, to);
     pthread_mutex_unlock(&e->lock);
     if (n == 0)

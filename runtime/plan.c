@@ -20,7 +20,9 @@
  * max_msg_size spans several runs and a run cut by the cap may end inside a
  * page; the next run resumes there (plan->page, plan->page_done). The count,
  * sum over segments of ceil(segment bytes / max_msg_size), is the fewest
- * writes that can carry the map.
+ * writes that can carry the map. With plan->piece set, a run also ends where
+ * either side's offset reaches a multiple of it (regions registered in
+ * pieces take no WR across a piece boundary).
  *
  * Order: group, then layer of the common range, then part, then list
  * position. pdx_plan_init() notes which groups' lists are one segment on both
@@ -188,6 +190,7 @@ pdx_status_t pdx_plan_init(pdx_plan_t *plan, const pdx_layout_t *src, const pdx_
     plan->src_pages = src_pages;
     plan->dst_pages = dst_pages;
     plan->max_msg_size = max_msg_size;
+    plan->piece = 0;
     plan->flags = flags;
     begin = PDX_MAX(src->layer_begin, dst->layer_begin);
     end = PDX_MIN(src->layer_end, dst->layer_end);
@@ -211,6 +214,16 @@ pdx_status_t pdx_plan_init(pdx_plan_t *plan, const pdx_layout_t *src, const pdx_
     return PDX_OK;
 }
 
+/* The longest run from src offset so and dst offset d: the cap, and no
+ * piece boundary crossed on either side. */
+static inline uint64_t run_cap(uint64_t cap, uint64_t piece, uint64_t so, uint64_t d)
+{
+    if (PDX_LIKELY(piece == 0))
+        return cap;
+    cap = PDX_MIN(cap, piece - (so & (piece - 1)));
+    return PDX_MIN(cap, piece - (d & (piece - 1)));
+}
+
 /*
  * Runs of one buffer pair from the cursor (plan->page, plan->page_done) into
  * out[0, max); moves the cursor. The buffer is done when plan->page == count.
@@ -222,7 +235,7 @@ static inline uint32_t plan_buffer_runs(pdx_plan_t *plan, const pdx_buffer_t *sb
 {
     /* in locals: the stores to out may alias every pointer argument */
     const uint64_t bpp = sb->bytes_per_page;
-    const uint64_t cap = plan->max_msg_size;
+    const uint64_t msg_max = plan->max_msg_size, piece = plan->piece;
     const uint64_t soff = sb->offset, doff = db->offset;
     const uint32_t smem = sb->mem, dmem = db->mem;
     uint32_t i = plan->page;
@@ -238,7 +251,7 @@ static inline uint32_t plan_buffer_runs(pdx_plan_t *plan, const pdx_buffer_t *sb
         uint64_t pos = (uint64_t)i * bpp + done;
 
         while (n < max && pos < total) {
-            uint64_t len = PDX_MIN(cap, total - pos);
+            uint64_t len = PDX_MIN(run_cap(msg_max, piece, sbase + pos, dbase + pos), total - pos);
 
             out[n].src_mem = smem;
             out[n].dst_mem = dmem;
@@ -255,12 +268,13 @@ static inline uint32_t plan_buffer_runs(pdx_plan_t *plan, const pdx_buffer_t *sb
 
     for (; o != end && i < count; o++) {
         const uint32_t s = sp[i], d = dp[i];
-        uint64_t len = bpp - done;
+        uint64_t len = bpp - done, cap;
 
         o->src_mem = smem;
         o->dst_mem = dmem;
         o->src_offset = soff + (uint64_t)s * bpp + done;
         o->dst_offset = doff + (uint64_t)d * bpp + done;
+        cap = run_cap(msg_max, piece, o->src_offset, o->dst_offset);
         if (len > cap) {
             /* The rest of this page alone exceeds the cap. */
             len = cap;

@@ -13,8 +13,8 @@
  * PDX_GROUP_STATE are planned only when PDX_PLAN_STATE is passed (the
  * last chunk); the page lists of a skipped group are not read.
  *
- * Runs are cut at byte boundaries: a run cut by max_msg_size may end inside
- * a page and the next one resumes there. The page lists are read lazily, so
+ * Runs are cut at byte boundaries: a run cut by max_msg_size (or at a piece
+ * boundary, plan->piece) may end inside a page and the next one resumes there. The page lists are read lazily, so
  * they must stay unchanged until the plan is exhausted.
  */
 #ifndef PDX_PLAN_H
@@ -40,6 +40,9 @@ typedef struct pdx_plan {
     const pdx_pages_t  *src_pages;  /* one per group, not copied */
     const pdx_pages_t  *dst_pages;
     uint64_t            max_msg_size;
+    uint64_t            piece;      /* 0 (pdx_plan_init), or a power of two set after
+                                     * it: no run crosses a multiple of it on either
+                                     * side (regions registered in pieces) */
     unsigned            flags;
     /* cursor */
     uint32_t            group;

@@ -129,6 +129,7 @@ static bool build_writes(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
     pdx_tp_write_t *w = wrs;
     uint64_t seq = dep->posted, mems;
     uint64_t src_len = 0, dst_len = 0, dst_addr = 0, bytes = 0;
+    const pdx_tp_rkey_t *dst = NULL;
     pdx_tp_mr_t *mr = NULL;
     uint32_t rkey = 0;
 
@@ -152,14 +153,21 @@ static bool build_writes(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
                 goto err_unknown;
             mems = key;
             mr = m->mr;
-            dst_len = rm->rkey.len;
-            dst_addr = rm->rkey.addr;
-            rkey = rm->rkey.rkey;
+            dst = &rm->rkey;
+            dst_len = dst->len;
+            dst_addr = dst->addr;
+            rkey = dst->rkey;
         }
         if (PDX_UNLIKELY(r->src_offset > src_len || r->len > src_len - r->src_offset))
             goto err_src;
         if (PDX_UNLIKELY(r->dst_offset > dst_len || r->len > dst_len - r->dst_offset))
             goto err_dst;
+        if (PDX_UNLIKELY(dst->npieces > 1)) {
+            /* the plan cuts runs at piece boundaries (pdx_engine_plan_piece()) */
+            if (r->dst_offset / dst->piece != (r->dst_offset + r->len - 1) / dst->piece)
+                goto err_piece;
+            rkey = pdx_tp_rkey_at(dst, r->dst_offset);
+        }
         w->wr_id = id_base | (seq & PDX_WR_SEQ_MASK);
         w->mr = mr;
         w->offset = r->src_offset;
@@ -185,6 +193,12 @@ err_unknown:
 err_src:
     room_fail(c, PDX_ERR_RANGE, "%llu bytes at offset %llu are outside local memory %u",
               (unsigned long long)r->len, (unsigned long long)r->src_offset, r->src_mem);
+    return false;
+err_piece:
+    room_fail(c, PDX_ERR_STATE, "%llu bytes at offset %llu cross a piece of memory %u of peer "
+              "%s (registered in pieces of %llu bytes)", (unsigned long long)r->len,
+              (unsigned long long)r->dst_offset, r->dst_mem, peer->addr,
+              (unsigned long long)dst->piece);
     return false;
 err_dst:
     room_fail(c, PDX_ERR_RANGE, "%llu bytes at offset %llu are outside memory %u of "
@@ -319,44 +333,63 @@ static inline bool dep_can_notify(const pdx_dep_t *dep, uint32_t extra)
            pdx_dep_room(dep, 0) >= 1 + extra;
 }
 
-/* The aux bytes of the last chunk into decode's slot: pieces to post (0: none). */
-static step_t aux_check(send_ctx_t *c, const pdx_dest_t *dest, uint32_t *pieces_p)
+/* Runs to peer end at piece boundaries: the smaller of ours and the peer's
+ * piece (both powers of two), 0: none. */
+static uint64_t plan_piece(const pdx_engine_t *e, const pdx_peer_t *peer)
+{
+    uint64_t mine = e->tp->mr_piece;
+    uint64_t theirs = atomic_load_explicit(&peer->mem_piece, memory_order_relaxed);
+
+    return !mine ? theirs : !theirs ? mine : PDX_MIN(mine, theirs);
+}
+
+/*
+ * The aux bytes of the last chunk into decode's slot: L->runs[0, *n_p) to
+ * post (0: none), cut at max_msg_size and piece boundaries.
+ */
+static step_t aux_check(send_ctx_t *c, const pdx_dest_t *dest, uint32_t *n_p)
 {
     const pdx_chunk_t *ch = c->chunk;
-    uint64_t max = c->L->e->cfg.max_msg_size;
+    const pdx_region_t *a = &ch->aux;
+    const uint64_t max = c->L->e->cfg.max_msg_size, piece = plan_piece(c->L->e, dest->peer);
+    uint32_t n = 0;
 
-    *pieces_p = 0;
+    *n_p = 0;
     if (!(ch->flags & PDX_SEND_LAST) || !ch->has_aux || !dest->has_aux)
         return STEP_DONE;
-    if (ch->aux.len != dest->aux.len)
+    if (a->len != dest->aux.len)
         return room_fail(c, PDX_ERR_INVALID, "aux is %llu bytes, decode's slot at %s %llu",
-                         (unsigned long long)ch->aux.len, dest->peer->addr,
+                         (unsigned long long)a->len, dest->peer->addr,
                          (unsigned long long)dest->aux.len);
-    if ((ch->aux.len + max - 1) / max > PDX_SHARD_BATCH)
-        return room_fail(c, PDX_ERR_INVALID, "aux of %llu bytes needs more than %u writes of "
-                         "PDX_MAX_MSG_SIZE", (unsigned long long)ch->aux.len, PDX_SHARD_BATCH);
-    *pieces_p = (uint32_t)((ch->aux.len + max - 1) / max);
+    for (uint64_t off = 0; off < a->len; n++) {
+        const uint64_t so = a->offset + off, d = dest->aux.offset + off;
+        uint64_t len = PDX_MIN(max, a->len - off);
+
+        if (n == PDX_SHARD_BATCH)
+            return room_fail(c, PDX_ERR_INVALID, "aux of %llu bytes needs more than %u writes "
+                             "of PDX_MAX_MSG_SIZE", (unsigned long long)a->len, PDX_SHARD_BATCH);
+        if (piece) {
+            len = PDX_MIN(len, piece - (so & (piece - 1)));
+            len = PDX_MIN(len, piece - (d & (piece - 1)));
+        }
+        c->L->runs[n] = (pdx_run_t){.src_mem = a->mem, .dst_mem = dest->aux.mem,
+                                    .src_offset = so, .dst_offset = d, .len = len};
+        off += len;
+    }
+    *n_p = n;
     return STEP_DONE;
 }
 
-static step_t post_aux(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep, uint32_t pieces)
+/* The aux runs aux_check() left in L->runs. */
+static step_t post_aux(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep, uint32_t n)
 {
     pdx_shard_loop_t *L = c->L;
-    const pdx_region_t *a = &c->chunk->aux;
-    uint64_t max = L->e->cfg.max_msg_size, bytes;
+    uint64_t bytes;
     pdx_status_t status;
 
-    for (uint32_t i = 0; i < pieces; i++) {
-        uint64_t off = (uint64_t)i * max;
-
-        L->runs[i] = (pdx_run_t){
-            .src_mem = a->mem, .dst_mem = dest->aux.mem, .src_offset = a->offset + off,
-            .dst_offset = dest->aux.offset + off, .len = PDX_MIN(max, a->len - off),
-        };
-    }
-    if (!build_writes(c, dest, dep, L->runs, pieces, &bytes))
+    if (!build_writes(c, dest, dep, L->runs, n, &bytes))
         return STEP_FAILED;
-    status = post_writes(c, dep, pieces, bytes);
+    status = post_writes(c, dep, n, bytes);
     if (status != PDX_OK)
         return post_refused(c, dep, status, "writing aux");
     return STEP_DONE;
@@ -466,6 +499,7 @@ static step_t plan_dest(send_ctx_t *c, const pdx_dest_t *dest)
                            e->cfg.max_msg_size, last ? PDX_PLAN_STATE : 0, err, sizeof(err));
     if (status != PDX_OK)
         return room_fail(c, status, "to %s: %s", dest->peer->addr, err);
+    ext->plan.piece = plan_piece(e, dest->peer);
     ext->planning = true;
     ext->wrs = 0;
     return STEP_DONE;

@@ -41,6 +41,10 @@ typedef struct pdx_transport_ops pdx_transport_ops_t;
 /* Every transport object starts with this header so ops can be found. */
 struct pdx_tp {
     const pdx_transport_ops_t *ops;
+    /* Regions longer than this are registered in pieces of this many bytes
+     * (a power of two; 0: never): piece k covers offsets [k * mr_piece,
+     * (k + 1) * mr_piece), and no WR may cross from one piece into the next. */
+    uint64_t                   mr_piece;
 };
 
 typedef struct pdx_tp_params {
@@ -62,12 +66,24 @@ typedef struct pdx_tp_addr {
     uint8_t  bytes[PDX_TP_ADDR_MAX];
 } pdx_tp_addr_t;
 
-/* What a peer needs to write into a region: travels in memory descriptors. */
+/* What a peer needs to write into a region: travels in memory descriptors.
+ * A region registered in pieces (pdx_tp.mr_piece) has one rkey per piece. */
+#define PDX_TP_PIECES_MAX 1024
 typedef struct pdx_tp_rkey {
-    uint64_t addr;               /* remote address of byte 0 of the region */
-    uint64_t len;
-    uint32_t rkey;
+    uint64_t        addr;        /* remote address of byte 0 of the region */
+    uint64_t        len;
+    uint32_t        rkey;        /* piece 0's (the region's when npieces == 1) */
+    uint32_t        npieces;     /* 1, or ceil(len / piece) <= PDX_TP_PIECES_MAX */
+    uint64_t        piece;       /* npieces > 1: bytes per piece, a power of two */
+    const uint32_t *rkeys;       /* npieces > 1: every piece's rkey, rkeys[0] == rkey */
 } pdx_tp_rkey_t;
+
+/* The rkey of the piece holding offset off of the region (a WR stays inside
+ * one piece). */
+static inline uint32_t pdx_tp_rkey_at(const pdx_tp_rkey_t *k, uint64_t off)
+{
+    return k->npieces > 1 ? k->rkeys[off / k->piece] : k->rkey;
+}
 
 enum {
     PDX_TP_ACCESS_LOCAL_WRITE  = 1u << 0,
@@ -132,6 +148,7 @@ struct pdx_transport_ops {
                                   uint64_t offset, unsigned access, pdx_tp_mr_t **mr_p);
     /* PDX_ERR_STATE while a WR still reads or places bytes in the region. */
     pdx_status_t (*mr_dereg)(pdx_tp_mr_t *mr);
+    /* rkey_p->rkeys (pieces) stays valid until mr_dereg. */
     void         (*mr_remote)(const pdx_tp_mr_t *mr, pdx_tp_rkey_t *rkey_p);
 
     pdx_status_t (*cq_create)(pdx_tp_t *tp, uint32_t depth, pdx_tp_cq_t **cq_p);

@@ -42,6 +42,9 @@
 #define PDX_WIRE_ID_SIZE        16         /* engine identity, random bytes */
 #define PDX_WIRE_MAX_SHARDS     1024       /* HELLO nshards, EP shard */
 #define PDX_WIRE_MAX_MEMS       4096       /* MEM entries per message */
+#define PDX_WIRE_MAX_MEM_KEYS   65536      /* MEM rkeys of pieces after the first, per message */
+/* The largest MEM frame of one region (header included). */
+#define PDX_WIRE_MEM_ONE_MAX    (PDX_WIRE_HEADER_SIZE + 4u + 28u + 8u + 4u * PDX_TP_PIECES_MAX)
 #define PDX_WIRE_MAX_SENDERS    PDX_MAX_SENDERS    /* ROOM nsenders */
 #define PDX_WIRE_MAX_ROOM_PAGES PDX_MAX_ROOM_PAGES /* ROOM page indices, all groups */
 
@@ -80,10 +83,13 @@ typedef struct pdx_wire_hello {
     char     transport[PDX_WIRE_TRANSPORT_MAX + 1];
 } pdx_wire_hello_t;
 
-/* MEM: regions the peer may write into. */
+/* MEM: regions the peer may write into. A region in pieces carries the
+ * piece size and every piece's rkey (pdx_tp_rkey_t). */
 typedef struct pdx_wire_mem_entry {
     uint32_t      mem;
-    pdx_tp_rkey_t rkey;                      /* len >= 1, addr + len does not wrap */
+    pdx_tp_rkey_t rkey;                      /* len >= 1, addr + len does not wrap;
+                                              * decode: rkeys point into the entries'
+                                              * allocation */
 } pdx_wire_mem_entry_t;
 
 typedef struct pdx_wire_mem {

@@ -21,7 +21,8 @@
 /* Fixed parts of the bodies. */
 #define PDX_WIRE_HELLO_FIXED   (4u + 8u + PDX_WIRE_ID_SIZE + 4u + 2u + 2u)
 #define PDX_WIRE_MEM_HEAD      4u
-#define PDX_WIRE_MEM_ENTRY     (4u + 8u + 8u + 4u)
+#define PDX_WIRE_MEM_ENTRY     (4u + 8u + 8u + 4u + 4u) /* + piece u64 and rkeys when pieces */
+#define PDX_WIRE_MEM_PIECES    8u                       /* the piece size of an entry in pieces */
 #define PDX_WIRE_LAYOUT_HEAD   (4u + 4u + 4u + 4u)
 #define PDX_WIRE_LAYOUT_GROUP  (4u + 4u + 4u + 8u)
 #define PDX_WIRE_LAYOUT_BUFFER (4u + 8u + 8u)
@@ -29,7 +30,9 @@
 #define PDX_WIRE_ROOM_GROUP    4u
 
 #define PDX_WIRE_MAX_BODY   (PDX_WIRE_MAX_FRAME - PDX_WIRE_HEADER_SIZE)
-#define PDX_WIRE_MEM_MAX    (PDX_WIRE_MEM_HEAD + (uint64_t)PDX_WIRE_MAX_MEMS * PDX_WIRE_MEM_ENTRY)
+#define PDX_WIRE_MEM_MAX    (PDX_WIRE_MEM_HEAD +                                          \
+                             (uint64_t)PDX_WIRE_MAX_MEMS * (PDX_WIRE_MEM_ENTRY + PDX_WIRE_MEM_PIECES) + \
+                             (uint64_t)PDX_WIRE_MAX_MEM_KEYS * 4u)
 #define PDX_WIRE_LAYOUT_MAX (PDX_WIRE_LAYOUT_HEAD + (uint64_t)PDX_LAYOUT_MAX_GROUPS *    \
                              (PDX_WIRE_LAYOUT_GROUP +                                    \
                               (uint64_t)PDX_LAYOUT_MAX_BUFFERS * PDX_WIRE_LAYOUT_BUFFER))
@@ -38,6 +41,8 @@
                              (uint64_t)PDX_WIRE_MAX_ROOM_PAGES * 4u)
 
 _Static_assert(PDX_WIRE_MEM_MAX <= PDX_WIRE_MAX_BODY, "the largest MEM must fit a frame");
+_Static_assert(PDX_WIRE_MEM_ONE_MAX == PDX_WIRE_HEADER_SIZE + PDX_WIRE_MEM_HEAD + PDX_WIRE_MEM_ENTRY +
+               PDX_WIRE_MEM_PIECES + 4u * PDX_TP_PIECES_MAX, "one region's MEM frame");
 _Static_assert(PDX_WIRE_LAYOUT_MAX <= PDX_WIRE_MAX_BODY, "the largest LAYOUT must fit a frame");
 _Static_assert(PDX_WIRE_ROOM_MAX <= PDX_WIRE_MAX_BODY, "the largest ROOM must fit a frame");
 

@@ -17,9 +17,16 @@
 
 /* --------------------------------------------------------------------- MEM */
 
+/* The region and, in pieces, npieces == ceil(len / piece) for a power of two. */
 static bool rkey_valid(const pdx_tp_rkey_t *k)
 {
-    return k->len != 0 && k->addr <= UINT64_MAX - k->len;
+    if (k->len == 0 || k->addr > UINT64_MAX - k->len)
+        return false;
+    if (k->npieces == 1)
+        return true;
+    return k->npieces >= 2 && k->npieces <= PDX_TP_PIECES_MAX && k->piece &&
+           !(k->piece & (k->piece - 1)) && k->piece < k->len &&
+           (k->len - 1) / k->piece + 1 == k->npieces;
 }
 
 static void put_mem(pdx_wire_wr_t *w, const void *arg, const void *extra)
@@ -29,27 +36,45 @@ static void put_mem(pdx_wire_wr_t *w, const void *arg, const void *extra)
     (void)extra;
     pdx_wire_wr_u32(w, m->count);
     for (uint32_t i = 0; i < m->count; i++) {
+        const pdx_tp_rkey_t *k = &m->entries[i].rkey;
+
         pdx_wire_wr_u32(w, m->entries[i].mem);
-        pdx_wire_wr_u64(w, m->entries[i].rkey.addr);
-        pdx_wire_wr_u64(w, m->entries[i].rkey.len);
-        pdx_wire_wr_u32(w, m->entries[i].rkey.rkey);
+        pdx_wire_wr_u64(w, k->addr);
+        pdx_wire_wr_u64(w, k->len);
+        pdx_wire_wr_u32(w, k->rkey);
+        pdx_wire_wr_u32(w, k->npieces);
+        if (k->npieces > 1) {
+            pdx_wire_wr_u64(w, k->piece);
+            for (uint32_t p = 1; p < k->npieces; p++)
+                pdx_wire_wr_u32(w, k->rkeys[p]);
+        }
     }
 }
 
 pdx_status_t pdx_wire_encode_mem(const pdx_wire_mem_t *m, void *buf, size_t cap,
                                  size_t *size_p)
 {
+    uint64_t keys = 0;
+
     if (!m || m->count > PDX_WIRE_MAX_MEMS || (m->count && !m->entries))
         return PDX_ERR_INVALID;
-    for (uint32_t i = 0; i < m->count; i++)
-        if (!rkey_valid(&m->entries[i].rkey))
+    for (uint32_t i = 0; i < m->count; i++) {
+        const pdx_tp_rkey_t *k = &m->entries[i].rkey;
+
+        if (!rkey_valid(k) || (k->npieces > 1 && (!k->rkeys || k->rkeys[0] != k->rkey)))
             return PDX_ERR_INVALID;
+        keys += k->npieces - 1;
+    }
+    if (keys > PDX_WIRE_MAX_MEM_KEYS)
+        return PDX_ERR_INVALID;
     return pdx_wire_encode_frame(PDX_WIRE_MEM, put_mem, m, NULL, buf, cap, size_p);
 }
 
 pdx_status_t pdx_wire_get_mem(pdx_wire_rd_t *r, pdx_wire_mem_t *m, const char **why)
 {
     pdx_wire_mem_entry_t *e;
+    uint32_t *keys, *keys_end;
+    size_t nkeys;
 
     m->count = pdx_wire_rd_u32(r);
     m->entries = NULL;
@@ -61,30 +86,70 @@ pdx_status_t pdx_wire_get_mem(pdx_wire_rd_t *r, pdx_wire_mem_t *m, const char **
         *why = "MEM count above PDX_WIRE_MAX_MEMS";
         return PDX_ERR_PROTO;
     }
-    if (pdx_wire_rd_left(r) != (size_t)m->count * PDX_WIRE_MEM_ENTRY) {
+    if (pdx_wire_rd_left(r) < (size_t)m->count * PDX_WIRE_MEM_ENTRY) {
         *why = "MEM count disagrees with the body length";
         return PDX_ERR_PROTO;
     }
-    if (m->count == 0)
+    if (m->count == 0) {
+        if (pdx_wire_rd_left(r)) {
+            *why = "MEM count disagrees with the body length";
+            return PDX_ERR_PROTO;
+        }
         return PDX_OK;
-    e = calloc(m->count, sizeof(*e));
+    }
+    /* The entries, then room for every rkey: those the body could hold plus
+     * each entry's first (not repeated on the wire). */
+    nkeys = pdx_wire_rd_left(r) / 4 + m->count;
+    e = malloc(m->count * sizeof(*e) + nkeys * sizeof(uint32_t));
     if (!e) {
         *why = "out of memory for MEM entries";
         return PDX_ERR_NOMEM;
     }
+    keys = (uint32_t *)(void *)(e + m->count);
+    keys_end = keys + nkeys;
     for (uint32_t i = 0; i < m->count; i++) {
+        pdx_tp_rkey_t *k = &e[i].rkey;
+
         e[i].mem = pdx_wire_rd_u32(r);
-        e[i].rkey.addr = pdx_wire_rd_u64(r);
-        e[i].rkey.len = pdx_wire_rd_u64(r);
-        e[i].rkey.rkey = pdx_wire_rd_u32(r);
-        if (!rkey_valid(&e[i].rkey)) {
-            free(e);
-            *why = "MEM region empty or wrapping the address space";
-            return PDX_ERR_PROTO;
+        *k = (pdx_tp_rkey_t){.addr = pdx_wire_rd_u64(r), .len = pdx_wire_rd_u64(r),
+                             .rkey = pdx_wire_rd_u32(r), .npieces = pdx_wire_rd_u32(r)};
+        if (k->npieces > 1 && !r->short_read) {
+            k->piece = pdx_wire_rd_u64(r);
+            if (r->short_read) {
+                *why = "truncated MEM";
+                goto err;
+            }
+            if (k->npieces > PDX_TP_PIECES_MAX ||
+                pdx_wire_rd_left(r) < (size_t)(k->npieces - 1) * 4u ||
+                (size_t)(keys_end - keys) < k->npieces) {
+                *why = "MEM pieces beyond the limit or the body";
+                goto err;
+            }
+            k->rkeys = keys;
+            keys[0] = k->rkey;
+            for (uint32_t p = 1; p < k->npieces; p++)
+                keys[p] = pdx_wire_rd_u32(r);
+            keys += k->npieces;
         }
+        if (r->short_read) {
+            *why = "truncated MEM";
+            goto err;
+        }
+        if (!rkey_valid(k)) {
+            *why = "MEM region empty, wrapping the address space, or its pieces inconsistent";
+            goto err;
+        }
+    }
+    if (pdx_wire_rd_left(r)) {
+        *why = "MEM count disagrees with the body length";
+        goto err;
     }
     m->entries = e;
     return PDX_OK;
+
+err:
+    free(e);
+    return PDX_ERR_PROTO;
 }
 
 /* ------------------------------------------------------------------ LAYOUT */

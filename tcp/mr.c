@@ -108,9 +108,8 @@ void tcp_mr_remote(const pdx_tp_mr_t *pmr, pdx_tp_rkey_t *rkey_p)
 {
     const tcp_mr_t *mr = (const tcp_mr_t *)(const void *)pmr;
 
-    rkey_p->addr = (uint64_t)(uintptr_t)mr->base;
-    rkey_p->len = mr->len;
-    rkey_p->rkey = mr->rkey;
+    *rkey_p = (pdx_tp_rkey_t){.addr = (uint64_t)(uintptr_t)mr->base, .len = mr->len,
+                              .rkey = mr->rkey, .npieces = 1};
 }
 
 pdx_status_t tcp_mr_lookup(tcp_tp_t *tp, uint32_t rkey, uint64_t addr, uint64_t len,

@@ -149,6 +149,41 @@ Test(rdma_faults, error_completion_mid_transfer, .fini = fini, .timeout = 60)
 }
 
 /*
+ * Both NICs register at most 64 KiB at once, so each 2 MB pool is 32
+ * registrations of its own keys, and pages of 1000 bytes straddle their
+ * boundaries: random maps and a 200-page contiguous room arrive intact, cut
+ * at every boundary, with no access outside a piece.
+ */
+Test(rdma_faults, regions_in_pieces, .fini = fini, .timeout = 60)
+{
+    static const char *const cfg[] = {"PDX_SHARDS=2", "PDX_MAX_MSG_SIZE=1048576", NULL};
+    geom_t g = {.layers = 4, .bytes_per_page = 1000, .npages = 512};
+    uint32_t dst[8 * 64], line[200];
+    pdx_pages_t l = {line, 200};
+    softnic_config_t c;
+
+    softnic_config_default(&c);
+    c.max_mr_size = 64u << 10;
+    cr_assert_eq(softnic_configure(&c), 0);
+    softnic_stats_reset();
+    side_open(&pf, &g, cfg);
+    side_open(&dc, &g, cfg);
+    cr_assert_eq(pf.e->mems[pf.mem].rkey.npieces, (4u * 1000 * 512 + 65535) / 65536);
+    peer = side_connect(&dc, &pf);
+    start_rooms(&dc, peer, 100, 8, 64, dst);
+    cr_expect_eq(settle_rooms(&dc, 100, 8, 64, dst), 8);
+
+    for (uint32_t i = 0; i < 200; i++)
+        line[i] = 100 + i;
+    cr_assert_eq(pdx_expect(dc.e, peer, 200, dc.layout, &l, NULL, 1, 5000), PDX_OK);
+    side_fill(&pf, 200, line, 200, 0);
+    cr_assert_eq(pdx_send(pf.e, 200, pf.layout, &l, NULL, NULL, PDX_SEND_LAST), PDX_OK);
+    cr_assert_eq(wait_done(dc.e, 200, 5000), PDX_ROOM_SUCCESS);
+    cr_expect_eq(side_check(&dc, 200, line, 200, 0), 0);
+    expect_no_access_error();
+}
+
+/*
  * The notify SEND's ACK is lost after decode placed the data and received
  * the notify: decode's SUCCESS stands, prefill's room fails with the retry
  * error when its retries run out.

@@ -22,6 +22,54 @@
 
 /* ------------------------------------------------------------ random maps */
 
+/*
+ * With plan->piece set: the runs are the reference's maximal segments (the
+ * greedy merge without a cap), each cut in order where a run reaches max
+ * bytes or either side's offset reaches a multiple of piece.
+ */
+static void check_plan_pieces(const pdx_layout_t *src, const pdx_layout_t *dst,
+                              const pdx_pages_t *sp, const pdx_pages_t *dp, uint64_t max,
+                              uint64_t piece, unsigned flags, uint64_t seed, const char *ctx)
+{
+    pdx_plan_t plan;
+    reference_t ref;
+    vec_t runs, want = {0};
+    char err[256] = "";
+    uint64_t rng = seed;
+
+    cr_assert_eq(pdx_plan_init(&plan, src, dst, sp, dp, max, flags, err, sizeof(err)), PDX_OK,
+                 "%s: init: %s", ctx, err);
+    plan.piece = piece;
+    runs = pull(&plan, 0, &rng);
+    build_reference(&ref, src, dst, sp, dp, BIG_MSG, flags);
+    for (size_t i = 0; i < ref.greedy.n; i++) {
+        pdx_run_t seg = ref.greedy.v[i];
+
+        while (seg.len) {
+            pdx_run_t r = seg;
+
+            r.len = PDX_MIN(PDX_MIN(seg.len, max), piece - seg.src_offset % piece);
+            r.len = PDX_MIN(r.len, piece - seg.dst_offset % piece);
+            vec_push(&want, r);
+            seg.src_offset += r.len;
+            seg.dst_offset += r.len;
+            seg.len -= r.len;
+        }
+    }
+    cr_assert_eq(runs.n, want.n, "%s: %zu runs, %zu expected", ctx, runs.n, want.n);
+    for (size_t i = 0; i < runs.n; i++) {
+        const pdx_run_t *r = &runs.v[i];
+
+        cr_assert(memcmp(r, &want.v[i], sizeof(*r)) == 0, "%s: run %zu differs", ctx, i);
+        cr_assert(r->src_offset / piece == (r->src_offset + r->len - 1) / piece &&
+                      r->dst_offset / piece == (r->dst_offset + r->len - 1) / piece,
+                  "%s: run %zu crosses a piece", ctx, i);
+    }
+    vec_free(&runs);
+    vec_free(&want);
+    reference_free(&ref);
+}
+
 static void random_case(uint64_t seed, int iterations)
 {
     static const uint64_t bpps[] = { 8, 48, 100, 256, 576, 1000, 2048 };
@@ -69,6 +117,7 @@ static void random_case(uint64_t seed, int iterations)
         snprintf(ctx, sizeof(ctx), "seed %llu iteration %d", (unsigned long long)seed, it);
         check_plan(src, dst, sp, dp, max, flags, 0, s, ctx);
         check_plan(src, dst, sp, dp, max, flags, 64, s, ctx);
+        check_plan_pieces(src, dst, sp, dp, max, 64u << rnd_below(&s, 8), flags, s, ctx);
 
         pdx_layout_free(src);
         pdx_layout_free(dst);

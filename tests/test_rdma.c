@@ -468,6 +468,92 @@ Test(rdma, dmabuf_region_and_read)
     rig_close(&r, true);
 }
 
+/*
+ * A device with max_mr_size 64 KiB: regions are registered in pieces of it,
+ * each with its own keys. Writes inside a piece land with that piece's rkey;
+ * a local span across a piece is refused before posting; piece 0's rkey does
+ * not reach piece 2 (REM_ACCESS_ERR), so the pieces are separate
+ * registrations. A dmabuf region is cut the same way at the fd's offsets.
+ */
+Test(rdma, regions_in_pieces)
+{
+    const uint64_t piece = 64u << 10, len = 4 * piece + 100;
+    softnic_config_t c = fx_nic(2, SOFTNIC_THREAD);
+    pdx_tp_write_t w[3];
+    pdx_tp_wc_t wc;
+    pdx_tp_mr_t *mr;
+    pdx_tp_rkey_t rk;
+    softnic_stats_t st;
+    pdx_tp_mr_t *lmr;
+    uint8_t *map, *lbuf;
+    rig_t r;
+    int fd;
+
+    c.max_mr_size = piece + 4095; /* not a power of two: pieces of 64 KiB */
+    rig_open(&r, &c, len, 8, 0);
+    cr_assert_eq(r.tp[0]->mr_piece, piece);
+    cr_assert_eq(r.rk.npieces, 5);
+    cr_assert_eq(r.rk.piece, piece);
+    cr_assert_eq(r.rk.len, len);
+    cr_assert_eq(r.rk.rkeys[0], r.rk.rkey);
+    for (uint32_t i = 1; i < 5; i++)
+        cr_assert_neq(r.rk.rkeys[i], r.rk.rkeys[i - 1], "piece %u has keys of its own", i);
+
+    /* [100, piece) from piece 0 to piece 0; the rest of piece 1 to piece 3; the
+     * short last piece to piece 4 */
+    w[0] = wr_make(&r, 1, 100, piece - 100, 100, false);
+    w[1] = wr_make(&r, 2, piece, piece, 3 * piece, false);
+    w[2] = wr_make(&r, 3, 4 * piece, 100, 4 * piece, true);
+    for (int i = 0; i < 3; i++)
+        w[i].rkey = pdx_tp_rkey_at(&r.rk, w[i].remote_addr - r.rk.addr);
+    cr_assert_eq(ops->post_write(r.ep[0], w, 3), PDX_OK);
+    cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
+    fx_expect_wc(&wc, 3, PDX_OK, PDX_TP_OP_WRITE);
+    cr_assert_eq(memcmp(r.dst + 100, r.src + 100, piece - 100), 0);
+    cr_assert_eq(memcmp(r.dst + 3 * piece, r.src + piece, piece), 0);
+    cr_assert_eq(memcmp(r.dst + 4 * piece, r.src + 4 * piece, 100), 0);
+
+    /* a source span across a piece boundary is refused whole */
+    w[0] = wr_make(&r, 4, piece - 8, 16, 0, true);
+    cr_assert_eq(ops->post_write(r.ep[0], w, 1), PDX_ERR_INVALID);
+    lbuf = calloc(1, 2 * piece);
+    cr_assert(lbuf);
+    lmr = fx_mr_new(ops, r.tp[0], lbuf, 2 * piece, PDX_TP_ACCESS_LOCAL_WRITE);
+    cr_assert_eq(ops->post_read(r.ep[0], 5, lmr, piece - 8, 16, r.rk.addr, r.rk.rkey),
+                 PDX_ERR_INVALID, "a READ target across a piece");
+    cr_assert_eq(ops->mr_dereg(lmr), PDX_OK);
+    free(lbuf);
+
+    /* a dmabuf region at offset 4096 of its fd, in the same pieces */
+    fd = memfd_create("pdx-test-dmabuf", MFD_CLOEXEC);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(ftruncate(fd, (off_t)(4096 + len)), 0);
+    map = mmap(NULL, 4096 + len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    cr_assert_neq(map, MAP_FAILED);
+    cr_assert_eq(ops->mr_reg_dmabuf(r.tp[1], map + 4096, len, fd, 4096, RW, &mr), PDX_OK);
+    close(fd);
+    ops->mr_remote(mr, &rk);
+    cr_assert_eq(rk.npieces, 5);
+    w[0] = (pdx_tp_write_t){.wr_id = 6, .mr = r.smr, .offset = 0, .length = piece,
+                            .remote_addr = rk.addr + 2 * piece,
+                            .rkey = pdx_tp_rkey_at(&rk, 2 * piece), .flags = PDX_TP_SIGNALED};
+    cr_assert_eq(ops->post_write(r.ep[0], w, 1), PDX_OK);
+    cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
+    fx_expect_wc(&wc, 6, PDX_OK, PDX_TP_OP_WRITE);
+    cr_assert_eq(memcmp(map + 4096 + 2 * piece, r.src, piece), 0);
+
+    /* piece 0's rkey does not cover piece 2: the QP goes to error */
+    w[0] = wr_make(&r, 7, 0, 64, 2 * piece, true);
+    cr_assert_eq(ops->post_write(r.ep[0], w, 1), PDX_OK);
+    cr_assert_eq(wait_wc(r.cq[0], &wc, 1, WAIT_MS), 1);
+    fx_expect_wc(&wc, 7, PDX_ERR_RANGE, PDX_TP_OP_WRITE);
+    softnic_stats(&st);
+    cr_assert_eq(st.access_errors, 1, "only the access to piece 2 with piece 0's rkey");
+    cr_assert_eq(ops->mr_dereg(mr), PDX_OK);
+    munmap(map, 4096 + len);
+    rig_close(&r, true);
+}
+
 /* ------------------------------------------------------------ errors */
 
 Test(rdma, out_of_range_write_then_everything_flushed)
@@ -644,8 +730,8 @@ Test(rdma, bad_arguments_are_refused)
     c.max_qp_wr = 512;
     rig_open(&r, &c, 4096, 4, 0);
     cr_assert_eq(ops->mr_reg(r.tp[0], NULL, 10, 0, &mr), PDX_ERR_INVALID);
-    cr_assert_eq(ops->mr_reg(r.tp[0], r.src, (2u << 20), 0, &mr), PDX_ERR_UNSUPPORTED,
-                 "above max_mr_size: no registration in pieces yet");
+    cr_assert_eq(ops->mr_reg(r.tp[0], r.src, (size_t)(PDX_TP_PIECES_MAX + 1) << 20, 0, &mr),
+                 PDX_ERR_UNSUPPORTED, "more pieces of max_mr_size than a region may have");
     cr_assert_eq(mr, (pdx_tp_mr_t *)0x1, "output written on failure");
     cr_assert_eq(ops->cq_create(r.tp[0], 0, &cq), PDX_ERR_INVALID);
     cr_assert_eq(cq, (pdx_tp_cq_t *)0x1, "output written on failure");

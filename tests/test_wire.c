@@ -40,12 +40,20 @@ Test(wire, mem_round_trip)
 
     decode_sample(F_MEM, &msg, &f);
     cr_assert_eq(msg.type, PDX_WIRE_MEM);
-    cr_assert_eq(msg.u.mem.count, 3);
-    for (int i = 0; i < 3; i++) {
+    cr_assert_eq(msg.u.mem.count, SAMPLE_MEMS);
+    for (int i = 0; i < SAMPLE_MEMS; i++) {
+        const pdx_tp_rkey_t *got = &msg.u.mem.entries[i].rkey, *want = &sample_mem_entries[i].rkey;
+
         cr_assert_eq(msg.u.mem.entries[i].mem, sample_mem_entries[i].mem);
-        cr_assert_eq(msg.u.mem.entries[i].rkey.addr, sample_mem_entries[i].rkey.addr);
-        cr_assert_eq(msg.u.mem.entries[i].rkey.len, sample_mem_entries[i].rkey.len);
-        cr_assert_eq(msg.u.mem.entries[i].rkey.rkey, sample_mem_entries[i].rkey.rkey);
+        cr_assert_eq(got->addr, want->addr);
+        cr_assert_eq(got->len, want->len);
+        cr_assert_eq(got->rkey, want->rkey);
+        cr_assert_eq(got->npieces, want->npieces);
+        cr_assert_eq(got->piece, want->piece);
+        for (uint32_t p = 0; want->npieces > 1 && p < want->npieces; p++)
+            cr_assert_eq(got->rkeys[p], want->rkeys[p], "entry %d piece %u", i, p);
+        cr_assert_eq(pdx_tp_rkey_at(got, 0), want->rkey);
+        cr_assert_eq(pdx_tp_rkey_at(got, got->len - 1), want->npieces > 1 ? 0x300u : want->rkey);
     }
     pdx_wire_msg_free(&msg);
     free(f);

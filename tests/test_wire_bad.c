@@ -94,7 +94,24 @@ static void mem_body(bld_t *b, uint32_t count, uint32_t present, uint64_t addr, 
         put(b, addr, 8);
         put(b, len, 8);
         put(b, 0x1234, 4);
+        put(b, 1, 4); /* one piece */
     }
+}
+
+/* One region of len bytes in npieces of piece bytes; keys rkeys after the first. */
+static void mem_pieces_body(bld_t *b, uint64_t len, uint32_t npieces, uint64_t piece,
+                            uint32_t keys)
+{
+    put(b, 1, 4);
+    put(b, 3, 4);
+    put(b, 0x10000, 8);
+    put(b, len, 8);
+    put(b, 0x1234, 4);
+    put(b, npieces, 4);
+    if (npieces > 1)
+        put(b, piece, 8);
+    for (uint32_t i = 0; i < keys; i++)
+        put(b, 0x2000 + i, 4);
 }
 
 Test(wire_bad, mem_counts_and_regions)
@@ -113,12 +130,37 @@ Test(wire_bad, mem_counts_and_regions)
     expect_proto(PDX_WIRE_MEM, &b, "above PDX_WIRE_MAX_MEMS");
     mem_body(&b, UINT32_MAX, 0, 0, 0);
     expect_proto(PDX_WIRE_MEM, &b, "above PDX_WIRE_MAX_MEMS");
-    mem_body(&b, PDX_WIRE_MAX_MEMS + 1, PDX_WIRE_MAX_MEMS + 1, 0x1000, 0x1000);
-    expect_proto(PDX_WIRE_MEM, &b, "bounds");   /* the body itself is too long */
+    /* the body itself is too long: more than the largest MEM, every key allowed */
+    mem_body(&b, PDX_WIRE_MAX_MEMS, (PDX_WIRE_MAX_MEMS * 36 + PDX_WIRE_MAX_MEM_KEYS * 4) / 28 + 1,
+             0x1000, 0x1000);
+    expect_proto(PDX_WIRE_MEM, &b, "bounds");
     mem_body(&b, 1, 1, 0x1000, 0);
-    expect_proto(PDX_WIRE_MEM, &b, "empty or wrapping");
+    expect_proto(PDX_WIRE_MEM, &b, "empty, wrapping");
     mem_body(&b, 1, 1, UINT64_MAX - 10, 11);
-    expect_proto(PDX_WIRE_MEM, &b, "empty or wrapping");
+    expect_proto(PDX_WIRE_MEM, &b, "empty, wrapping");
+
+    /* regions in pieces */
+    mem_pieces_body(&b, 3u << 20, 3, 1u << 20, 2);
+    expect_ok(PDX_WIRE_MEM, &b);
+    mem_pieces_body(&b, (2u << 20) + 1, 3, 1u << 20, 2);
+    expect_ok(PDX_WIRE_MEM, &b);
+    mem_pieces_body(&b, 3u << 20, 0, 0, 0);
+    expect_proto(PDX_WIRE_MEM, &b, "pieces inconsistent");
+    mem_pieces_body(&b, 3u << 20, 2, 1u << 20, 1);          /* 3 needed */
+    expect_proto(PDX_WIRE_MEM, &b, "pieces inconsistent");
+    mem_pieces_body(&b, 3u << 20, 4, 1u << 20, 3);          /* one too many */
+    expect_proto(PDX_WIRE_MEM, &b, "pieces inconsistent");
+    mem_pieces_body(&b, 3u << 20, 2, 3u << 19, 1);          /* not a power of two */
+    expect_proto(PDX_WIRE_MEM, &b, "pieces inconsistent");
+    mem_pieces_body(&b, 3u << 20, 3, 1u << 20, 1);          /* a key missing */
+    expect_proto(PDX_WIRE_MEM, &b, "beyond the limit or the body");
+    mem_pieces_body(&b, 3u << 20, 3, 1u << 20, 3);          /* a key too many */
+    expect_proto(PDX_WIRE_MEM, &b, "disagrees");
+    mem_pieces_body(&b, 1ull << 40, PDX_TP_PIECES_MAX + 1, 1ull << 30, 0);
+    expect_proto(PDX_WIRE_MEM, &b, "beyond the limit or the body");
+    mem_pieces_body(&b, 3u << 20, 3, 1u << 20, 0);          /* truncated at the piece size */
+    b.len -= 8;
+    expect_proto(PDX_WIRE_MEM, &b, "truncated");
 }
 
 /* ---------------------------------------------------------------------- EP */
@@ -440,7 +482,7 @@ Test(wire_bad, encoders_refuse_bad_fields)
     uint8_t buf[1024];
     size_t len;
     pdx_wire_hello_t h;
-    pdx_wire_mem_entry_t e = {1, {0x1000, 0, 1}};
+    pdx_wire_mem_entry_t e = {1, {0x1000, 0, 1, 1, 0, NULL}};
     pdx_wire_ep_t ep = {0, 0, 0, {PDX_TP_ADDR_MAX + 1, {0}}};
     pdx_wire_room_t r;
     pdx_pages_t pages[3];
@@ -462,6 +504,27 @@ Test(wire_bad, encoders_refuse_bad_fields)
                  PDX_ERR_INVALID);
     cr_assert_eq(pdx_wire_encode_mem(&(pdx_wire_mem_t){PDX_WIRE_MAX_MEMS + 1, &e}, buf,
                                      sizeof(buf), &len), PDX_ERR_INVALID);
+    {
+        /* pieces: count, size and keys must agree */
+        static const uint32_t keys[3] = {5, 6, 7};
+        const pdx_tp_rkey_t good = {0x1000, 3u << 12, 5, 3, 1u << 12, keys};
+        pdx_tp_rkey_t bad[] = {good, good, good, good, good, good};
+
+        bad[0].npieces = 0;             /* none */
+        bad[1].npieces = 2;             /* 3 pieces of 4 KiB needed */
+        bad[2].piece = 3u << 11;        /* not a power of two */
+        bad[3].rkeys = NULL;            /* no keys */
+        bad[4].rkey = 6;                /* piece 0's key differs */
+        bad[5].piece = 1u << 14;        /* one piece larger than the region */
+        e.rkey = good;
+        cr_assert_eq(pdx_wire_encode_mem(&(pdx_wire_mem_t){1, &e}, buf, sizeof(buf), &len),
+                     PDX_OK);
+        for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+            e.rkey = bad[i];
+            cr_assert_eq(pdx_wire_encode_mem(&(pdx_wire_mem_t){1, &e}, buf, sizeof(buf), &len),
+                         PDX_ERR_INVALID, "bad pieces %zu", i);
+        }
+    }
     cr_assert_eq(pdx_wire_encode_ep(&ep, buf, sizeof(buf), &len), PDX_ERR_INVALID);
     l->groups[0].buffers_per_layer = 3;
     cr_assert_eq(pdx_wire_encode_layout(&lay, buf, sizeof(buf), &len), PDX_ERR_INVALID);

@@ -132,10 +132,14 @@ void sample_room(pdx_wire_room_t *m, pdx_pages_t pages[3], int aux)
     pages[2] = (pdx_pages_t){room_g2, 1};
 }
 
-const pdx_wire_mem_entry_t sample_mem_entries[3] = {
-    {0, {0x7f0000001000ull, 1ull << 30, 0xdeadbeefu}},
-    {7, {0x1000, 4096, 1}},
-    {0xfffffff0u, {0, UINT64_MAX, 0xffffffffu}},
+static const uint32_t sample_piece_rkeys[3] = {0x100u, 0x200u, 0x300u};
+
+const pdx_wire_mem_entry_t sample_mem_entries[SAMPLE_MEMS] = {
+    {0, {0x7f0000001000ull, 1ull << 30, 0xdeadbeefu, 1, 0, NULL}},
+    {7, {0x1000, 4096, 1, 1, 0, NULL}},
+    {0xfffffff0u, {0, UINT64_MAX, 0xffffffffu, 1, 0, NULL}},
+    /* in pieces of 1 MiB, the last one shorter */
+    {9, {0x200000, (2u << 20) + 1, 0x100u, 3, 1u << 20, sample_piece_rkeys}},
 };
 
 pdx_status_t encode_sample_into(int which, void *buf, size_t cap, size_t *len_p)
@@ -152,7 +156,7 @@ pdx_status_t encode_sample_into(int which, void *buf, size_t cap, size_t *len_p)
     pdx_wire_error_t err = {0, PDX_ERR_RANGE, ""};
     pdx_wire_credit_t credit = {7, 1, 9, 0x80000001u};
     pdx_wire_reset_t reset = {1023, 2, 41, PDX_ERR_PEER, "remote access error on QP 0x1234"};
-    pdx_wire_mem_t mem = {3, (pdx_wire_mem_entry_t *)sample_mem_entries};
+    pdx_wire_mem_t mem = {SAMPLE_MEMS, (pdx_wire_mem_entry_t *)sample_mem_entries};
     pdx_status_t st = PDX_ERR_INVALID;
 
     switch (which) {

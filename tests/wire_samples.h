@@ -12,7 +12,8 @@
 enum { F_HELLO, F_MEM, F_LAYOUT, F_EP, F_ROOM, F_ROOM_NOAUX, F_ABORT, F_ACK, F_BEAT, F_ERROR,
        F_CREDIT, F_READY, F_RESET, NFRAMES };
 
-extern const pdx_wire_mem_entry_t sample_mem_entries[3];
+#define SAMPLE_MEMS 4 /* the last in pieces */
+extern const pdx_wire_mem_entry_t sample_mem_entries[SAMPLE_MEMS];
 
 /* A heap copy of exactly len bytes (malloc(0) for 0). */
 uint8_t *exact_copy(const void *src, size_t len);
