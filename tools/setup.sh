@@ -7,6 +7,7 @@ packages=(
   gcc libc6-dev make cmake ninja-build pkg-config   # toolchain
   libcriterion-dev                                  # unit tests
   libibverbs-dev                                    # the rdma transport (and softnic)
+  libamdhip64-dev                                   # hip/ on amd: HIP headers, libamdhip64
   iproute2 procps                                   # tests and demo helpers
 )
 

@@ -1,0 +1,143 @@
+/*
+ * The one place that chooses the GPU runtime header, and what the hip/
+ * sources share beyond pdx_hip.h: error translation and the late-bound
+ * entry points (entry.c).
+ *
+ *   PDX_HIP_PLATFORM_AMD     <hip/hip_runtime_api.h> with __HIP_PLATFORM_AMD__
+ *   PDX_HIP_PLATFORM_NVIDIA  hip/hip_nvidia.h: the HIP names pdx uses mapped
+ *                            onto the CUDA runtime, plus cuda.h for driver types
+ *   PDX_HIP_PLATFORM_NONE    no runtime header: hip/none.c answers every call
+ *
+ * Runtime headers are included with their warnings silenced: pdx builds with
+ * -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Werror
+ * and does not own them.
+ */
+#ifndef PDX_HIP_API_H
+#define PDX_HIP_API_H
+
+#include "hip/pdx_hip.h"
+#include "log.h"
+
+#if defined(PDX_HIP_PLATFORM_AMD) + defined(PDX_HIP_PLATFORM_NVIDIA) + \
+    defined(PDX_HIP_PLATFORM_NONE) != 1
+#error "define exactly one of PDX_HIP_PLATFORM_AMD, PDX_HIP_PLATFORM_NVIDIA, PDX_HIP_PLATFORM_NONE"
+#endif
+
+#if defined(PDX_HIP_PLATFORM_AMD)
+#ifndef __HIP_PLATFORM_AMD__
+#define __HIP_PLATFORM_AMD__ 1
+#endif
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpedantic"
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#pragma GCC diagnostic ignored "-Wshadow"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#include <hip/hip_runtime_api.h>
+#pragma GCC diagnostic pop
+#define PDX_HIP_PLATFORM "amd"
+/* ROCm 6 renamed hipPointerAttribute_t.memoryType to .type and renumbered
+ * hipMemoryType (adding Unregistered = 0 and Managed); pdx compares names
+ * only and reads the field through this macro. */
+#if HIP_VERSION >= 60000000
+#define HIPX_ATTR_TYPE(a)        ((a).type)
+#define HIPX_HAVE_MEM_UNREGISTERED 1
+#define HIPX_HAVE_MEM_MANAGED    1
+#else
+#define HIPX_ATTR_TYPE(a)        ((a).memoryType)
+#endif
+/* hipPointerGetAttribute (and so HIP_POINTER_ATTRIBUTE_BUFFER_ID) came in 5.0. */
+#if HIP_VERSION >= 50000000
+#define HIPX_HAVE_BUFFER_ID 1
+#endif
+
+#elif defined(PDX_HIP_PLATFORM_NVIDIA)
+#include "hip/hip_nvidia.h"
+#define PDX_HIP_PLATFORM "nvidia"
+#define HIPX_ATTR_TYPE(a)        ((a).type)
+#define HIPX_HAVE_MEM_UNREGISTERED 1
+#define HIPX_HAVE_MEM_MANAGED    1
+
+#else
+#define PDX_HIP_PLATFORM "none"
+#endif
+
+#if !defined(PDX_HIP_PLATFORM_NONE)
+
+/* The status for a runtime error; hipErrorNotReady is PDX_INPROGRESS. */
+pdx_status_t hipx_status(hipError_t err);
+
+/*
+ * Log "hip: <call>: <hipErrorName>: <description>" (what adds context, may
+ * be NULL), clear the thread's last error so it does not stick, and return
+ * hipx_status(err).
+ */
+pdx_status_t hipx_fail(hipError_t err, const char *call, const char *what);
+
+/* Runtime ordinal of the calling thread's current device, -1 on error. */
+int hipx_current_device(void);
+
+/* ------------------------------------------------------ entry points (entry.c) */
+
+#if defined(PDX_HIP_PLATFORM_NVIDIA)
+/*
+ * CUDA driver calls, resolved once through cudaGetDriverEntryPointByVersion
+ * (the runtime finds the driver; pdx never links libcuda). Types come from
+ * cuda.h; each pointer is the ABI of the CUDA version in entry.c.
+ */
+typedef struct hipx_cu {
+    CUresult (*get_error_name)(CUresult err, const char **name);
+    CUresult (*get_error_string)(CUresult err, const char **text);
+    CUresult (*device_get)(CUdevice *dev, int ordinal);
+    CUresult (*device_get_attribute)(int *value, CUdevice_attribute attr, CUdevice dev);
+    CUresult (*pointer_get_attributes)(unsigned int n, CUpointer_attribute *attrs, void **data,
+                                       CUdeviceptr ptr);
+    CUresult (*mem_get_address_range)(CUdeviceptr *base, size_t *size, CUdeviceptr ptr);
+    CUresult (*mem_get_handle_for_address_range)(void *handle, CUdeviceptr ptr, size_t size,
+                                                 CUmemRangeHandleType type,
+                                                 unsigned long long flags);
+    CUresult (*stream_write_value64)(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                     unsigned int flags);
+    CUresult (*stream_wait_value64)(CUstream stream, CUdeviceptr addr, cuuint64_t value,
+                                    unsigned int flags);
+    CUresult (*flush_gpu_direct_rdma_writes)(CUflushGPUDirectRDMAWritesTarget target,
+                                             CUflushGPUDirectRDMAWritesScope scope);
+} hipx_cu_t;
+
+/* The driver table; PDX_ERR_UNSUPPORTED (logged) when an entry is missing. */
+pdx_status_t hipx_cu(const hipx_cu_t **cu_p);
+
+/* Like hipx_fail, for a driver result. */
+pdx_status_t hipx_cu_fail(CUresult err, const char *call, const char *what);
+
+/* Driver device handle and one attribute of a runtime ordinal. */
+pdx_status_t hipx_cu_attribute(int device, CUdevice_attribute attr, const char *attr_name,
+                               int *value_p);
+#endif
+
+#if defined(PDX_HIP_PLATFORM_AMD)
+/*
+ * HSA calls pdx needs beyond HIP, declared here (not from <hsa/hsa.h>) and
+ * resolved with dlsym from libhsa-runtime64.so.1: Debian's ROCm 5.2 lacks
+ * hsa_amd_portable_export_dmabuf (it came in 5.3).
+ */
+typedef int hipx_hsa_status_t;          /* hsa_status_t: 0 is HSA_STATUS_SUCCESS */
+#define HIPX_HSA_STATUS_SUCCESS 0
+#define HIPX_HSA_SYSTEM_INFO_DMABUF_SUPPORTED 0x204 /* hsa_amd_system_info_t */
+
+typedef struct hipx_hsa {
+    hipx_hsa_status_t (*system_get_info)(int attribute, void *value);
+    hipx_hsa_status_t (*status_string)(hipx_hsa_status_t status, const char **text);
+    hipx_hsa_status_t (*portable_export_dmabuf)(const void *ptr, size_t size, int *dmabuf,
+                                                uint64_t *offset);
+    bool dmabuf_supported;              /* HSA_AMD_SYSTEM_INFO_DMABUF_SUPPORTED */
+} hipx_hsa_t;
+
+/* The HSA table with dmabuf export; PDX_ERR_UNSUPPORTED when this ROCm or
+ * its kernel driver cannot export dmabufs (logged once per process, as a
+ * warning: the caller falls back to peer memory). */
+pdx_status_t hipx_hsa_dmabuf(const hipx_hsa_t **hsa_p);
+#endif
+
+#endif /* !PDX_HIP_PLATFORM_NONE */
+
+#endif

@@ -1,0 +1,90 @@
+/*
+ * The HIP names pdx uses, mapped onto the CUDA 13 runtime (cudart), so the
+ * hip/ sources build unchanged for the nvidia platform. Only what pdx (and
+ * tests/gpu) calls is here: a name missing from this list fails to compile,
+ * which is how a new use gets noticed and mapped.
+ *
+ * Driver calls (cu*) are not mapped: hip/entry.c resolves them through
+ * cudaGetDriverEntryPointByVersion. cuda.h is included for their types and
+ * enums only; libcuda is never linked.
+ *
+ * Included by hip/hip_api.h only.
+ */
+#ifndef PDX_HIP_NVIDIA_H
+#define PDX_HIP_NVIDIA_H
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#pragma GCC diagnostic ignored "-Wshadow"
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#pragma GCC diagnostic pop
+
+/* ------------------------------------------------------------------ types */
+
+typedef cudaError_t                  hipError_t;
+typedef cudaStream_t                 hipStream_t;
+typedef cudaEvent_t                  hipEvent_t;
+typedef struct cudaPointerAttributes hipPointerAttribute_t; /* field .type, as in ROCm 6 */
+typedef enum cudaMemcpyKind          hipMemcpyKind;
+
+/* ----------------------------------------------------------------- errors */
+
+#define hipSuccess                cudaSuccess
+#define hipErrorInvalidValue      cudaErrorInvalidValue
+#define hipErrorOutOfMemory       cudaErrorMemoryAllocation
+#define hipErrorNoDevice          cudaErrorNoDevice
+#define hipErrorInvalidDevice     cudaErrorInvalidDevice
+#define hipErrorNotReady          cudaErrorNotReady
+#define hipErrorNotSupported      cudaErrorNotSupported
+
+#define hipGetErrorName           cudaGetErrorName
+#define hipGetErrorString         cudaGetErrorString
+#define hipGetLastError           cudaGetLastError
+
+/* ---------------------------------------------------------------- devices */
+
+#define hipGetDeviceCount         cudaGetDeviceCount
+#define hipGetDevice              cudaGetDevice
+#define hipSetDevice              cudaSetDevice
+#define hipDeviceGetPCIBusId      cudaDeviceGetPCIBusId
+
+/* ----------------------------------------------------------------- memory */
+
+#define hipMemoryTypeUnregistered cudaMemoryTypeUnregistered
+#define hipMemoryTypeHost         cudaMemoryTypeHost
+#define hipMemoryTypeDevice       cudaMemoryTypeDevice
+#define hipMemoryTypeManaged      cudaMemoryTypeManaged
+#define hipPointerGetAttributes   cudaPointerGetAttributes
+
+#define hipHostMallocPortable     cudaHostAllocPortable
+#define hipHostMallocMapped       cudaHostAllocMapped
+#define hipHostMalloc             cudaHostAlloc
+#define hipHostFree               cudaFreeHost
+#define hipHostGetDevicePointer   cudaHostGetDevicePointer
+
+/* tests/gpu allocates the memory it classifies and exports */
+#define hipMalloc                 cudaMalloc
+#define hipFree                   cudaFree
+#define hipMemAttachGlobal        cudaMemAttachGlobal
+#define hipMallocManaged          cudaMallocManaged
+
+/* -------------------------------------------------------- streams, events */
+
+#define hipStreamNonBlocking      cudaStreamNonBlocking
+#define hipStreamCreateWithFlags  cudaStreamCreateWithFlags
+#define hipStreamDestroy          cudaStreamDestroy
+#define hipStreamSynchronize      cudaStreamSynchronize
+
+#define hipEventDisableTiming     cudaEventDisableTiming
+#define hipEventCreateWithFlags   cudaEventCreateWithFlags
+#define hipEventDestroy           cudaEventDestroy
+#define hipEventRecord            cudaEventRecord
+#define hipEventQuery             cudaEventQuery
+
+#define hipMemcpyHostToDevice     cudaMemcpyHostToDevice
+#define hipMemcpyDeviceToHost     cudaMemcpyDeviceToHost
+#define hipMemcpyAsync            cudaMemcpyAsync
+
+#endif

@@ -1,0 +1,239 @@
+/*
+ * hip/: the GPU layer of pdx (DESIGN.md §7), the only code that includes
+ * HIP, HSA or CUDA headers. This header includes none of them: streams and
+ * events are opaque pointers (a hipStream_t, a hipEvent_t; on the nvidia
+ * platform a cudaStream_t, a cudaEvent_t).
+ *
+ * Platforms (PDX_HIP_PLATFORM at configure time):
+ *   amd     HIP (libamdhip64); late-bound pieces (HSA dmabuf export, roctx)
+ *           are resolved with dlsym and reported as unsupported when absent
+ *   nvidia  the same sources against hip/hip_nvidia.h, which maps the HIP
+ *           calls pdx uses onto the CUDA runtime; driver calls are resolved
+ *           through cudaGetDriverEntryPointByVersion (libcuda is never linked)
+ *   none    no GPU runtime: every call answers PDX_ERR_UNSUPPORTED ("no GPU
+ *           runtime in this build"), except pdx_hip_classify(), which calls
+ *           all memory pageable host memory, and the markers, which are off
+ *
+ * Conventions: calls return a pdx_status_t; outputs (arguments ending in _p)
+ * are written only on PDX_OK; the first failing call logs the error with
+ * its cause (hipGetErrorName / the driver's error name). Unless a function
+ * says otherwise it may be called from any thread. Device calls act on the
+ * calling thread's current device: worker threads call pdx_hip_set_device()
+ * once before anything else.
+ */
+#ifndef PDX_HIP_H
+#define PDX_HIP_H
+
+#include "pdx/pdx.h"
+#include "util.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---------------------------------------------------------- device (device.c) */
+
+/* "amd", "nvidia" or "none": the platform this build was configured for. */
+const char *pdx_hip_platform_name(void);
+
+/*
+ * Number of GPUs the runtime sees (>= 1). The runtime is asked once per
+ * process; later calls return the same answer. No GPU (the runtime failed
+ * to start or counts none) is PDX_ERR_NO_DEVICE, logged once at info: the
+ * engine then serves host memory. pdx_hip_no_device_reason() says why.
+ */
+pdx_status_t pdx_hip_device_count(int *count_p);
+
+/* Why pdx_hip_device_count() found no GPU, as text; "" when it found one
+ * or was not called yet. The text lives as long as the process. */
+const char *pdx_hip_no_device_reason(void);
+
+#define PDX_HIP_BUS_ID_MAX 32
+
+typedef struct pdx_hip_identity {
+    int  device;                          /* runtime ordinal */
+    int  numa_node;                       /* -1: unknown (or a single node) */
+    char pci_bus_id[PDX_HIP_BUS_ID_MAX];  /* "0000:c1:00.0", lower case as in sysfs */
+} pdx_hip_identity_t;
+
+/* PCI bus id and NUMA node of device (from /sys/bus/pci/devices/<id>/numa_node). */
+pdx_status_t pdx_hip_device_identity(int device, pdx_hip_identity_t *id_p);
+
+/* Make device the calling thread's current device (worker threads). */
+pdx_status_t pdx_hip_set_device(int device);
+
+/* ------------------------------------------------ pointer classification (ptr.c) */
+
+typedef enum pdx_hip_mem {
+    PDX_HIP_MEM_PAGEABLE_HOST = 0, /* unknown to the GPU runtime: malloc, stack, mmap */
+    PDX_HIP_MEM_PINNED_HOST   = 1, /* hipHostMalloc / hipHostRegister */
+    PDX_HIP_MEM_DEVICE        = 2, /* hipMalloc: memory of pdx_hip_ptr_t.device */
+    PDX_HIP_MEM_MANAGED       = 3, /* hipMallocManaged */
+} pdx_hip_mem_t;
+
+typedef struct pdx_hip_ptr {
+    pdx_hip_mem_t kind;
+    int           device;     /* owning device for DEVICE (and where known, else -1) */
+    uintptr_t     base;       /* start of the allocation (PAGEABLE_HOST: the pointer) */
+    size_t        size;       /* bytes of the allocation (PAGEABLE_HOST: len) */
+    uint64_t      alloc_id;   /* identity of the allocation; 0 for PAGEABLE_HOST */
+    bool          id_unique;  /* alloc_id is the runtime's buffer id (a range freed
+                                 and allocated again gets a new one); false: made
+                                 from base and size, which cannot tell them apart */
+} pdx_hip_ptr_t;
+
+/*
+ * What [ptr, ptr + len) is. A pointer the runtime does not know (its error
+ * is cleared, never left sticky) is PAGEABLE_HOST. A range that runs past
+ * the end of its GPU allocation is PDX_ERR_RANGE; NULL or len 0 is
+ * PDX_ERR_INVALID.
+ */
+pdx_status_t pdx_hip_classify(const void *ptr, size_t len, pdx_hip_ptr_t *info_p);
+
+const char *pdx_hip_mem_name(pdx_hip_mem_t kind);
+
+/* ------------------------------------------------------------ dmabuf (dmabuf.c) */
+
+/*
+ * Export [ptr, ptr + len) of device memory as a dmabuf: bytes [*offset_p,
+ * *offset_p + len) of the dmabuf *fd_p are the range. The caller owns the
+ * fd (close() it; ibv_reg_dmabuf_mr may close it right after use).
+ * amd: hsa_amd_portable_export_dmabuf (absent before ROCm 5.3: Debian's 5.2
+ * answers PDX_ERR_UNSUPPORTED, and the caller falls back to peer memory).
+ * nvidia: cuMemGetHandleForAddressRange over the range widened to host
+ * pages; the offset is ptr minus the page-aligned start.
+ * Not device memory: PDX_ERR_INVALID. No fd is left open on any error.
+ */
+pdx_status_t pdx_hip_export_dmabuf(const void *ptr, size_t len, int *fd_p, uint64_t *offset_p);
+
+/* -------------------------------------------------------------- gates (gate.c) */
+
+/*
+ * PDX_OK once everything recorded before event finished, PDX_INPROGRESS
+ * before; an error from the runtime is logged with its name. HIP and CUDA
+ * report a never-recorded event as complete (DESIGN.md §7). NULL:
+ * PDX_ERR_INVALID. Never blocks.
+ */
+pdx_status_t pdx_hip_event_query(void *event);
+
+/*
+ * A pool of pdx-owned 64-bit words in pinned, device-mapped host memory
+ * for stream gates. Created at setup on the current device; alloc and free
+ * take no lock and make no runtime call (a bitmap of atomics), so they may
+ * be called on the post path from any thread.
+ */
+typedef struct pdx_hip_words pdx_hip_words_t;
+
+pdx_status_t pdx_hip_words_create(uint32_t count, pdx_hip_words_t **pool_p);
+/* Every word must be free and no stream may still write one. */
+void pdx_hip_words_destroy(pdx_hip_words_t *pool);
+/* A word set to 0. PDX_ERR_FULL (not logged) when all are in use. */
+pdx_status_t pdx_hip_word_alloc(pdx_hip_words_t *pool, volatile uint64_t **word_p);
+/* Only once no stream will write the word any more (it reached its value). */
+void pdx_hip_word_free(pdx_hip_words_t *pool, volatile uint64_t *word);
+
+/*
+ * Enqueue on stream a write of value to word (pinned host memory the GPU can
+ * map: a pool word or hipHostMalloc'ed memory), after everything enqueued
+ * before it, with a system-scope release: hipStreamWriteValue64 (amd),
+ * cuStreamWriteValue64 (nvidia).
+ */
+pdx_status_t pdx_hip_stream_write_word(void *stream, volatile uint64_t *word, uint64_t value);
+/* Enqueue on stream a wait until *word >= value (hipStreamWaitValue64, GEQ). */
+pdx_status_t pdx_hip_stream_wait_word(void *stream, volatile uint64_t *word, uint64_t value);
+
+/* ------------------------------------------------ staging copies (copy.c) */
+
+/* Pinned, device-mapped host memory for staging (hipHostMalloc). */
+pdx_status_t pdx_hip_host_alloc(size_t len, void **ptr_p);
+void pdx_hip_host_free(void *ptr);
+
+/* A pdx-owned non-blocking stream on the current device. Destroying a
+ * stream with work in flight lets the work finish. */
+pdx_status_t pdx_hip_stream_create(void **stream_p);
+void pdx_hip_stream_destroy(void *stream);
+
+/* An event without timing, keeping the system-scope release (usable as a
+ * gate and as the completion of a copy). Created at setup: no event is made
+ * on the copy path. */
+pdx_status_t pdx_hip_event_create(void **event_p);
+void pdx_hip_event_destroy(void *event);
+
+typedef enum pdx_hip_copy_dir {
+    PDX_HIP_H2D = 0, /* host to device */
+    PDX_HIP_D2H = 1, /* device to host */
+} pdx_hip_copy_dir_t;
+
+/*
+ * Enqueue a copy of len bytes on stream and record done (an event from
+ * pdx_hip_event_create) after it; pdx_hip_event_query(done) tells when it
+ * finished. Never waits for the copy. The host side must be pinned memory
+ * (pdx_hip_host_alloc) for the copy to be asynchronous. An error from the
+ * event record leaves the copy enqueued: synchronize or destroy the stream
+ * before reusing its buffers.
+ */
+pdx_status_t pdx_hip_copy_async(void *stream, pdx_hip_copy_dir_t dir, void *dst, const void *src,
+                                size_t len, void *done);
+
+/* --------------------------------------------------- visibility (visible.c) */
+
+/*
+ * Whether RDMA writes into device memory need a flush before kernels that
+ * run afterwards see them (DESIGN.md §5). nvidia: not when the device's
+ * GPU_DIRECT_RDMA_WRITES_ORDERING is at least owner scope. amd: always (the
+ * engine flushes with a loopback RDMA READ).
+ */
+pdx_status_t pdx_hip_rdma_flush_needed(int device, bool *needed_p);
+
+/* The raw ordering attribute (nvidia: 0 none, 100 owner, 200 all devices);
+ * PDX_ERR_UNSUPPORTED on amd, which has no such attribute. */
+pdx_status_t pdx_hip_rdma_write_ordering(int device, int *ordering_p);
+
+/* nvidia: cuFlushGPUDirectRDMAWrites toward the calling thread's current
+ * device, owner scope; blocks until earlier RDMA writes are visible.
+ * PDX_ERR_UNSUPPORTED on amd and on devices without the host flush. */
+pdx_status_t pdx_hip_flush_rdma_writes(void);
+
+/* -------------------------------------------------------- markers (marker.c) */
+
+/*
+ * Profiler ranges: roctx on amd (libroctx64 or rocprofiler-sdk-roctx,
+ * dlopen'ed), NVTX3 on nvidia (header only). Off by default; while off the
+ * macros below cost one relaxed load and a not-taken branch.
+ */
+extern _Atomic bool pdx_hip_markers_on;
+
+/* Turn markers on or off, while no range is open. On: PDX_ERR_UNSUPPORTED
+ * (logged at info, markers stay off) when no marker library is present. */
+pdx_status_t pdx_hip_markers_enable(bool on);
+
+void pdx_hip_marker_push(const char *name);
+void pdx_hip_marker_push_room(const char *name, uint64_t room);
+void pdx_hip_marker_pop(void);
+void pdx_hip_marker_mark(const char *name);
+
+#define PDX_MARKERS_ON() \
+    PDX_UNLIKELY(atomic_load_explicit(&pdx_hip_markers_on, memory_order_relaxed))
+#define PDX_MARKER_PUSH(name)                                    \
+    do {                                                         \
+        if (PDX_MARKERS_ON())                                    \
+            pdx_hip_marker_push(name);                           \
+    } while (0)
+#define PDX_MARKER_PUSH_ROOM(name, room)                         \
+    do {                                                         \
+        if (PDX_MARKERS_ON())                                    \
+            pdx_hip_marker_push_room((name), (room));            \
+    } while (0)
+#define PDX_MARKER_POP()                                         \
+    do {                                                         \
+        if (PDX_MARKERS_ON())                                    \
+            pdx_hip_marker_pop();                                \
+    } while (0)
+#define PDX_MARKER_MARK(name)                                    \
+    do {                                                         \
+        if (PDX_MARKERS_ON())                                    \
+            pdx_hip_marker_mark(name);                           \
+    } while (0)
+
+#endif
