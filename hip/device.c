@@ -42,10 +42,23 @@ pdx_status_t hipx_status(hipError_t err)
     }
 }
 
+static _Thread_local char last_error[160];
+
+void hipx_last_error_set(const char *name, const char *text)
+{
+    snprintf(last_error, sizeof(last_error), "%s: %s", name, text);
+}
+
+const char *pdx_hip_last_error(void)
+{
+    return last_error;
+}
+
 pdx_status_t hipx_fail(hipError_t err, const char *call, const char *what)
 {
     pdx_error("hip: %s%s%s: %s: %s", call, what ? ": " : "", what ? what : "",
               hipGetErrorName(err), hipGetErrorString(err));
+    hipx_last_error_set(hipGetErrorName(err), hipGetErrorString(err));
     (void)hipGetLastError();
     return hipx_status(err);
 }
@@ -168,6 +181,21 @@ pdx_status_t pdx_hip_device_identity(int device, pdx_hip_identity_t *id_p)
     snprintf(id.pci_bus_id, sizeof(id.pci_bus_id), "%04x:%02x:%02x.%x", domain, bus, dev, fn);
     id.numa_node = numa_node_of(id.pci_bus_id);
     *id_p = id;
+    return PDX_OK;
+}
+
+pdx_status_t pdx_hip_current_device(int *device_p)
+{
+    int device = hipx_current_device();
+
+    if (!device_p)
+        return PDX_ERR_INVALID;
+    if (device < 0) {
+        pdx_error("hip: the calling thread has no current GPU (%s)", count_why[0] ? count_why
+                                                                                 : "hipGetDevice failed");
+        return PDX_ERR_NO_DEVICE;
+    }
+    *device_p = device;
     return PDX_OK;
 }
 

@@ -115,6 +115,7 @@ pdx_status_t hipx_cu_fail(CUresult err, const char *call, const char *what)
         cu_table.get_error_string(err, &text);
     pdx_error("hip: %s%s%s: %s (%d): %s", call, what ? ": " : "", what ? what : "", name,
               (int)err, text);
+    hipx_last_error_set(name, text);
     return cu_status_of(err);
 }
 

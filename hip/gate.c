@@ -32,6 +32,13 @@ struct pdx_hip_words {
     _Atomic uint64_t   map[];  /* nmaps bitmaps */
 };
 
+static void *_Atomic pdx_hip_fault_event;
+
+void pdx_hip_fault_event_set(void *event)
+{
+    atomic_store_explicit(&pdx_hip_fault_event, event, memory_order_relaxed);
+}
+
 pdx_status_t pdx_hip_event_query(void *event)
 {
     hipError_t err;
@@ -40,6 +47,8 @@ pdx_status_t pdx_hip_event_query(void *event)
         pdx_error("hip: event_query: NULL event");
         return PDX_ERR_INVALID;
     }
+    if (PDX_UNLIKELY(event == atomic_load_explicit(&pdx_hip_fault_event, memory_order_relaxed)))
+        return hipx_fail(hipErrorInvalidHandle, "hipEventQuery", "an injected fault");
     err = hipEventQuery((hipEvent_t)event);
     if (PDX_LIKELY(err == hipSuccess))
         return PDX_OK;
@@ -149,6 +158,11 @@ pdx_status_t pdx_hip_word_alloc(pdx_hip_words_t *pool, volatile uint64_t **word_
         }
     }
     return PDX_ERR_FULL;
+}
+
+bool pdx_hip_word_owned(const pdx_hip_words_t *pool, const volatile uint64_t *word)
+{
+    return pool && word >= pool->words && word < pool->words + pool->count;
 }
 
 void pdx_hip_word_free(pdx_hip_words_t *pool, volatile uint64_t *word)

@@ -76,6 +76,9 @@ pdx_status_t hipx_fail(hipError_t err, const char *call, const char *what);
 /* Runtime ordinal of the calling thread's current device, -1 on error. */
 int hipx_current_device(void);
 
+/* Keep the text of a runtime error for pdx_hip_last_error(). */
+void hipx_last_error_set(const char *name, const char *text);
+
 /* ------------------------------------------------------ entry points (entry.c) */
 
 #if defined(PDX_HIP_PLATFORM_NVIDIA)

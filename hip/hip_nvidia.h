@@ -38,6 +38,7 @@ typedef enum cudaMemcpyKind          hipMemcpyKind;
 #define hipErrorInvalidDevice     cudaErrorInvalidDevice
 #define hipErrorNotReady          cudaErrorNotReady
 #define hipErrorNotSupported      cudaErrorNotSupported
+#define hipErrorInvalidHandle     cudaErrorInvalidResourceHandle
 
 #define hipGetErrorName           cudaGetErrorName
 #define hipGetErrorString         cudaGetErrorString

@@ -77,6 +77,13 @@ pdx_status_t pdx_hip_export_dmabuf(const void *ptr, size_t len, int *fd_p, uint6
     return unsupported("export_dmabuf");
 }
 
+static void *_Atomic pdx_hip_fault_event;
+
+void pdx_hip_fault_event_set(void *event)
+{
+    atomic_store_explicit(&pdx_hip_fault_event, event, memory_order_relaxed);
+}
+
 pdx_status_t pdx_hip_event_query(void *event)
 {
     if (!event) {
@@ -109,6 +116,24 @@ void pdx_hip_word_free(pdx_hip_words_t *pool, volatile uint64_t *word)
 {
     (void)pool;
     (void)word;
+}
+
+bool pdx_hip_word_owned(const pdx_hip_words_t *pool, const volatile uint64_t *word)
+{
+    (void)pool;
+    (void)word;
+    return false;
+}
+
+pdx_status_t pdx_hip_current_device(int *device_p)
+{
+    (void)device_p;
+    return unsupported("current_device");
+}
+
+const char *pdx_hip_last_error(void)
+{
+    return "no GPU runtime in this build";
 }
 
 pdx_status_t pdx_hip_stream_write_word(void *stream, volatile uint64_t *word, uint64_t value)

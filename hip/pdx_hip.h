@@ -63,6 +63,14 @@ pdx_status_t pdx_hip_device_identity(int device, pdx_hip_identity_t *id_p);
 /* Make device the calling thread's current device (worker threads). */
 pdx_status_t pdx_hip_set_device(int device);
 
+/* The calling thread's current device. */
+pdx_status_t pdx_hip_current_device(int *device_p);
+
+/* The runtime error the calling thread's last failing hip/ call logged
+ * ("hipErrorInvalidHandle: invalid resource handle"), for room messages;
+ * "" when none. Valid until the thread's next hip/ call. */
+const char *pdx_hip_last_error(void);
+
 /* ------------------------------------------------ pointer classification (ptr.c) */
 
 typedef enum pdx_hip_mem {
@@ -117,6 +125,10 @@ pdx_status_t pdx_hip_export_dmabuf(const void *ptr, size_t len, int *fd_p, uint6
  */
 pdx_status_t pdx_hip_event_query(void *event);
 
+/* Fault injection for tests: from now on a query of event fails as the
+ * runtime fails one of an invalid handle (NULL: none). */
+void pdx_hip_fault_event_set(void *event);
+
 /*
  * A pool of pdx-owned 64-bit words in pinned, device-mapped host memory
  * for stream gates. Created at setup on the current device; alloc and free
@@ -132,6 +144,8 @@ void pdx_hip_words_destroy(pdx_hip_words_t *pool);
 pdx_status_t pdx_hip_word_alloc(pdx_hip_words_t *pool, volatile uint64_t **word_p);
 /* Only once no stream will write the word any more (it reached its value). */
 void pdx_hip_word_free(pdx_hip_words_t *pool, volatile uint64_t *word);
+/* Whether word is one of the pool's (a caller's own word is not). */
+bool pdx_hip_word_owned(const pdx_hip_words_t *pool, const volatile uint64_t *word);
 
 /*
  * Enqueue on stream a write of value to word (pinned host memory the GPU can

@@ -311,6 +311,7 @@ static void sweep(ctrl_ctx_t *ctx, uint64_t now)
     size_t beat_len = 0;
 
     pdx_rooms_sweep(e, now);
+    pdx_gpu_sweep(e);
     if (now >= ctx->next_beat) {
         pdx_wire_heartbeat_t m = {.seq = ++ctx->beat_seq, .time_ns = now};
 

@@ -184,15 +184,20 @@ pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p)
     st = open_transport(e, &params);
     if (st != PDX_OK)
         goto err_lock;
-    /* PDX_FLUSH=auto flushes GPU destinations; without hip/ all memory is
-     * host memory, which needs none. tcp places bytes before its notify. */
-    e->flush = e->cfg.flush == PDX_MODE_ON && e->ops->post_read != pdx_tp_unsupported_post_read;
-    if (e->cfg.flush == PDX_MODE_ON && !e->flush)
+    st = pdx_gpu_open(e);
+    if (st != PDX_OK)
+        goto err_close_tp;
+    /* Flush reads: for every decode room with PDX_FLUSH=on, for rooms with
+     * GPU destinations with auto where the device needs one (gpu.c). tcp
+     * places bytes before its notify. */
+    e->flush = e->ops->post_read != pdx_tp_unsupported_post_read &&
+               (e->cfg.flush == PDX_MODE_ON || (e->gpu.flush && !e->gpu.flush_host));
+    if (e->cfg.flush == PDX_MODE_ON && e->ops->post_read == pdx_tp_unsupported_post_read)
         pdx_info("PDX_FLUSH=on: the %s transport places bytes before its notify; no flush read",
                  e->ops->name);
     st = rooms_init(e);
     if (st != PDX_OK)
-        goto err_close_tp;
+        goto err_close_gpu;
 
     e->nshards = e->cfg.shards;
     e->shards = calloc(e->nshards, sizeof(*e->shards));
@@ -234,6 +239,8 @@ err_free_shards:
     free(e->shards);
 err_rooms:
     rooms_fini(e);
+err_close_gpu:
+    pdx_gpu_close(e);
 err_close_tp:
     e->ops->close(e->tp);
 err_lock:
@@ -270,6 +277,7 @@ void pdx_engine_destroy(pdx_engine_t *e)
             e->ops->mr_dereg(e->mems[i].mr);
     e->ops->close(e->tp);
     rooms_fini(e);
+    pdx_gpu_close(e);
     free(e->shards);
     pthread_cond_destroy(&e->accept_cond);
     pthread_mutex_destroy(&e->accept_lock);
@@ -314,10 +322,10 @@ pdx_status_t pdx_mem_register(pdx_engine_t *e, void *base, size_t len, uint32_t 
         pdx_error("pdx_mem_register: all %d regions in use", PDX_MAX_MEMS);
         return PDX_ERR_FULL;
     }
-    /* Without the GPU layer every pointer is treated as host memory. */
-    st = e->ops->mr_reg(e->tp, base, len,
-                        PDX_TP_ACCESS_LOCAL_WRITE | PDX_TP_ACCESS_REMOTE_WRITE |
-                            (e->flush ? PDX_TP_ACCESS_REMOTE_READ : 0), &e->mems[id].mr);
+    st = pdx_gpu_mem_reg(e, base, len,
+                         PDX_TP_ACCESS_LOCAL_WRITE | PDX_TP_ACCESS_REMOTE_WRITE |
+                             (e->flush ? PDX_TP_ACCESS_REMOTE_READ : 0), &e->mems[id].mr,
+                         &e->mems[id].gpu);
     if (st != PDX_OK) {
         pthread_mutex_unlock(&e->lock);
         return st;

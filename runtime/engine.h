@@ -26,6 +26,7 @@
 #include <stdbool.h>
 
 #include "layout.h"
+#include "gpu.h"
 #include "plan.h"
 #include "ring.h"
 #include "room.h"
@@ -49,10 +50,18 @@ typedef struct pdx_peer  pdx_peer_t;
 typedef struct pdx_shard pdx_shard_t;
 typedef struct pdx_dep   pdx_dep_t;
 
+/* How a decode room makes its bytes visible before SUCCESS (DESIGN.md §5). */
+enum {
+    PDX_FLUSH_NONE = 0,
+    PDX_FLUSH_READ = 1,   /* a loopback RDMA READ (flush.c) */
+    PDX_FLUSH_HOST = 2,   /* the GPU runtime's flush call (gpu.c) */
+};
+
 /* ----------------------------------------------------------------- memory */
 
 typedef struct pdx_mem {
     bool             used;
+    bool             gpu;         /* GPU memory (gpu.c) */
     void            *base;
     size_t           len;
     pdx_tp_mr_t     *mr;
@@ -198,6 +207,7 @@ typedef struct pdx_room_ext {
     _Atomic uint32_t queued;           /* chunks in the shard's ring for it */
     _Atomic uint32_t fenced;           /* decode: nothing more can land */
     _Atomic bool     decode;           /* expected here (receiver); set once */
+    _Atomic uint32_t flush;            /* decode: PDX_FLUSH_* before SUCCESS */
     _Atomic uint32_t last_queued;      /* prefill: pdx_send had PDX_SEND_LAST */
     /* prefill: destinations, published by ndests (release). The shard sets
      * PDX_DESTS_CLOSED in ndests (fetch_or) before a room's first chunk and
@@ -299,7 +309,8 @@ struct pdx_engine {
     pdx_config_t               cfg;
     const pdx_transport_ops_t *ops;
     pdx_tp_t                  *tp;
-    bool                       flush;       /* decode rooms wait for a flush read */
+    bool                       flush;       /* shards keep a loopback pair for flush reads */
+    pdx_gpu_t                  gpu;
     uint8_t                    id[PDX_WIRE_ID_SIZE];
     uint64_t                   sender_id;   /* notify identity: from id */
     char                       host[PDX_WIRE_HOST_MAX + 1];

@@ -16,9 +16,11 @@
  *   fails fails the batch's rooms with the reason, and the pair is made
  *   anew for the next batch (if that fails too, later rooms fail with it).
  *
- * PDX_FLUSH=on turns it on over rdma; auto will once hip/ tells GPU
- * destinations apart (host memory needs no flush); tcp places bytes before
- * the notify and needs none.
+ * Which rooms (gpu.c, pdx_gpu_flush_mode): with PDX_FLUSH=on every decode
+ * room over rdma; with auto the rooms whose destinations include GPU memory
+ * on a device that needs it (amd; an nvidia device below owner-scope write
+ * ordering uses the runtime's flush call instead). Host memory needs none;
+ * tcp places bytes before the notify and needs none.
  */
 #include "shard.h"
 

@@ -221,23 +221,6 @@ static pdx_status_t check_region(pdx_engine_t *e, const pdx_region_t *r, const c
     return PDX_OK;
 }
 
-static pdx_status_t check_gate(const pdx_gate_t *gate)
-{
-    switch (gate->kind) {
-    case PDX_GATE_NONE:
-        return PDX_OK;
-    case PDX_GATE_WORD:
-        if (gate->word)
-            return PDX_OK;
-        pdx_error("pdx_send: a word gate needs a word");
-        return PDX_ERR_INVALID;
-    case PDX_GATE_EVENT:
-        pdx_error("pdx_send: event gates need the GPU layer, which this build lacks");
-        return PDX_ERR_UNSUPPORTED;
-    }
-    pdx_error("pdx_send: unknown gate kind %d", (int)gate->kind);
-    return PDX_ERR_INVALID;
-}
 
 /* The room of a pdx_send: found, or created BOOTSTRAPPING. */
 static pdx_status_t send_room(pdx_engine_t *e, pdx_room_t room, pdx_room_obj_t **obj_p)
@@ -283,7 +266,7 @@ pdx_status_t pdx_send(pdx_engine_t *e, pdx_room_t room, uint32_t layout_id,
         pdx_error("pdx_send: room %llu: unknown layout %u", (unsigned long long)room, layout_id);
         return PDX_ERR_NOT_FOUND;
     }
-    if (gate && (st = check_gate(gate)) != PDX_OK)
+    if (gate && (st = pdx_gpu_gate_check(e, gate)) != PDX_OK)
         return st;
     if (aux && (!(flags & PDX_SEND_LAST) || (st = check_region(e, aux, "pdx_send aux")) != PDX_OK))
         return aux && !(flags & PDX_SEND_LAST) ? PDX_ERR_INVALID : st;
@@ -370,12 +353,9 @@ pdx_status_t pdx_send(pdx_engine_t *e, pdx_room_t room, uint32_t layout_id,
 
 pdx_status_t pdx_gate_arm(pdx_engine_t *e, void *hip_stream, pdx_gate_t *gate_p)
 {
-    (void)hip_stream;
-    (void)gate_p;
-    if (!e)
+    if (!e || !gate_p)
         return PDX_ERR_INVALID;
-    pdx_error("pdx_gate_arm: stream gates need the GPU layer, which this build lacks");
-    return PDX_ERR_UNSUPPORTED;
+    return pdx_gpu_gate_arm(e, hip_stream, gate_p);
 }
 
 /* ------------------------------------------------------------------ expect */
@@ -498,6 +478,8 @@ pdx_status_t pdx_expect(pdx_engine_t *e, uint32_t peer_id, pdx_room_t room, uint
                ext->aux_mem != (int32_t)aux->mem) {
         st = PDX_ERR_INVALID;
     } else {
+        /* before decode: a notify counted from here sees it */
+        atomic_store(&ext->flush, PDX_MAX(atomic_load(&ext->flush), pdx_gpu_flush_mode(e, layout)));
         atomic_store(&ext->decode, true);
         st = expect_peer(ext, peer, nsenders);
         if (st == PDX_OK) {

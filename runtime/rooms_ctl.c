@@ -332,6 +332,8 @@ void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notif
     const char *why = NULL;
     pdx_room_ext_t *ext;
     bool done = false, ignore = false, flush = false;
+    pdx_status_t fail = PDX_ERR_PROTO;
+    uint32_t mode;
 
     if (!peer) {
         pdx_warn("room %llu: notify without a peer ignored", (unsigned long long)n->room);
@@ -355,9 +357,13 @@ void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notif
         if (n->flags & PDX_WIRE_NOTIFY_LAST) {
             done = count_last(ext, n, &why);
             /* Every byte is placed (RC order: data before the notify);
-             * visible to kernels at once, or after a flush read (flush.c). */
-            if (done && e->flush)
+             * visible to kernels at once, after a flush read (flush.c), or
+             * after the GPU runtime's flush (gpu.c). */
+            mode = done ? atomic_load_explicit(&ext->flush, memory_order_relaxed) : 0;
+            if (mode == PDX_FLUSH_READ)
                 flush = true;
+            else if (mode == PDX_FLUSH_HOST && (fail = pdx_gpu_flush_host(e)) != PDX_OK)
+                why = "the GPU runtime's flush of RDMA writes failed";
             else if (done && pdx_room_advance(obj, PDX_ROOM_SUCCESS))
                 atomic_fetch_add_explicit(&e->stats.rooms_success, 1, memory_order_relaxed);
         }
@@ -373,7 +379,8 @@ void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notif
         pdx_rooms_fail_id(e, obj, n->room, n->status, "sender %016llx failed its chunk %u",
                           (unsigned long long)n->sender, n->seq);
     else if (why)
-        pdx_rooms_fail_id(e, obj, n->room, PDX_ERR_PROTO, "%s (sender %016llx)", why,
+        pdx_rooms_fail_id(e, obj, n->room, fail == PDX_OK ? PDX_ERR_PROTO : fail,
+                          "%s (sender %016llx)", why,
                           (unsigned long long)n->sender);
 }
 

@@ -32,7 +32,8 @@
  *   pass (pdx_shard_wake pairs with it: both sides read-modify-write
  *   `sleeping`), then sleep in epoll on the CQ fd and the eventfd: with no
  *   timeout when idle (an idle engine's workers never wake), at most
- *   PDX_GATE_BACKOFF_US while gates are pending.
+ *   PDX_GATE_BACKOFF_US while gates are pending (the thread's timer slack
+ *   is 1 us, so the sleep is that long and not 50 us more).
  */
 #include "shard.h"
 
@@ -42,6 +43,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/prctl.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
@@ -454,12 +456,14 @@ void pdx_shard_intake(pdx_shard_loop_t *L)
             /* pdx_send holds the room through `queued`: not expected. */
             pdx_warn("shard %u: chunk of room %llu, which is not in the table: dropped",
                      s->index, (unsigned long long)cell->chunk.room);
+            pdx_gpu_gate_done(e, &cell->chunk.gate);
             pdx_ring_done(&s->ring, cell);
             continue;
         }
         ext = pdx_room_ext(e, obj);
         state = pdx_room_state(obj);
         if (state == PDX_ROOM_FAILED || state == PDX_ROOM_SUCCESS) {
+            pdx_gpu_gate_done(e, &cell->chunk.gate);
             pdx_ring_done(&s->ring, cell);
             atomic_fetch_sub_explicit(&ext->queued, 1, memory_order_release);
             continue;
@@ -568,6 +572,10 @@ static void *shard_main(void *arg)
 
     snprintf(name, sizeof(name), "pdx-shard%u", s->index);
     pthread_setname_np(pthread_self(), name);
+    /* A gate backoff of tens of microseconds means that many, not the
+     * default 50 us of timer slack on top. */
+    prctl(PR_SET_TIMERSLACK, 1000ul, 0, 0, 0);
+    pdx_gpu_thread_init(e);
 
     while (!atomic_load_explicit(&s->stop, memory_order_acquire)) {
         shard_pass(L);

@@ -215,7 +215,11 @@ err_dst:
 static pdx_status_t post_writes(send_ctx_t *c, pdx_dep_t *dep, uint32_t n, uint64_t bytes)
 {
     pdx_shard_loop_t *L = c->L;
-    pdx_status_t status = L->e->ops->post_write(dep->ep, L->wrs, n);
+    pdx_status_t status;
+
+    PDX_MARKER_PUSH_ROOM("pdx post", c->chunk->room);
+    status = L->e->ops->post_write(dep->ep, L->wrs, n);
+    PDX_MARKER_POP();
     pdx_ledger_entry_t *const ledger = dep->ledger, *const wrap = ledger + dep->sq_depth;
     pdx_room_obj_t *const room = c->obj;
     const uint64_t room_id = c->chunk->room;
@@ -314,8 +318,10 @@ static pdx_status_t post_notify(send_ctx_t *c, pdx_dep_t *dep, uint32_t flags, u
     status = pdx_wire_notify_encode(&n, buf, sizeof(buf), &len);
     if (status != PDX_OK)
         return status;
+    PDX_MARKER_PUSH_ROOM("pdx notify", c->chunk->room);
     status = L->e->ops->post_send(dep->ep, pdx_wr_id_send(dep, dep->posted), buf, (uint32_t)len,
                                   PDX_TP_SIGNALED);
+    PDX_MARKER_POP();
     if (status != PDX_OK)
         return status;
     atomic_fetch_sub_explicit(&dep->credits, 1, memory_order_relaxed);
@@ -535,25 +541,21 @@ static step_t send_dest(send_ctx_t *c, pdx_dest_t *dest)
 /* Gate of the head chunk: DONE when open. */
 static step_t gate_check(send_ctx_t *c)
 {
-    const pdx_gate_t *gate = &c->chunk->gate;
+    char err[PDX_ERRMSG_MAX] = "";
+    pdx_status_t st = pdx_gpu_gate_poll(&c->chunk->gate, err, sizeof(err));
 
-    switch (gate->kind) {
-    case PDX_GATE_NONE:
-        return STEP_DONE;
-    case PDX_GATE_WORD:
-        if (!gate->word)
-            return room_fail(c, PDX_ERR_INVALID, "word gate without a word");
-        /* Acquire: the pages written before the word was raised are visible
-         * from here (the load of a volatile word, ordered; sanitizers see it). */
-        if (__atomic_load_n(gate->word, __ATOMIC_ACQUIRE) < gate->value) {
-            c->L->gated = true;
-            return STEP_WAIT;
+    if (PDX_LIKELY(st == PDX_OK)) {
+        if (c->chunk->gate.kind != PDX_GATE_NONE) {
+            PDX_MARKER_PUSH_ROOM("pdx gate open", c->chunk->room);
+            PDX_MARKER_POP();
         }
         return STEP_DONE;
-    case PDX_GATE_EVENT:
-        return room_fail(c, PDX_ERR_UNSUPPORTED, "event gates need the GPU layer, not built");
     }
-    return room_fail(c, PDX_ERR_INVALID, "unknown gate kind %d", (int)gate->kind);
+    if (st == PDX_INPROGRESS) {
+        c->L->gated = true;
+        return STEP_WAIT;
+    }
+    return room_fail(c, st, "%s", err);
 }
 
 static step_t send_chunk(send_ctx_t *c)
@@ -598,6 +600,7 @@ static void room_drop(pdx_shard_loop_t *L, pdx_room_ext_t *ext)
     for (uint32_t i = ext->head_cell; i != PDX_SHARD_NONE; n++) {
         uint32_t next = s->cell_next[i];
 
+        pdx_gpu_gate_done(L->e, &s->ring.cells[i].chunk.gate);
         pdx_ring_done(&s->ring, &s->ring.cells[i]);
         i = next;
     }
@@ -646,6 +649,7 @@ static bool send_room(pdx_shard_loop_t *L, pdx_room_obj_t *obj, pdx_room_ext_t *
         ext->seq++;
         if (last)
             ext->last_sent = true; /* the notifies just posted keep inflight > 0 */
+        pdx_gpu_gate_done(L->e, &c.chunk->gate);
         pdx_ring_done(&s->ring, c.cell);
         atomic_fetch_add_explicit(&s->stats.chunks_sent, 1, memory_order_relaxed);
         L->progress = true;

@@ -322,3 +322,42 @@ Test(engine, bad_arguments, .fini = fini, .timeout = 30)
     cr_expect_eq(pdx_peer_connect(dc.e, "127.0.0.1:1", 500, &x), PDX_ERR_PEER);
     cr_expect_eq(pdx_abort(pf.e, 12345), PDX_ERR_NOT_FOUND);
 }
+
+/*
+ * Without a GPU (none here: the build's runtime finds no device) the engine
+ * serves host memory; stream and event gates answer PDX_ERR_UNSUPPORTED with
+ * a message, malformed gates PDX_ERR_INVALID, and a host-flag gate works.
+ */
+Test(engine, gates_without_a_gpu, .fini = fini, .timeout = 30)
+{
+    static const char *const cfg[] = {"PDX_GPU=3", NULL};
+    geom_t g = {.layers = 2, .bytes_per_page = 256, .npages = 16};
+    uint32_t pages[2] = {3, 9};
+    pdx_pages_t p = {pages, 2};
+    volatile uint64_t flag = 0;
+    pdx_gate_t gate = {.kind = PDX_GATE_EVENT, .event = (void *)&flag};
+    pdx_gate_t armed = {.kind = PDX_GATE_NONE};
+
+    open_pair(&g, cfg); /* PDX_GPU names no device here: host memory only */
+    cr_assert_eq(pdx_expect(dc.e, peer, 7, dc.layout, &p, NULL, 1, 5000), PDX_OK);
+    side_fill(&pf, 7, pages, 2, 0);
+    cr_expect_eq(pdx_gate_arm(pf.e, (void *)0x1, &armed), PDX_ERR_UNSUPPORTED);
+    cr_expect_eq(armed.kind, PDX_GATE_NONE, "output written on failure");
+    cr_expect_eq(pdx_send(pf.e, 7, pf.layout, &p, &gate, NULL, PDX_SEND_LAST),
+                 PDX_ERR_UNSUPPORTED);
+    gate.event = NULL;
+    cr_expect_eq(pdx_send(pf.e, 7, pf.layout, &p, &gate, NULL, PDX_SEND_LAST), PDX_ERR_INVALID);
+    gate = (pdx_gate_t){.kind = PDX_GATE_WORD};
+    cr_expect_eq(pdx_send(pf.e, 7, pf.layout, &p, &gate, NULL, PDX_SEND_LAST), PDX_ERR_INVALID);
+    gate = (pdx_gate_t){.kind = (pdx_gate_kind_t)9};
+    cr_expect_eq(pdx_send(pf.e, 7, pf.layout, &p, &gate, NULL, PDX_SEND_LAST), PDX_ERR_INVALID);
+    cr_expect_neq(pdx_poll(pf.e, 7), PDX_ROOM_TRANSFERRING, "refused chunks queue nothing");
+
+    gate = (pdx_gate_t){.kind = PDX_GATE_WORD, .word = &flag, .value = 1};
+    cr_assert_eq(pdx_send(pf.e, 7, pf.layout, &p, &gate, NULL, PDX_SEND_LAST), PDX_OK);
+    usleep(20000);
+    cr_expect_eq(pdx_poll(dc.e, 7), PDX_ROOM_WAITING, "nothing before the flag");
+    __atomic_store_n(&flag, 1, __ATOMIC_RELEASE);
+    cr_assert_eq(wait_done(dc.e, 7, 5000), PDX_ROOM_SUCCESS);
+    cr_expect_eq(side_check(&dc, 7, pages, 2, 0), 0);
+}

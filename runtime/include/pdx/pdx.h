@@ -128,6 +128,7 @@ enum {
     PDX_CONFIG_FIELD_IB_RETRY_COUNT      = 1ull << 24,
     PDX_CONFIG_FIELD_IB_RNR_RETRY        = 1ull << 25,
     PDX_CONFIG_FIELD_TCP_STAGING         = 1ull << 26,
+    PDX_CONFIG_FIELD_GPU                 = 1ull << 27,
 };
 
 #define PDX_NAME_MAX 128
@@ -169,6 +170,8 @@ typedef struct pdx_config {
     uint32_t        ib_retry_count;            /* PDX_IB_RETRY_COUNT */
     uint32_t        ib_rnr_retry;              /* PDX_IB_RNR_RETRY: at most 6 */
     uint64_t        tcp_staging_bytes;         /* PDX_TCP_STAGING_BYTES: pinned staging per endpoint */
+    int32_t         gpu;                       /* PDX_GPU: device ordinal, -1 = the creating
+                                                * thread's current device */
 } pdx_config_t;
 
 /*

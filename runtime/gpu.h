@@ -1,0 +1,69 @@
+/*
+ * gpu: what the engine asks of hip/ (DESIGN.md §5-§7): the GPU it serves,
+ * how a region is registered (host memory, GPU memory through a dmabuf or a
+ * peer-memory client, managed memory refused), gates, and whether GPU
+ * destinations need a flush before decode reports SUCCESS.
+ *
+ * Without a GPU (the platform "none", or a runtime that finds no device) the
+ * engine serves host memory: every pointer is host memory, event and stream
+ * gates are PDX_ERR_UNSUPPORTED with a message, word gates on host flags
+ * work as always.
+ *
+ * Stream-gate words come from a pool of pinned words. A word goes back to
+ * the pool when its chunk is done with it: at once when the gate opened (the
+ * stream wrote it), else (the room ended first) only after the stream wrote
+ * it, which the control thread's sweep checks.
+ */
+#ifndef PDX_GPU_H
+#define PDX_GPU_H
+
+#include "hip/pdx_hip.h"
+#include "layout.h"
+#include "transport.h"
+
+#include <pthread.h>
+
+#define PDX_GPU_WORDS 4096 /* stream gates armed and not yet done, per engine */
+
+typedef struct pdx_gpu {
+    int                 device;      /* -1: no GPU, host memory only */
+    bool                flush;       /* GPU destinations need a flush before SUCCESS */
+    bool                flush_host;  /* ... by the host call (nvidia), not an RDMA READ */
+    pdx_hip_words_t    *words;       /* stream-gate words; NULL without a GPU */
+    pthread_mutex_t     lock;        /* orphans */
+    volatile uint64_t  *orphans[PDX_GPU_WORDS]; /* words whose chunk ended before they
+                                                 * were written, with their values */
+    uint64_t            orphan_value[PDX_GPU_WORDS];
+    uint32_t            norphans;
+    _Atomic uint32_t    armed;       /* words out of the pool */
+} pdx_gpu_t;
+
+/* At engine create, before the transport's regions and the shards. */
+pdx_status_t pdx_gpu_open(pdx_engine_t *e);
+/* At destroy, after every thread stopped. */
+void pdx_gpu_close(pdx_engine_t *e);
+/* A thread of the engine that calls into the GPU runtime (shards). */
+void pdx_gpu_thread_init(pdx_engine_t *e);
+
+/* Register [base, base + len) on the engine's transport by what it is;
+ * *gpu_p says whether it is GPU memory. Logs why on failure. */
+pdx_status_t pdx_gpu_mem_reg(pdx_engine_t *e, void *base, size_t len, unsigned access,
+                             pdx_tp_mr_t **mr_p, bool *gpu_p);
+
+pdx_status_t pdx_gpu_gate_arm(pdx_engine_t *e, void *stream, pdx_gate_t *gate_p);
+/* pdx_send's check of a gate before it is queued. */
+pdx_status_t pdx_gpu_gate_check(const pdx_engine_t *e, const pdx_gate_t *gate);
+/* Shard: PDX_OK when the gate is open, PDX_INPROGRESS while closed, else
+ * why it never will be (err holds the runtime's message). */
+pdx_status_t pdx_gpu_gate_poll(const pdx_gate_t *gate, char *err, size_t len);
+/* The gate's chunk is done with it (opened, or its room ended). */
+void pdx_gpu_gate_done(pdx_engine_t *e, const pdx_gate_t *gate);
+/* Control thread: return orphaned words the streams have written. */
+void pdx_gpu_sweep(pdx_engine_t *e);
+
+/* PDX_FLUSH_* for a decode room whose destinations are in layout. */
+uint32_t pdx_gpu_flush_mode(pdx_engine_t *e, const pdx_layout_t *layout);
+/* PDX_FLUSH_HOST: make the RDMA writes placed so far visible to kernels. */
+pdx_status_t pdx_gpu_flush_host(pdx_engine_t *e);
+
+#endif

@@ -1,0 +1,569 @@
+/*
+ * The engine's gates with real kernels (nvidia platform): two engines in
+ * one process over tcp on loopback, prefill's KV pool in pinned host memory
+ * that kernels write through its device mapping (the tcp transport reads
+ * host memory; staging of device memory is not part of this program).
+ *
+ *   1. stale pages: each room's producer kernel spins on a host-mapped flag,
+ *      then writes the final pattern of every page of the chunk; pdx_send is
+ *      called before the flag is released, with a stream gate armed after
+ *      the kernel (or an event recorded after it); decode must see only
+ *      final patterns. A control run without gates must see stale bytes
+ *      (the program can fail).
+ *   4. gate errors: a gate that never opens fails its room at the deadline
+ *      while rooms of other streams complete; a gate on a destroyed event
+ *      fails only its room, with the runtime's error name.
+ *   5. gate latency: flag release -> first WRITE posted (prefill's
+ *      writes_posted moves), median and p99 over many rooms; worker CPU
+ *      while a gate is pending; kernel launch rate with and without arming
+ *      a gate per launch.
+ *
+ * Output ends with "N passed, N failed"; exit status 1 on any failure.
+ */
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pdx/pdx.h"
+
+/* hip/: the event-query fault the gate error test injects */
+extern "C" void pdx_hip_fault_event_set(void *event);
+
+static int passed, failed;
+static volatile const char *phase = "start";
+static volatile uint64_t phase_room;
+
+/* A test that hangs says where, then fails. */
+static void on_alarm(int sig)
+{
+    (void)sig;
+    printf("FAIL: no progress for 60 s in %s (room %llu)\n", phase,
+           (unsigned long long)phase_room);
+    printf("%d passed, %d failed\n", passed, failed + 1);
+    _exit(1);
+}
+
+static void progress(const char *what, uint64_t room)
+{
+    phase = what;
+    phase_room = room;
+    alarm(60);
+}
+
+#define CHECK(cond, ...)                                                                  \
+    do {                                                                                  \
+        if (cond) {                                                                       \
+            passed++;                                                                     \
+        } else {                                                                          \
+            failed++;                                                                     \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                   \
+            printf(__VA_ARGS__);                                                          \
+            printf("\n");                                                                 \
+        }                                                                                 \
+    } while (0)
+
+#define CUDA_OK(call)                                                                     \
+    do {                                                                                  \
+        cudaError_t err_ = (call);                                                        \
+        if (err_ != cudaSuccess) {                                                        \
+            printf("FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #call,                     \
+                   cudaGetErrorName(err_));                                               \
+            exit(2);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+enum { LAYERS = 4, NPAGES = 256, BPP = 4096, PAGES = 32 };
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+__host__ __device__ static uint64_t pattern(uint64_t room, uint32_t layer, uint32_t pos, uint64_t w)
+{
+    uint64_t z = room * 0x9e3779b97f4a7c15ull ^ (uint64_t)layer << 48 ^ (uint64_t)pos << 24 ^ w;
+
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* One block per (layer, page of the chunk): wait for the flag, write the page. */
+__global__ void produce(volatile uint64_t *flag, uint64_t *pool, const uint32_t *pages,
+                        uint32_t n, uint64_t room)
+{
+    const uint32_t layer = blockIdx.x / n, i = blockIdx.x % n;
+    uint64_t *page = pool + ((uint64_t)layer * NPAGES + pages[i]) * (BPP / 8);
+
+    if (threadIdx.x == 0)
+        while (*flag == 0)
+            ;
+    __syncthreads();
+    for (uint32_t w = threadIdx.x; w < BPP / 8; w += blockDim.x)
+        page[w] = pattern(room, layer, i, w);
+    __threadfence_system();
+}
+
+__global__ void tiny(uint64_t *x)
+{
+    if (threadIdx.x == 0)
+        x[0]++;
+}
+
+typedef struct side {
+    pdx_engine_t *e;
+    uint64_t     *pool;
+    uint32_t      mem, layout;
+    bool          pinned;
+} side_t;
+
+static void side_open(side_t *s, bool pinned, const char *timeout_ms)
+{
+    pdx_config_t cfg;
+    pdx_buffer_desc_t bufs[LAYERS];
+    pdx_group_desc_t group = {};
+    pdx_layout_desc_t desc = {};
+    size_t len = (size_t)LAYERS * NPAGES * BPP;
+
+    memset(s, 0, sizeof(*s));
+    pdx_config_init(&cfg);
+    pdx_config_set(&cfg, "PDX_LISTEN", "127.0.0.1:0");
+    pdx_config_set(&cfg, "PDX_TRANSPORT", "tcp");
+    pdx_config_set(&cfg, "PDX_SHARDS", "2");
+    pdx_config_set(&cfg, "PDX_GPU", "0");
+    pdx_config_set(&cfg, "PDX_TRANSFER_TIMEOUT_MS", timeout_ms);
+    if (pdx_engine_create(&cfg, &s->e) != PDX_OK) {
+        printf("FATAL: pdx_engine_create\n");
+        exit(2);
+    }
+    s->pinned = pinned;
+    if (pinned)
+        CUDA_OK(cudaHostAlloc((void **)&s->pool, len, cudaHostAllocMapped | cudaHostAllocPortable));
+    else
+        s->pool = (uint64_t *)malloc(len);
+    memset(s->pool, 0xee, len);
+    CHECK(pdx_mem_register(s->e, s->pool, len, &s->mem) == PDX_OK, "register the pool");
+    for (int l = 0; l < LAYERS; l++)
+        bufs[l] = (pdx_buffer_desc_t){.mem = s->mem, .reserved0 = 0,
+                                      .offset = (uint64_t)l * NPAGES * BPP, .bytes_per_page = BPP};
+    group.buffers_per_layer = 1;
+    group.nbuffers = LAYERS;
+    group.npages = NPAGES;
+    group.buffers = bufs;
+    desc.field_mask = PDX_LAYOUT_FIELD_GROUPS | PDX_LAYOUT_FIELD_LAYERS;
+    desc.ngroups = 1;
+    desc.layer_end = LAYERS;
+    desc.groups = &group;
+    CHECK(pdx_layout_create(s->e, &desc, &s->layout) == PDX_OK, "layout");
+}
+
+static void side_close(side_t *s)
+{
+    pdx_engine_destroy(s->e);
+    if (s->pinned)
+        cudaFreeHost(s->pool);
+    else
+        free(s->pool);
+}
+
+static pdx_room_state_t wait_done(pdx_engine_t *e, uint64_t room, int ms)
+{
+    uint64_t end = now_ns() + (uint64_t)ms * 1000000ull;
+    pdx_room_state_t st;
+
+    while ((st = pdx_poll(e, room)) != PDX_ROOM_SUCCESS && st != PDX_ROOM_FAILED &&
+           now_ns() < end)
+        usleep(100);
+    return st;
+}
+
+static void release_room(pdx_engine_t *e, uint64_t room)
+{
+    for (int i = 0; i < 5000 && pdx_release(e, room) == PDX_INPROGRESS; i++)
+        usleep(1000);
+}
+
+/* Distinct random pages. */
+static void pick(uint32_t *out, uint32_t n, unsigned *seed)
+{
+    uint8_t used[NPAGES] = {0};
+
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t p;
+
+        do
+            p = (uint32_t)rand_r(seed) % NPAGES;
+        while (used[p]);
+        used[p] = 1;
+        out[i] = p;
+    }
+}
+
+static uint64_t bad_bytes(const side_t *d, uint64_t room, const uint32_t *dst, uint32_t n)
+{
+    uint64_t bad = 0;
+
+    for (uint32_t l = 0; l < LAYERS; l++)
+        for (uint32_t i = 0; i < n; i++) {
+            const uint64_t *w = d->pool + ((uint64_t)l * NPAGES + dst[i]) * (BPP / 8);
+
+            for (uint32_t k = 0; k < BPP / 8; k++)
+                bad += w[k] != pattern(room, l, i, k);
+        }
+    return bad * 8;
+}
+
+enum gating { GATE_STREAM, GATE_EVENT, GATE_OFF };
+
+/*
+ * Rooms [first, first + n): each producer kernel waits for its flag; the
+ * chunk is sent gated (or not) before the flag is released 2 ms later.
+ * Returns the stale bytes decode saw over all rooms.
+ */
+/* Made once: cudaFree and cudaFreeHost wait for the whole device, which a
+ * kernel spinning on a flag never released would hold forever. */
+static uint64_t *stale_flag;
+static uint32_t *stale_pages;
+static cudaStream_t stale_stream;
+static cudaEvent_t stale_ev;
+
+static uint64_t stale_rooms(side_t *pf, side_t *dc, uint32_t peer, uint64_t first, int n,
+                            enum gating gating, int *ok_p)
+{
+    uint64_t *flag = stale_flag, stale = 0;
+    uint32_t *dpages = stale_pages;
+    cudaStream_t stream = stale_stream;
+    cudaEvent_t ev = stale_ev;
+    unsigned seed = (unsigned)first;
+    int ok = 0;
+
+    for (int r = 0; r < n; r++) {
+        uint64_t room = first + (uint64_t)r;
+        uint32_t src[PAGES], dst[PAGES];
+
+        progress("stale pages", room);
+        pdx_pages_t s = {src, PAGES}, d = {dst, PAGES};
+        pdx_gate_t gate = {};
+
+        pick(src, PAGES, &seed);
+        pick(dst, PAGES, &seed);
+        *(volatile uint64_t *)flag = 0;
+        CUDA_OK(cudaMemcpyAsync(dpages, src, sizeof(src), cudaMemcpyHostToDevice, stream));
+        CUDA_OK(cudaStreamSynchronize(stream));
+        CHECK(pdx_expect(dc->e, peer, room, dc->layout, &d, NULL, 1, 10000) == PDX_OK, "expect");
+        produce<<<LAYERS * PAGES, 128, 0, stream>>>(flag, pf->pool, dpages, PAGES, room);
+        if (gating == GATE_STREAM) {
+            CHECK(pdx_gate_arm(pf->e, stream, &gate) == PDX_OK, "gate_arm");
+        } else if (gating == GATE_EVENT) {
+            CUDA_OK(cudaEventRecord(ev, stream));
+            gate.kind = PDX_GATE_EVENT;
+            gate.event = ev;
+        }
+        CHECK(pdx_send(pf->e, room, pf->layout, &s, gating == GATE_OFF ? NULL : &gate, NULL,
+                       PDX_SEND_LAST) == PDX_OK, "send");
+        usleep(2000);
+        if (gating != GATE_OFF)
+            CHECK(pdx_poll(dc->e, room) == PDX_ROOM_WAITING, "room %llu moved before its gate "
+                  "opened (state %d)", (unsigned long long)room, pdx_poll(dc->e, room));
+        __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+        CUDA_OK(cudaStreamSynchronize(stream));
+        if (wait_done(dc->e, room, 10000) == PDX_ROOM_SUCCESS) {
+            ok++;
+            stale += bad_bytes(dc, room, dst, PAGES);
+        }
+        wait_done(pf->e, room, 10000);
+        release_room(dc->e, room);
+        release_room(pf->e, room);
+    }
+    *ok_p = ok;
+    return stale;
+}
+
+static void test_stale_pages(side_t *pf, side_t *dc, uint32_t peer)
+{
+    int ok;
+    uint64_t stale;
+
+    stale = stale_rooms(pf, dc, peer, 1000, 64, GATE_STREAM, &ok);
+    CHECK(ok == 64 && stale == 0, "stream gates: %d/64 rooms, %llu stale bytes", ok,
+          (unsigned long long)stale);
+    printf("stale pages, stream gates: %d/64 rooms SUCCESS, %llu stale bytes\n", ok,
+           (unsigned long long)stale);
+    stale = stale_rooms(pf, dc, peer, 2000, 64, GATE_EVENT, &ok);
+    CHECK(ok == 64 && stale == 0, "event gates: %d/64 rooms, %llu stale bytes", ok,
+          (unsigned long long)stale);
+    printf("stale pages, event gates: %d/64 rooms SUCCESS, %llu stale bytes\n", ok,
+           (unsigned long long)stale);
+    stale = stale_rooms(pf, dc, peer, 3000, 16, GATE_OFF, &ok);
+    CHECK(stale > 0, "control without gates saw no stale byte: the test could not fail");
+    printf("stale pages, control without gates: %d/16 rooms SUCCESS, %llu stale bytes\n", ok,
+           (unsigned long long)stale);
+}
+
+static void test_gate_errors(side_t *pf, side_t *dc, uint32_t peer)
+{
+    uint64_t *flag;
+    uint32_t *dpages, pages[4] = {1, 2, 3, 4};
+    pdx_pages_t l = {pages, 4};
+    cudaStream_t stuck, other;
+    cudaEvent_t dead;
+    pdx_gate_t gate = {}, bad = {};
+    char err[256] = "";
+
+    CUDA_OK(cudaHostAlloc((void **)&flag, sizeof(*flag), cudaHostAllocMapped));
+    *(volatile uint64_t *)flag = 0;
+    CUDA_OK(cudaMalloc((void **)&dpages, sizeof(pages)));
+    CUDA_OK(cudaMemcpy(dpages, pages, sizeof(pages), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaStreamCreateWithFlags(&stuck, cudaStreamNonBlocking));
+    CUDA_OK(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking));
+
+    progress("gate errors", 5000);
+    /* room 5000: its producer never finishes (the flag stays 0) */
+    CHECK(pdx_expect(dc->e, peer, 5000, dc->layout, &l, NULL, 1, 10000) == PDX_OK, "expect");
+    produce<<<LAYERS * 4, 128, 0, stuck>>>(flag, pf->pool, dpages, 4, 5000);
+    CHECK(pdx_gate_arm(pf->e, stuck, &gate) == PDX_OK, "gate_arm");
+    CHECK(pdx_send(pf->e, 5000, pf->layout, &l, &gate, NULL, PDX_SEND_LAST) == PDX_OK, "send");
+
+    /* room 5001: a gate whose event query fails (an injected invalid handle) */
+    CUDA_OK(cudaEventCreateWithFlags(&dead, cudaEventDisableTiming));
+    CUDA_OK(cudaEventRecord(dead, other));
+    pdx_hip_fault_event_set(dead);
+    bad.kind = PDX_GATE_EVENT;
+    bad.event = dead;
+    CHECK(pdx_expect(dc->e, peer, 5001, dc->layout, &l, NULL, 1, 10000) == PDX_OK, "expect");
+    CHECK(pdx_send(pf->e, 5001, pf->layout, &l, &bad, NULL, PDX_SEND_LAST) == PDX_OK, "send");
+    CHECK(wait_done(pf->e, 5001, 5000) == PDX_ROOM_FAILED, "the bad event's room failed");
+    pdx_hip_fault_event_set(NULL);
+    pdx_room_error(pf->e, 5001, err, sizeof(err));
+    printf("injected event gate error: \"%s\"\n", err);
+    CHECK(strstr(err, "cudaErrorInvalidResourceHandle") != NULL,
+          "the error names the runtime's error: %s", err);
+    CUDA_OK(cudaStreamSynchronize(other));
+    CUDA_OK(cudaEventDestroy(dead));
+
+    /* rooms 5002..5009 on another stream complete meanwhile */
+    {
+        int ok;
+        uint64_t stale = stale_rooms(pf, dc, peer, 5002, 8, GATE_STREAM, &ok);
+
+        CHECK(ok == 8 && stale == 0, "other rooms: %d/8, %llu stale", ok,
+              (unsigned long long)stale);
+    }
+    progress("gate errors: the stuck room", 5000);
+    CHECK(pdx_poll(pf->e, 5000) == PDX_ROOM_TRANSFERRING || pdx_poll(pf->e, 5000) ==
+          PDX_ROOM_WAITING, "the stuck room still waits (state %d)", pdx_poll(pf->e, 5000));
+    CHECK(wait_done(pf->e, 5000, 8000) == PDX_ROOM_FAILED, "the stuck room failed at its deadline");
+    pdx_room_error(pf->e, 5000, err, sizeof(err));
+    printf("gate that never opens: \"%s\"\n", err);
+    __atomic_store_n(flag, 1, __ATOMIC_RELEASE); /* let the kernel end */
+    CUDA_OK(cudaStreamSynchronize(stuck));
+    for (uint64_t r = 5000; r < 5002; r++) {
+        wait_done(dc->e, r, 10000);
+        release_room(dc->e, r);
+        release_room(pf->e, r);
+    }
+    cudaStreamDestroy(stuck);
+    cudaStreamDestroy(other);
+    cudaFree(dpages);
+    cudaFreeHost(flag);
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+static double cpu_seconds(void)
+{
+    struct rusage ru;
+
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + (double)ru.ru_stime.tv_sec +
+           ru.ru_stime.tv_usec / 1e6;
+}
+
+static void test_latency(side_t *pf, side_t *dc, uint32_t peer)
+{
+    const char *backoff = getenv("PDX_GATE_BACKOFF_US") ? getenv("PDX_GATE_BACKOFF_US") : "20";
+    enum { ROOMS = 1000 };
+    uint64_t *flag, *lat = (uint64_t *)calloc(ROOMS, sizeof(uint64_t));
+    uint64_t *gpu = (uint64_t *)calloc(ROOMS, sizeof(uint64_t));
+    uint64_t *own = (uint64_t *)calloc(ROOMS, sizeof(uint64_t));
+    uint32_t *dpages, pages[1] = {7};
+    pdx_pages_t l = {pages, 1};
+    cudaStream_t stream;
+    pdx_stats_t st;
+    double cpu0, cpu1;
+    uint64_t t0, gated_ns = 0;
+
+    CUDA_OK(cudaHostAlloc((void **)&flag, sizeof(*flag), cudaHostAllocMapped));
+    CUDA_OK(cudaMalloc((void **)&dpages, sizeof(pages)));
+    CUDA_OK(cudaMemcpy(dpages, pages, sizeof(pages), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    for (int r = 0; r < ROOMS; r++) {
+        uint64_t room = 10000 + (uint64_t)r, before;
+        pdx_gate_t gate = {};
+
+        progress("gate latency", room);
+        *(volatile uint64_t *)flag = 0;
+        pdx_expect(dc->e, peer, room, dc->layout, &l, NULL, 1, 10000);
+        produce<<<LAYERS, 128, 0, stream>>>(flag, pf->pool, dpages, 1, room);
+        pdx_gate_arm(pf->e, stream, &gate);
+        pdx_engine_stats(pf->e, &st);
+        before = st.writes_posted;
+        pdx_send(pf->e, room, pf->layout, &l, &gate, NULL, PDX_SEND_LAST);
+        usleep(r % 10 == 0 ? 5000 : 200); /* the shard's backoff at several depths */
+        t0 = now_ns();
+        __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+        /* the GPU's part: the kernel ends and the stream writes the word */
+        while (__atomic_load_n(gate.word, __ATOMIC_ACQUIRE) < gate.value &&
+               now_ns() - t0 < 1000000000ull)
+            ;
+        gpu[r] = now_ns() - t0;
+        do
+            pdx_engine_stats(pf->e, &st);
+        while (st.writes_posted == before && now_ns() - t0 < 1000000000ull);
+        lat[r] = now_ns() - t0;
+        own[r] = lat[r] - gpu[r];
+        wait_done(dc->e, room, 10000);
+        wait_done(pf->e, room, 10000);
+        release_room(dc->e, room);
+        release_room(pf->e, room);
+    }
+    qsort(lat, ROOMS, sizeof(*lat), cmp_u64);
+    qsort(gpu, ROOMS, sizeof(*gpu), cmp_u64);
+    qsort(own, ROOMS, sizeof(*own), cmp_u64);
+    printf("gate latency (flag release -> first write posted), %d rooms, PDX_GATE_BACKOFF_US=%s: "
+           "p50 %.1f us, p99 %.1f us, max %.1f us (targets 20 / 100 us)\n", ROOMS,
+           backoff,
+           lat[ROOMS / 2] / 1e3, lat[ROOMS * 99 / 100] / 1e3, lat[ROOMS - 1] / 1e3);
+    printf("  of which the GPU (release -> kernel done, word written): p50 %.1f us, p99 %.1f us\n",
+           gpu[ROOMS / 2] / 1e3, gpu[ROOMS * 99 / 100] / 1e3);
+    printf("  of which pdx (word written -> first write posted): p50 %.1f us, p99 %.1f us\n",
+           own[ROOMS / 2] / 1e3, own[ROOMS * 99 / 100] / 1e3);
+    CHECK(lat[ROOMS - 1] < 1000000000ull, "every gate opened");
+
+    /* CPU while a gate is pending: one room gated for 500 ms */
+    progress("gate CPU", 20000);
+    {
+        pdx_gate_t gate = {};
+
+        *(volatile uint64_t *)flag = 0;
+        pdx_expect(dc->e, peer, 20000, dc->layout, &l, NULL, 1, 10000);
+        produce<<<LAYERS, 128, 0, stream>>>(flag, pf->pool, dpages, 1, 20000);
+        pdx_gate_arm(pf->e, stream, &gate);
+        pdx_send(pf->e, 20000, pf->layout, &l, &gate, NULL, PDX_SEND_LAST);
+        usleep(10000);
+        cpu0 = cpu_seconds();
+        t0 = now_ns();
+        usleep(500000);
+        cpu1 = cpu_seconds();
+        gated_ns = now_ns() - t0;
+        __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+        printf("process CPU while one gate was pending for %.0f ms: %.1f%% of one core "
+               "(PDX_GATE_BACKOFF_US=%s; includes the GPU runtime's threads)\n", gated_ns / 1e6,
+               100.0 * (cpu1 - cpu0) / (gated_ns / 1e9), backoff);
+        CHECK(wait_done(dc->e, 20000, 10000) == PDX_ROOM_SUCCESS, "the long-gated room");
+        wait_done(pf->e, 20000, 10000);
+        release_room(dc->e, 20000);
+        release_room(pf->e, 20000);
+    }
+
+    /* kernel launch rate without pdx, and with a chunk gated and sent every
+     * 64 launches (a layer group of a forward pass) */
+    {
+        enum { LAUNCHES = 19200, EVERY = 64, CHUNKS = LAUNCHES / EVERY };
+        uint64_t *x;
+        double rate[2];
+        int sent = 0, ok = 0;
+
+        progress("launch rate", 30000);
+        CUDA_OK(cudaMalloc((void **)&x, sizeof(*x)));
+        for (int k = 0; k < CHUNKS; k++)
+            pdx_expect(dc->e, peer, 30000 + (uint64_t)k, dc->layout, &l, NULL, 1, 30000);
+        for (int with = 0; with < 2; with++) {
+            CUDA_OK(cudaStreamSynchronize(stream));
+            t0 = now_ns();
+            for (int i = 0; i < LAUNCHES; i++) {
+                tiny<<<1, 32, 0, stream>>>(x);
+                if (with && i % EVERY == EVERY - 1) {
+                    pdx_gate_t gate = {};
+                    uint64_t room = 30000 + (uint64_t)(i / EVERY);
+
+                    if (pdx_gate_arm(pf->e, stream, &gate) == PDX_OK &&
+                        pdx_send(pf->e, room, pf->layout, &l, &gate, NULL, PDX_SEND_LAST) ==
+                            PDX_OK)
+                        sent++;
+                }
+            }
+            CUDA_OK(cudaStreamSynchronize(stream));
+            rate[with] = LAUNCHES / ((now_ns() - t0) / 1e9);
+        }
+        for (int k = 0; k < CHUNKS; k++) {
+            progress("launch rate: rooms", 30000 + (uint64_t)k);
+            ok += wait_done(dc->e, 30000 + (uint64_t)k, 10000) == PDX_ROOM_SUCCESS;
+            wait_done(pf->e, 30000 + (uint64_t)k, 10000);
+            release_room(dc->e, 30000 + (uint64_t)k);
+            release_room(pf->e, 30000 + (uint64_t)k);
+        }
+        CHECK(sent == CHUNKS && ok == CHUNKS, "gated chunks between launches: %d sent, %d "
+              "arrived of %d", sent, ok, CHUNKS);
+        printf("kernel launches: %.0f/s alone, %.0f/s with a gated chunk sent every %d "
+               "launches: ratio %.3f (target >= 0.95)\n", rate[0], rate[1], EVERY,
+               rate[1] / rate[0]);
+        cudaFree(x);
+    }
+    cudaStreamDestroy(stream);
+    cudaFree(dpages);
+    cudaFreeHost(flag);
+    free(lat);
+    free(gpu);
+    free(own);
+}
+
+int main(void)
+{
+    side_t pf, dc;
+    uint32_t peer;
+
+    setvbuf(stdout, NULL, _IONBF, 0);
+    signal(SIGALRM, on_alarm);
+    progress("setup", 0);
+    CUDA_OK(cudaSetDevice(0));
+    CUDA_OK(cudaHostAlloc((void **)&stale_flag, sizeof(*stale_flag), cudaHostAllocMapped));
+    CUDA_OK(cudaMalloc((void **)&stale_pages, PAGES * sizeof(uint32_t)));
+    CUDA_OK(cudaStreamCreateWithFlags(&stale_stream, cudaStreamNonBlocking));
+    CUDA_OK(cudaEventCreateWithFlags(&stale_ev, cudaEventDisableTiming));
+    side_open(&pf, true, "3000");
+    side_open(&dc, false, "3000");
+    if (pdx_peer_connect(dc.e, pdx_engine_address(pf.e), 5000, &peer) != PDX_OK) {
+        printf("FATAL: connect\n");
+        return 2;
+    }
+    test_stale_pages(&pf, &dc, peer);
+    test_gate_errors(&pf, &dc, peer);
+    test_latency(&pf, &dc, peer);
+    progress("close", 0);
+    side_close(&dc);
+    side_close(&pf);
+    cudaEventDestroy(stale_ev);
+    cudaStreamDestroy(stale_stream);
+    cudaFree(stale_pages);
+    cudaFreeHost(stale_flag);
+    alarm(0);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
