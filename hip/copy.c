@@ -65,6 +65,37 @@ void pdx_hip_host_free(void *ptr)
         hipx_fail(err, "hipHostFree", "staging buffer");
 }
 
+pdx_status_t pdx_hip_device_alloc(size_t len, void **ptr_p)
+{
+    void *mem = NULL;
+    hipError_t err;
+    pdx_status_t st;
+
+    if (len == 0 || !ptr_p) {
+        pdx_error("hip: device_alloc: bad length %zu or NULL output", len);
+        return PDX_ERR_INVALID;
+    }
+    st = need_gpu("device_alloc");
+    if (st != PDX_OK)
+        return st;
+    err = hipMalloc(&mem, len);
+    if (err != hipSuccess)
+        return hipx_fail(err, "hipMalloc", "device memory");
+    *ptr_p = mem;
+    return PDX_OK;
+}
+
+void pdx_hip_device_free(void *ptr)
+{
+    hipError_t err;
+
+    if (!ptr)
+        return;
+    err = hipFree(ptr);
+    if (err != hipSuccess)
+        hipx_fail(err, "hipFree", "device memory");
+}
+
 pdx_status_t pdx_hip_stream_create(void **stream_p)
 {
     hipStream_t stream = NULL;

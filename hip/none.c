@@ -164,6 +164,18 @@ void pdx_hip_host_free(void *ptr)
     (void)ptr;
 }
 
+pdx_status_t pdx_hip_device_alloc(size_t len, void **ptr_p)
+{
+    (void)len;
+    (void)ptr_p;
+    return unsupported("device_alloc");
+}
+
+void pdx_hip_device_free(void *ptr)
+{
+    (void)ptr;
+}
+
 pdx_status_t pdx_hip_stream_create(void **stream_p)
 {
     (void)stream_p;

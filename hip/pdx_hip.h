@@ -163,6 +163,11 @@ pdx_status_t pdx_hip_stream_wait_word(void *stream, volatile uint64_t *word, uin
 pdx_status_t pdx_hip_host_alloc(size_t len, void **ptr_p);
 void pdx_hip_host_free(void *ptr);
 
+/* Device memory on the current device (hipMalloc), for tools and tests;
+ * pdx itself registers the caller's memory and allocates none. */
+pdx_status_t pdx_hip_device_alloc(size_t len, void **ptr_p);
+void pdx_hip_device_free(void *ptr);
+
 /* A pdx-owned non-blocking stream on the current device. Destroying a
  * stream with work in flight lets the work finish. */
 pdx_status_t pdx_hip_stream_create(void **stream_p);
