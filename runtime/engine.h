@@ -36,6 +36,7 @@
 
 #define PDX_MAX_PEERS       64
 #define PDX_MAX_MEMS        1024
+#define PDX_MAX_SHARDS      64     /* PDX_SHARDS at most (config.c) */
 #define PDX_MAX_LAYOUTS     64
 #define PDX_MAX_DESTS       8      /* decode ranks one prefill room sends to */
 #define PDX_NOTIFY_RQ       64     /* receive buffers per data endpoint */
@@ -142,6 +143,10 @@ struct pdx_peer {
     _Atomic int         state;         /* pdx_peer_state_t */
     _Atomic uint32_t    reaped;        /* FAILED and every dep in error: nothing more
                                         * of it can land here */
+    /* pdx_rooms_peer_gone: when it went and each shard's passes then; its
+     * decode rooms fail once every shard has polled what already arrived */
+    _Atomic uint64_t    gone_ns;
+    uint64_t            gone_passes[PDX_MAX_SHARDS];
     _Atomic uint32_t    fence_steps;   /* peer.c: reaped, rooms told it is gone;
                                         * the second calls pdx_rooms_peer_fenced */
     pdx_status_t        status;        /* why FAILED (written before state) */
@@ -208,6 +213,8 @@ typedef struct pdx_room_ext {
     _Atomic uint32_t fenced;           /* decode: nothing more can land */
     _Atomic bool     decode;           /* expected here (receiver); set once */
     _Atomic uint32_t flush;            /* decode: PDX_FLUSH_* before SUCCESS */
+    pdx_peer_t *_Atomic gone_peer;     /* decode: a sender gone, the room fails once
+                                        * what it sent before is polled */
     _Atomic uint32_t last_queued;      /* prefill: pdx_send had PDX_SEND_LAST */
     /* prefill: destinations, published by ndests (release). The shard sets
      * PDX_DESTS_CLOSED in ndests (fetch_or) before a room's first chunk and
@@ -273,6 +280,7 @@ struct pdx_shard {
     uint32_t          *cell_next;      /* per ring cell: next cell of its room */
     int                wake_fd;        /* eventfd: new chunks, metadata, credits */
     _Atomic uint32_t   sleeping;
+    _Atomic uint64_t   passes;         /* worker passes done (pdx_rooms_peer_gone) */
     int                epfd;
     pdx_tp_cq_t       *cq;
     /* data endpoints this shard owns (control thread adds, shard reads) */

@@ -386,6 +386,28 @@ void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notif
 
 /* ------------------------------------------------------------- deadlines */
 
+/*
+ * A sender's last notifies may already sit in a shard's completion queue when
+ * its control connection closes (a prefill engine that exits right after its
+ * rooms succeeded): its decode rooms fail only once every shard has made two
+ * passes since (each pass polls its CQ), or after a second, so a room whose
+ * data all arrived still becomes SUCCESS. Prefill rooms fail at once.
+ */
+static bool peer_drained(pdx_engine_t *e, pdx_peer_t *peer, uint64_t now)
+{
+    uint64_t gone = atomic_load_explicit(&peer->gone_ns, memory_order_acquire);
+
+    if (!gone)
+        return false;
+    if (now - gone > 1000000000ull)
+        return true;
+    for (uint32_t i = 0; i < e->nshards; i++)
+        if (atomic_load_explicit(&e->shards[i].passes, memory_order_acquire) <
+            peer->gone_passes[i] + 2)
+            return false;
+    return true;
+}
+
 static void sweep_room(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_room_ext_t *ext, uint64_t id,
                        int32_t state, uint64_t now)
 {
@@ -402,9 +424,14 @@ static void sweep_room(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_room_ext_t *ext
         return;
     }
     if (decode) {
+        pdx_peer_t *gone = atomic_load(&ext->gone_peer);
+
         if (dl && now > dl)
             pdx_rooms_fail_id(e, obj, id, PDX_ERR_TIMEOUT, "the transfer did not complete by "
                               "the pdx_expect deadline");
+        else if (gone && peer_drained(e, gone, now))
+            pdx_rooms_fail_id(e, obj, id, PDX_ERR_PEER, "peer %s is gone: %s", gone->addr,
+                              gone->err);
     } else if (state == PDX_ROOM_BOOTSTRAPPING && dl && now > dl) {
         pdx_rooms_fail_id(e, obj, id, PDX_ERR_TIMEOUT, "no metadata from decode within "
                           "PDX_BOOTSTRAP_TIMEOUT_MS=%u ms", e->cfg.bootstrap_timeout_ms);
@@ -448,6 +475,11 @@ void pdx_rooms_sweep(pdx_engine_t *e, uint64_t now)
 
 void pdx_rooms_peer_gone(pdx_engine_t *e, pdx_peer_t *peer)
 {
+    for (uint32_t i = 0; i < e->nshards; i++)
+        peer->gone_passes[i] = atomic_load_explicit(&e->shards[i].passes, memory_order_acquire);
+    atomic_store_explicit(&peer->gone_ns, pdx_now_ns(), memory_order_release);
+    for (uint32_t i = 0; i < e->nshards; i++)
+        pdx_shard_wake(&e->shards[i]);
     for (uint32_t i = 0; i < e->rooms.capacity; i++) {
         pdx_room_obj_t *obj = &e->rooms.objs[i];
         pdx_room_ext_t *ext = &e->ext[i];
@@ -461,6 +493,11 @@ void pdx_rooms_peer_gone(pdx_engine_t *e, pdx_peer_t *peer)
             /* No ABORT_ACK can reach it any more. */
             atomic_fetch_and(&ext->ack_mask, ~(1ull << peer->id));
             needs = room_has_peer(ext, peer);
+            if (needs && atomic_load(&ext->decode)) {
+                needs = false; /* the sweep fails it once the shards drained */
+                if (!atomic_load(&ext->gone_peer))
+                    atomic_store(&ext->gone_peer, peer);
+            }
         }
         pthread_mutex_unlock(&ext->lock);
         /* Decode rooms stop waiting for its ABORT_ACK only once its endpoints

@@ -503,6 +503,10 @@ static void shard_pass(pdx_shard_loop_t *L)
     pdx_shard_send(L);
     if (L->credit_retry)
         pdx_shard_credit_retry(L);
+    /* this worker is its only writer */
+    atomic_store_explicit(&L->s->passes,
+                          atomic_load_explicit(&L->s->passes, memory_order_relaxed) + 1,
+                          memory_order_release);
 }
 
 /* Sleep in epoll until an event, or a bounded backoff while work is timed:
