@@ -272,9 +272,7 @@ void pdx_engine_destroy(pdx_engine_t *e)
     }
     for (uint32_t i = 0; i < PDX_MAX_LAYOUTS; i++)
         pdx_layout_free(e->layouts[i]);
-    for (uint32_t i = 0; i < PDX_MAX_MEMS; i++)
-        if (e->mems[i].used)
-            e->ops->mr_dereg(e->mems[i].mr);
+    pdx_mem_fini(e);
     e->ops->close(e->tp);
     rooms_fini(e);
     pdx_gpu_close(e);
@@ -295,85 +293,6 @@ const char *pdx_engine_transport(const pdx_engine_t *e)
     return e ? e->ops->name : "";
 }
 
-/* ------------------------------------------------------------------ memory */
-
-pdx_status_t pdx_mem_register(pdx_engine_t *e, void *base, size_t len, uint32_t *mem_p)
-{
-    pdx_status_t st;
-    uint32_t id;
-
-    if (!e || !base || len == 0 || !mem_p)
-        return PDX_ERR_INVALID;
-    pthread_mutex_lock(&e->lock);
-    /* Peers never let a region id change its description (shards read it
-     * without a lock): an id described before is taken only when no fresh
-     * one is left, and peers that knew the old region then fail. */
-    for (id = 0; id < PDX_MAX_MEMS && (e->mems[id].used || e->mems[id].rkey.len); id++)
-        ;
-    if (id == PDX_MAX_MEMS) {
-        for (id = 0; id < PDX_MAX_MEMS && e->mems[id].used; id++)
-            ;
-        if (id < PDX_MAX_MEMS)
-            pdx_warn("pdx_mem_register: region id %u is used again; peers that knew "
-                     "the old region will fail", id);
-    }
-    if (id == PDX_MAX_MEMS) {
-        pthread_mutex_unlock(&e->lock);
-        pdx_error("pdx_mem_register: all %d regions in use", PDX_MAX_MEMS);
-        return PDX_ERR_FULL;
-    }
-    st = pdx_gpu_mem_reg(e, base, len,
-                         PDX_TP_ACCESS_LOCAL_WRITE | PDX_TP_ACCESS_REMOTE_WRITE |
-                             (e->flush ? PDX_TP_ACCESS_REMOTE_READ : 0), &e->mems[id].mr,
-                         &e->mems[id].gpu);
-    if (st != PDX_OK) {
-        pthread_mutex_unlock(&e->lock);
-        return st;
-    }
-    e->ops->mr_remote(e->mems[id].mr, &e->mems[id].rkey);
-    e->mems[id].base = base;
-    e->mems[id].len = len;
-    atomic_store(&e->mems[id].users, 0);
-    e->mems[id].used = true;
-    pthread_mutex_unlock(&e->lock);
-    pdx_peer_broadcast_mem(e, id);
-    *mem_p = id;
-    return PDX_OK;
-}
-
-pdx_status_t pdx_mem_deregister(pdx_engine_t *e, uint32_t mem)
-{
-    pdx_status_t st;
-
-    if (!e || mem >= PDX_MAX_MEMS)
-        return PDX_ERR_INVALID;
-    pthread_mutex_lock(&e->lock);
-    if (!e->mems[mem].used) {
-        st = PDX_ERR_NOT_FOUND;
-    } else if (atomic_load(&e->mems[mem].users) > 0) {
-        pdx_error("pdx_mem_deregister: region %u is still used by a layout", mem);
-        st = PDX_ERR_STATE;
-    } else {
-        st = e->ops->mr_dereg(e->mems[mem].mr);
-        if (st == PDX_OK) {
-            pdx_tp_rkey_t described = e->mems[mem].rkey; /* kept: the id is not fresh */
-
-            memset(&e->mems[mem], 0, sizeof(e->mems[mem]));
-            described.rkeys = NULL; /* the transport's, gone with the region */
-            e->mems[mem].rkey = described;
-        }
-    }
-    pthread_mutex_unlock(&e->lock);
-    return st;
-}
-
-pdx_status_t pdx_engine_mem_lookup(pdx_engine_t *e, uint32_t mem, pdx_mem_t **mem_p)
-{
-    if (mem >= PDX_MAX_MEMS || !e->mems[mem].used)
-        return PDX_ERR_NOT_FOUND;
-    *mem_p = &e->mems[mem];
-    return PDX_OK;
-}
 
 /* ------------------------------------------------------------------ layouts */
 
@@ -471,6 +390,7 @@ pdx_status_t pdx_engine_stats(pdx_engine_t *e, pdx_stats_t *stats_p)
     s.rooms_success = atomic_load_explicit(&e->stats.rooms_success, memory_order_relaxed);
     s.rooms_failed = atomic_load_explicit(&e->stats.rooms_failed, memory_order_relaxed);
     s.send_again = atomic_load_explicit(&e->stats.send_again, memory_order_relaxed);
+    s.registrations = atomic_load_explicit(&e->nregs, memory_order_relaxed);
     *stats_p = s;
     return PDX_OK;
 }

@@ -60,12 +60,24 @@ enum {
 
 /* ----------------------------------------------------------------- memory */
 
+/* A transport registration, shared by the regions of one allocation (mem.c). */
+typedef struct pdx_reg {
+    uint32_t         refs;        /* regions in it; 0: a free slot */
+    bool             gpu;         /* GPU memory (gpu.c) */
+    uintptr_t        base;        /* the registered range */
+    size_t           len;
+    uint64_t         id;          /* the allocation's identity; 0: host memory by range */
+    pdx_tp_mr_t     *mr;
+} pdx_reg_t;
+
 typedef struct pdx_mem {
     bool             used;
     bool             gpu;         /* GPU memory (gpu.c) */
     void            *base;
     size_t           len;
-    pdx_tp_mr_t     *mr;
+    pdx_reg_t       *reg;
+    pdx_tp_mr_t     *mr;          /* reg's */
+    uint64_t         mr_off;      /* base - reg->base: WRs address the registration */
     pdx_tp_rkey_t    rkey;
     _Atomic uint32_t users;       /* layouts and rooms referring to it */
 } pdx_mem_t;
@@ -326,6 +338,8 @@ struct pdx_engine {
 
     pthread_mutex_t            lock;
     pdx_mem_t                  mems[PDX_MAX_MEMS];
+    pdx_reg_t                  regs[PDX_MAX_MEMS];
+    _Atomic uint32_t           nregs;       /* registrations held */
     pdx_layout_t              *layouts[PDX_MAX_LAYOUTS];
     uint32_t                   nlayouts;
     pdx_peer_t *_Atomic        peers[PDX_MAX_PEERS];
@@ -366,6 +380,8 @@ static inline pdx_shard_t *pdx_room_shard(pdx_engine_t *e, uint64_t room)
 
 /* engine.c */
 pdx_status_t pdx_engine_mem_lookup(pdx_engine_t *e, uint32_t mem, pdx_mem_t **mem_p);
+/* mem.c: at destroy, every registration still held. */
+void pdx_mem_fini(pdx_engine_t *e);
 const pdx_layout_t *pdx_engine_layout(pdx_engine_t *e, uint32_t id);
 
 /* ctrl.c: the control thread */

@@ -128,7 +128,7 @@ static bool build_writes(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
     const pdx_run_t *r = runs, *const end = runs + n;
     pdx_tp_write_t *w = wrs;
     uint64_t seq = dep->posted, mems;
-    uint64_t src_len = 0, dst_len = 0, dst_addr = 0, bytes = 0;
+    uint64_t src_len = 0, src_off = 0, dst_len = 0, dst_addr = 0, bytes = 0;
     const pdx_tp_rkey_t *dst = NULL;
     pdx_tp_mr_t *mr = NULL;
     uint32_t rkey = 0;
@@ -149,6 +149,7 @@ static bool build_writes(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
             if (PDX_UNLIKELY(!m || !m->used || !m->mr))
                 goto err_src;
             src_len = m->len;
+            src_off = m->mr_off;
             if (PDX_UNLIKELY(!rm || !atomic_load_explicit(&rm->valid, memory_order_acquire)))
                 goto err_unknown;
             mems = key;
@@ -170,7 +171,7 @@ static bool build_writes(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
         }
         w->wr_id = id_base | (seq & PDX_WR_SEQ_MASK);
         w->mr = mr;
-        w->offset = r->src_offset;
+        w->offset = src_off + r->src_offset;
         w->length = r->len;
         w->remote_addr = dst_addr + r->dst_offset;
         w->rkey = rkey;

@@ -361,3 +361,40 @@ Test(engine, gates_without_a_gpu, .fini = fini, .timeout = 30)
     cr_assert_eq(wait_done(dc.e, 7, 5000), PDX_ROOM_SUCCESS);
     cr_expect_eq(side_check(&dc, 7, pages, 2, 0), 0);
 }
+
+/*
+ * Registrations are shared by identity: host memory the GPU runtime does not
+ * know is shared only by regions of the same range, so registering the pool
+ * again takes no new registration, another range does, and a region keeps
+ * working after its twin is deregistered.
+ */
+Test(engine, registrations_are_shared_by_identity, .fini = fini, .timeout = 30)
+{
+    geom_t g = {.layers = 1, .bytes_per_page = 512, .npages = 32};
+    uint32_t twin, part, pages[3] = {1, 5, 30};
+    pdx_pages_t p = {pages, 3};
+    pdx_stats_t st0, st;
+    size_t len = (size_t)g.layers * g.npages * g.bytes_per_page;
+
+    open_pair(&g, NULL);
+    cr_assert_eq(pdx_engine_stats(pf.e, &st0), PDX_OK);
+    cr_expect_eq(st0.registrations, 2, "the pool and the aux slot");
+    cr_assert_eq(pdx_mem_register(pf.e, pf.pool, len, &twin), PDX_OK);
+    cr_assert_eq(pdx_engine_stats(pf.e, &st), PDX_OK);
+    cr_expect_eq(st.registrations, st0.registrations, "the same range: shared");
+    cr_expect_neq(twin, pf.mem, "a region id of its own");
+    cr_assert_eq(pdx_mem_register(pf.e, pf.pool + 512, 1024, &part), PDX_OK);
+    cr_assert_eq(pdx_engine_stats(pf.e, &st), PDX_OK);
+    cr_expect_eq(st.registrations, st0.registrations + 1, "another range of host memory");
+    cr_expect_eq(pdx_mem_deregister(pf.e, part), PDX_OK);
+    cr_expect_eq(pdx_mem_deregister(pf.e, twin), PDX_OK);
+    cr_assert_eq(pdx_engine_stats(pf.e, &st), PDX_OK);
+    cr_expect_eq(st.registrations, st0.registrations);
+
+    /* the pool's region still carries a room */
+    cr_assert_eq(pdx_expect(dc.e, peer, 9, dc.layout, &p, NULL, 1, 5000), PDX_OK);
+    side_fill(&pf, 9, pages, 3, 0);
+    cr_assert_eq(pdx_send(pf.e, 9, pf.layout, &p, NULL, NULL, PDX_SEND_LAST), PDX_OK);
+    cr_assert_eq(wait_done(dc.e, 9, 5000), PDX_ROOM_SUCCESS);
+    cr_expect_eq(side_check(&dc, 9, pages, 3, 0), 0);
+}

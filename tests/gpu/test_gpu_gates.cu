@@ -153,10 +153,32 @@ static void side_open(side_t *s, bool pinned, const char *timeout_ms)
     else
         s->pool = (uint64_t *)malloc(len);
     memset(s->pool, 0xee, len);
-    CHECK(pdx_mem_register(s->e, s->pool, len, &s->mem) == PDX_OK, "register the pool");
-    for (int l = 0; l < LAYERS; l++)
-        bufs[l] = (pdx_buffer_desc_t){.mem = s->mem, .reserved0 = 0,
-                                      .offset = (uint64_t)l * NPAGES * BPP, .bytes_per_page = BPP};
+    if (pinned) {
+        /* One region per layer inside one pinned allocation: they share one
+         * registration (by the allocation's identity), and WRs address it at
+         * each region's offset. */
+        pdx_stats_t st;
+        uint32_t mems[LAYERS];
+
+        for (int l = 0; l < LAYERS; l++) {
+            CHECK(pdx_mem_register(s->e, (uint8_t *)s->pool + (size_t)l * NPAGES * BPP,
+                                   (size_t)NPAGES * BPP, &mems[l]) == PDX_OK, "register layer %d", l);
+            bufs[l] = (pdx_buffer_desc_t){.mem = mems[l], .reserved0 = 0, .offset = 0,
+                                          .bytes_per_page = BPP};
+        }
+        pdx_engine_stats(s->e, &st);
+        CHECK(st.registrations == 1, "%d layer regions of one pinned allocation: %llu "
+              "registrations", LAYERS, (unsigned long long)st.registrations);
+        printf("%d layer regions of one pinned allocation: %llu registration(s)\n", LAYERS,
+               (unsigned long long)st.registrations);
+        s->mem = mems[0];
+    } else {
+        CHECK(pdx_mem_register(s->e, s->pool, len, &s->mem) == PDX_OK, "register the pool");
+        for (int l = 0; l < LAYERS; l++)
+            bufs[l] = (pdx_buffer_desc_t){.mem = s->mem, .reserved0 = 0,
+                                          .offset = (uint64_t)l * NPAGES * BPP,
+                                          .bytes_per_page = BPP};
+    }
     group.buffers_per_layer = 1;
     group.nbuffers = LAYERS;
     group.npages = NPAGES;

@@ -425,6 +425,8 @@ typedef struct pdx_stats {
     uint64_t send_again;      /* pdx_send() answers of PDX_ERR_AGAIN */
     uint64_t worker_wakeups;
     uint64_t ring_high_water; /* most chunks queued in one shard's ring */
+    uint64_t registrations;   /* transport registrations held: regions inside one
+                               * allocation share one */
 } pdx_stats_t;
 
 PDX_API pdx_status_t pdx_engine_stats(pdx_engine_t *engine, pdx_stats_t *stats_p);
