@@ -34,6 +34,8 @@ pdx_status_t pdx_gpu_open(pdx_engine_t *e)
 
     g->device = -1;
     pthread_mutex_init(&g->lock, NULL);
+    if (e->cfg.markers == PDX_MODE_ON)
+        pdx_hip_markers_enable(true); /* says so when no marker library is there */
     st = pdx_hip_device_count(&count);
     if (st != PDX_OK) {
         pdx_info("no GPU (%s: %s): the engine serves host memory", pdx_hip_platform_name(),
@@ -63,8 +65,6 @@ pdx_status_t pdx_gpu_open(pdx_engine_t *e)
         needed = false; /* tcp: bytes are placed by the host before the notify */
     g->flush = needed;
     g->flush_host = needed && !strcmp(pdx_hip_platform_name(), "nvidia");
-    if (e->cfg.markers == PDX_MODE_ON)
-        pdx_hip_markers_enable(true);
     pdx_info("GPU %d (%s); GPU destinations %s", device, pdx_hip_platform_name(),
              !needed ? "need no flush" : g->flush_host ? "are flushed by the host call"
                                                         : "are flushed by an RDMA READ");

@@ -68,8 +68,12 @@ static void retire(pdx_engine_t *e, pdx_dep_t *dep, uint64_t from, uint64_t to)
              * read-modify-write): k means these are the room's last WRs.
              * SUCCESS comes before the decrement, which lets pdx_release free it. */
             inflight = atomic_load_explicit(&ext->inflight, memory_order_relaxed);
-            if (ext->last_sent && inflight == k && pdx_room_state(obj) != PDX_ROOM_FAILED)
+            if (ext->last_sent && inflight == k && pdx_room_state(obj) != PDX_ROOM_FAILED) {
+                PDX_MARKER_PUSH_ROOM("pdx room completed",
+                                     atomic_load_explicit(&obj->id, memory_order_relaxed));
+                PDX_MARKER_POP();
                 pdx_rooms_succeed(e, obj);
+            }
             atomic_store_explicit(&ext->inflight, inflight - k, memory_order_release);
         }
         if (le == wrap)
