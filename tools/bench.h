@@ -1,7 +1,9 @@
 /*
  * pdx-bench internals: pdx_bench.c (options, loopback, report), bench_run.c
- * (the decode and prefill loops of one side) and bench_side.c (one side's
- * engine, memory and pages, and the byte pattern both sides agree on).
+ * (the decode and prefill loops of one side), bench_side.c (one side's
+ * engine, memory and pages, and the byte pattern both sides agree on) and
+ * bench_gpu.c (--gpu: the pool in GPU memory, written and read back through
+ * pinned staging; the only tools file that calls hip/).
  */
 #ifndef PDX_TOOLS_BENCH_H
 #define PDX_TOOLS_BENCH_H
@@ -36,6 +38,7 @@ typedef struct bench_opts {
     int      json;
     int      keep_going;
     int      progress;         /* a live progress line on stdout is allowed */
+    int      gpu;              /* --gpu: the GPU holding the KV pool and aux slots; -1: host */
     /* derived */
     uint64_t bytes_per_page;   /* bytes_per_token * page_size */
     uint64_t npages;           /* pages per buffer in the pool */
@@ -100,13 +103,18 @@ typedef struct bench_slot {
     pdx_room_state_t state;
 } bench_slot_t;
 
+typedef struct bench_gpu bench_gpu_t; /* bench_gpu.h */
+
 typedef struct bench_side {
     const bench_opts_t *o;
     bench_role_t    role;
     uint64_t        room_budget_ms;  /* the engine's deadlines for one room */
     pdx_engine_t   *e;
-    uint8_t        *pool;            /* layer-major: layer l, page p at (l * npages + p) * bpp */
-    uint8_t        *aux;             /* one BENCH_AUX_SLOT per slot */
+    uint8_t        *pool;            /* layer-major: layer l, page p at (l * npages + p) * bpp;
+                                        with --gpu device memory, never dereferenced here */
+    uint8_t        *aux;             /* one BENCH_AUX_SLOT per slot; with --gpu the pinned
+                                        host mirror of the registered device slots */
+    bench_gpu_t    *gpu;             /* --gpu; NULL: pool and aux are host memory */
     size_t          aux_len;
     uint32_t        mem, aux_mem, layout, peer;
     uint32_t       *free_pages;      /* the pages no room in flight uses */
@@ -130,6 +138,18 @@ void bench_fill_page(uint8_t *p, uint64_t len, uint64_t base);
 /* Bytes of the page that differ from the pattern; the first one's offset in *first_p. */
 uint64_t bench_check_page(const uint8_t *p, uint64_t len, uint64_t base, uint64_t *first_p);
 uint8_t *bench_page_at(const bench_side_t *s, uint32_t layer, uint32_t page);
+
+/* What checking a room found: bytes that differ and where the first one is. */
+typedef struct bench_diff {
+    uint64_t bad;      /* bytes that differ */
+    uint64_t first;    /* offset of the first one in its page */
+    uint32_t layer;    /* of that page */
+    uint32_t pos;      /* of that page in the room */
+} bench_diff_t;
+
+/* Check page (layer, position pos of room) held at p, adding to d. */
+void bench_diff_page(bench_diff_t *d, const uint8_t *p, uint64_t len, pdx_room_t room,
+                     uint32_t layer, uint32_t pos);
 
 /* o->pages distinct free pages, at random; back to the free list. */
 void bench_pick_pages(bench_side_t *s, uint32_t *out);

@@ -11,7 +11,9 @@
  * against pattern(room, layer, position in the room, offset), read the aux
  * slot (prefill's send time), release. Prefill: fill the pages with the same
  * pattern, write the send time into the aux slot, pdx_send() in `chunks`
- * chunks (the last with the aux slot), poll, release.
+ * chunks (the last with the aux slot), poll, release. With --gpu the pages
+ * and the aux slot are written and read back on the GPU (bench_gpu.c) and
+ * every chunk is sent behind a stream gate.
  *
  * A poll sweep stamps the time of every room that turned SUCCESS or FAILED;
  * one runs before and after each room is checked, so checking one room adds
@@ -19,6 +21,7 @@
  * has a deadline.
  */
 #include "bench.h"
+#include "bench_gpu.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -145,6 +148,22 @@ static void decode_start(bench_side_t *s, bench_slot_t *sl, pdx_room_t room)
     }
 }
 
+/* A chunk that could not be queued: the room ends there. */
+static void chunk_failed(bench_side_t *s, bench_slot_t *sl, uint32_t c)
+{
+    if (c == 0) {
+        slot_drop(s, sl);
+    } else {
+        pdx_abort(s->e, sl->room);
+        room_release(s, sl, 1);
+    }
+}
+
+/*
+ * Host pool: fill every page, then send the chunks ungated. GPU pool
+ * (bench_gpu.c): per chunk, enqueue its writes on the GPU and send it behind
+ * a stream gate; the room's time starts before its first write.
+ */
 static void prefill_start(bench_side_t *s, bench_slot_t *sl, pdx_room_t room)
 {
     const bench_opts_t *o = s->o;
@@ -155,10 +174,11 @@ static void prefill_start(bench_side_t *s, bench_slot_t *sl, pdx_room_t room)
     uint64_t deadline;
 
     bench_pick_pages(s, sl->pages);
-    for (uint32_t l = 0; l < o->layers; l++)
-        for (uint32_t i = 0; i < o->pages; i++)
-            bench_fill_page(bench_page_at(s, l, sl->pages[i]), o->bytes_per_page,
-                            bench_pattern_base(room, l, i));
+    if (!s->gpu)
+        for (uint32_t l = 0; l < o->layers; l++)
+            for (uint32_t i = 0; i < o->pages; i++)
+                bench_fill_page(bench_page_at(s, l, sl->pages[i]), o->bytes_per_page,
+                                bench_pattern_base(room, l, i));
     rec.send_ns = bench_now_ns();
     memset(s->aux + aux.offset, 0, BENCH_AUX_SLOT);
     memcpy(s->aux + aux.offset, &rec, sizeof(rec));
@@ -168,9 +188,21 @@ static void prefill_start(bench_side_t *s, bench_slot_t *sl, pdx_room_t room)
         int last = c + 1 == o->chunks;
         uint32_t n = last ? o->pages - at : o->pages / o->chunks;
         pdx_pages_t src = {sl->pages + at, n};
+        pdx_gate_t gate, *gated = NULL;
+        char why[512];
         pdx_status_t st;
 
-        while ((st = pdx_send(s->e, room, s->layout, &src, NULL, last ? &aux : NULL,
+        if (s->gpu) {
+            if (bench_gpu_write_chunk(s, room, sl->pages + at, at, n,
+                                      last ? aux.offset : BENCH_GPU_NO_AUX, deadline, &gate, why,
+                                      sizeof(why)) != 0) {
+                room_failed(s, room, "chunk %u of %u: %s", c + 1, o->chunks, why);
+                chunk_failed(s, sl, c);
+                return;
+            }
+            gated = &gate;
+        }
+        while ((st = pdx_send(s->e, room, s->layout, &src, gated, last ? &aux : NULL,
                               last ? PDX_SEND_LAST : 0)) == PDX_ERR_AGAIN &&
                bench_now_ns() < deadline)
             bench_sleep_ns(RETRY_NS);
@@ -178,12 +210,7 @@ static void prefill_start(bench_side_t *s, bench_slot_t *sl, pdx_room_t room)
             room_failed(s, room, "chunk %u of %u: pdx_send: %s%s", c + 1, o->chunks,
                         pdx_status_str(st),
                         st == PDX_ERR_AGAIN ? " (the ring stayed full until the deadline)" : "");
-            if (c == 0) {
-                slot_drop(s, sl);
-            } else {
-                pdx_abort(s->e, room);
-                room_release(s, sl, 1);
-            }
+            chunk_failed(s, sl, c);
             return;
         }
         at += n;
@@ -194,30 +221,30 @@ static void prefill_start(bench_side_t *s, bench_slot_t *sl, pdx_room_t room)
 static int decode_verify(bench_side_t *s, bench_slot_t *sl, int64_t *lat_p)
 {
     const bench_opts_t *o = s->o;
-    uint64_t bad = 0, first = 0;
-    uint32_t bad_layer = 0, bad_pos = 0;
+    uint64_t aux_off = aux_region(s, sl).offset;
+    bench_diff_t d = {0};
     bench_aux_rec_t rec;
+    char why[512];
 
-    for (uint32_t l = 0; l < o->layers; l++)
-        for (uint32_t i = 0; i < o->pages; i++) {
-            uint64_t off = 0, n;
-
-            n = bench_check_page(bench_page_at(s, l, sl->pages[i]), o->bytes_per_page,
-                                 bench_pattern_base(sl->room, l, i), &off);
-            if (n && !bad) {
-                first = off;
-                bad_layer = l;
-                bad_pos = i;
-            }
-            bad += n;
+    if (s->gpu) {
+        if (bench_gpu_verify(s, sl, aux_off, &d, why, sizeof(why)) != 0) {
+            room_failed(s, sl->room, "%s", why);
+            return -1;
         }
-    if (bad) {
-        room_failed(s, sl->room, "%" PRIu64 " byte%s differ; the first at layer %u, position %u "
-                    "(page %u), byte %" PRIu64 " of the page", bad, bad == 1 ? "" : "s", bad_layer,
-                    bad_pos, sl->pages[bad_pos], first);
+    } else {
+        for (uint32_t l = 0; l < o->layers; l++)
+            for (uint32_t i = 0; i < o->pages; i++)
+                bench_diff_page(&d, bench_page_at(s, l, sl->pages[i]), o->bytes_per_page,
+                                sl->room, l, i);
+    }
+    if (d.bad) {
+        room_failed(s, sl->room, "%" PRIu64 " byte%s; the first at layer %u, position %u "
+                    "(page %u), byte %" PRIu64 " of the page", d.bad,
+                    d.bad == 1 ? " differs" : "s differ",
+                    d.layer, d.pos, sl->pages[d.pos], d.first);
         return -1;
     }
-    memcpy(&rec, s->aux + aux_region(s, sl).offset, sizeof(rec));
+    memcpy(&rec, s->aux + aux_off, sizeof(rec));
     if (rec.magic != BENCH_AUX_MAGIC || rec.room != sl->room) {
         room_failed(s, sl->room, "the aux slot holds no record of this room (magic %016" PRIx64
                     ", room %" PRIu64 ")", rec.magic, rec.room);

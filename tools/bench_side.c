@@ -4,10 +4,12 @@
  *
  * The pool is one buffer group with one buffer per layer (MLA), layer-major
  * in one registered region, mapped and touched up front so that page faults
- * stay out of the measurement. Word k of the page at position `pos` of room
+ * stay out of the measurement; with --gpu it is device memory of that GPU
+ * and so are the aux slots (bench_gpu.c). Word k of the page at position `pos` of room
  * `room` in layer `layer` is bench_pattern_base(room, layer, pos) + k * WORD_STEP.
  */
 #include "bench.h"
+#include "bench_gpu.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -112,6 +114,19 @@ uint64_t bench_check_page(const uint8_t *p, uint64_t len, uint64_t base, uint64_
     return bad;
 }
 
+void bench_diff_page(bench_diff_t *d, const uint8_t *p, uint64_t len, pdx_room_t room,
+                     uint32_t layer, uint32_t pos)
+{
+    uint64_t off = 0, n = bench_check_page(p, len, bench_pattern_base(room, layer, pos), &off);
+
+    if (n && !d->bad) {
+        d->first = off;
+        d->layer = layer;
+        d->pos = pos;
+    }
+    d->bad += n;
+}
+
 uint8_t *bench_page_at(const bench_side_t *s, uint32_t layer, uint32_t page)
 {
     return s->pool + ((uint64_t)layer * s->o->npages + page) * s->o->bytes_per_page;
@@ -176,12 +191,17 @@ int bench_side_open(bench_side_t *s, const pdx_config_t *cfg)
         s->slots[i].pages = s->slot_pages + (size_t)i * o->pages;
     s->rng = mix64(o->seed) ^ (uint64_t)(s->role + 1) * WORD_STEP;
 
-    s->pool = map_zeroed(o->pool_bytes);
-    s->aux = map_zeroed(s->aux_len);
-    if (!s->pool || !s->aux) {
-        bench_err(s->role, "cannot map a KV pool of %" PRIu64 " MiB: %s", o->pool_bytes >> 20,
-                  strerror(errno));
-        goto err;
+    if (o->gpu >= 0) {
+        if (bench_gpu_open(s) != 0)
+            goto err;
+    } else {
+        s->pool = map_zeroed(o->pool_bytes);
+        s->aux = map_zeroed(s->aux_len);
+        if (!s->pool || !s->aux) {
+            bench_err(s->role, "cannot map a KV pool of %" PRIu64 " MiB: %s",
+                      o->pool_bytes >> 20, strerror(errno));
+            goto err;
+        }
     }
     st = pdx_engine_create(cfg, &s->e);
     if (st != PDX_OK) {
@@ -190,7 +210,14 @@ int bench_side_open(bench_side_t *s, const pdx_config_t *cfg)
     }
     st = pdx_mem_register(s->e, s->pool, o->pool_bytes, &s->mem);
     if (st == PDX_OK)
-        st = pdx_mem_register(s->e, s->aux, s->aux_len, &s->aux_mem);
+        st = pdx_mem_register(s->e, s->gpu ? bench_gpu_aux_device(s) : s->aux, s->aux_len,
+                              &s->aux_mem);
+    if (st != PDX_OK && s->gpu) {
+        bench_err(s->role, "pdx_mem_register of the KV pool in memory of GPU %d (%s transport): "
+                  "%s; the engine says why above", o->gpu, pdx_engine_transport(s->e),
+                  pdx_status_str(st));
+        goto err;
+    }
     if (st != PDX_OK) {
         bench_err(s->role, "pdx_mem_register: %s", pdx_status_str(st));
         goto err;
@@ -215,12 +242,18 @@ err:
 
 void bench_side_close(bench_side_t *s)
 {
+    if (s->gpu)
+        bench_gpu_drain(s); /* nothing of ours still runs on the GPU (gate words included) */
     if (s->e)
         pdx_engine_destroy(s->e);
-    if (s->pool)
-        munmap(s->pool, s->o->pool_bytes);
-    if (s->aux)
-        munmap(s->aux, s->aux_len);
+    if (s->gpu) {
+        bench_gpu_close(s);
+    } else {
+        if (s->pool)
+            munmap(s->pool, s->o->pool_bytes);
+        if (s->aux)
+            munmap(s->aux, s->aux_len);
+    }
     free(s->free_pages);
     free(s->slots);
     free(s->slot_pages);

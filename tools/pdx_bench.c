@@ -12,8 +12,13 @@
  * second pipe; the parent waits for the child with a deadline and reports
  * both exit statuses. This file holds the options, the loopback and the
  * report; bench_run.c runs one side.
+ *
+ * --gpu N puts both sides' KV pools in memory of GPU N (PDX_GPU=N). Whether
+ * the GPU is there is asked before anything starts; --loopback asks in a
+ * short-lived child, so that no GPU runtime is started before the fork.
  */
 #include "bench.h"
+#include "bench_gpu.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -45,7 +50,7 @@ typedef struct cli {
 
 enum {
     OPT_ROLE = 256, OPT_LISTEN, OPT_CONNECT, OPT_LOOPBACK, OPT_SHARDS, OPT_TRANSPORT, OPT_SEED,
-    OPT_JSON, OPT_KEEP_GOING, OPT_TIMEOUT,
+    OPT_JSON, OPT_KEEP_GOING, OPT_TIMEOUT, OPT_GPU,
 };
 
 static const struct option long_opts[] = {
@@ -68,6 +73,7 @@ static const struct option long_opts[] = {
     {"json", no_argument, NULL, OPT_JSON},
     {"keep-going", no_argument, NULL, OPT_KEEP_GOING},
     {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
+    {"gpu", required_argument, NULL, OPT_GPU},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -94,9 +100,16 @@ static void usage(FILE *out)
         "      --seed N              page choice                              [1]\n"
         "      --timeout-ms T        connect/accept, one room, one release;\n"
         "                            also the engine's bootstrap and transfer timeouts [30000]\n"
+        "      --gpu N               KV pool and aux slots in memory of GPU N (PDX_GPU=N)\n"
+        "                            [host memory]. Prefill writes each chunk on the GPU\n"
+        "                            with host-to-device copies on a stream (a copy engine,\n"
+        "                            not a kernel: pdx-bench is plain C) and sends it behind\n"
+        "                            a pdx_gate_arm() gate on that stream; decode copies\n"
+        "                            every page back to the host to check it\n"
         "      --keep-going          count failures instead of stopping at the first\n"
         "      --json                one JSON object instead of the table\n"
-        "Exit status: 0 all verified, 1 a mismatch or failure, 2 bad usage.\n");
+        "Exit status: 0 all verified, 1 a mismatch or failure (--gpu: also no GPU, or GPU\n"
+        "memory the transport refuses), 2 bad usage (--gpu: also an ordinal past the GPUs).\n");
 }
 
 static int parse_u64(const char *flag, const char *text, uint64_t min, uint64_t max,
@@ -168,6 +181,10 @@ static int parse_args(int argc, char **argv, cli_t *c)
             rc |= parse_u64("--timeout-ms", optarg, 1, INT_MAX / 4, &v);
             o->timeout_ms = (int)v;
             c->timeout_set = 1;
+            break;
+        case OPT_GPU:
+            rc |= parse_u64("--gpu", optarg, 0, 1023, &v);
+            o->gpu = (int)v;
             break;
         case 'h': usage(stdout); exit(BENCH_EXIT_OK);
         default: rc = -1; break;
@@ -263,6 +280,10 @@ static int build_config(const cli_t *c, pdx_config_t *cfg)
         rc |= cfg_set(cfg, "--timeout-ms", "PDX_BOOTSTRAP_TIMEOUT_MS", ms);
         rc |= cfg_set(cfg, "--timeout-ms", "PDX_TRANSFER_TIMEOUT_MS", ms);
     }
+    if (c->o.gpu >= 0) {
+        snprintf(ms, sizeof(ms), "%d", c->o.gpu);
+        rc |= cfg_set(cfg, "--gpu", "PDX_GPU", ms);
+    }
     if (c->loopback)
         rc |= cfg_set(cfg, "--loopback", "PDX_LISTEN", "127.0.0.1:0");
     else if (c->role == BENCH_DECODE)
@@ -295,14 +316,31 @@ static void print_banner(const cli_t *c, const pdx_config_t *cfg)
            o->pages, (uint64_t)o->pages * o->page_size, o->bytes_per_request, o->chunks);
     printf(" Requests       : %u, %u in flight, seed %" PRIu64 "%s\n", o->requests,
            o->concurrency, o->seed, o->keep_going ? ", keep going" : "");
-    printf(" KV pool        : %" PRIu64 " MiB per side = %" PRIu64 " pages\n", o->pool_bytes >> 20,
-           o->npages);
+    if (o->gpu < 0)
+        printf(" KV pool        : %" PRIu64 " MiB per side = %" PRIu64 " pages\n",
+               o->pool_bytes >> 20, o->npages);
+    else
+        printf(" KV pool        : %" PRIu64 " MiB per side = %" PRIu64 " pages, on GPU %d (%s); "
+               "aux slots too\n", o->pool_bytes >> 20, o->npages, o->gpu, bench_gpu_platform());
+    if (o->gpu >= 0)
+        printf(" GPU writes     : prefill: host-to-device copies on a stream (copy engine), "
+               "each chunk sent behind\n"
+               "                  a pdx_gate_arm() gate; decode: pages copied back to the host "
+               "and checked\n");
     printf(" Timeout        : %d ms\n", o->timeout_ms);
-    if (decode) {
+    if (decode && o->gpu >= 0) {
+        printf(" Latency        : decode SUCCESS - prefill's first GPU write of the room "
+               "(CLOCK_MONOTONIC: one host only)\n");
+        printf(" BW             : verified bytes / first pdx_expect to last release (copies back "
+               "and checks included)\n");
+    } else if (decode) {
         printf(" Latency        : decode SUCCESS - prefill send time (CLOCK_MONOTONIC: valid only "
                "with both sides on one host)\n");
         printf(" BW             : verified bytes / first pdx_expect to last release (verification "
                "included)\n");
+    } else if (o->gpu >= 0) {
+        printf(" Latency        : first GPU write of the room - prefill SUCCESS\n");
+        printf(" BW             : bytes / first write to last release (GPU writes included)\n");
     } else {
         printf(" Latency        : first pdx_send - prefill SUCCESS\n");
         printf(" BW             : bytes / first pdx_send to last release (filling included)\n");
@@ -382,13 +420,19 @@ static void print_json(const cli_t *c, const pdx_config_t *cfg, bench_role_t rol
     printf(", \"shards\": %u, \"max_msg\": %" PRIu64 ", \"layers\": %u, \"bytes_per_token\": %u, "
            "\"page_size\": %u, \"bytes_per_page\": %" PRIu64 ", \"pages\": %u, \"chunks\": %u, "
            "\"requests\": %u, \"concurrency\": %u, \"seed\": %" PRIu64 ", \"pool_bytes\": %" PRIu64
-           ", \"pool_pages\": %" PRIu64 ", \"timeout_ms\": %d, \"bytes_per_request\": %" PRIu64
+           ", \"pool_pages\": %" PRIu64 ", \"pool_memory\": \"%s\", \"gpu\": %d"
+           ", \"timeout_ms\": %d, \"bytes_per_request\": %" PRIu64
            ", \"latency\": \"%s\", \"verified\": %s, \"%s\": ",
            cfg->shards, cfg->max_msg_size, o->layers, o->bytes_per_token, o->page_size,
            o->bytes_per_page, o->pages, o->chunks, o->requests, o->concurrency, o->seed,
-           o->pool_bytes, o->npages, o->timeout_ms, o->bytes_per_request,
-           role == BENCH_DECODE ? "decode SUCCESS - prefill send, CLOCK_MONOTONIC, one host only"
-                                : "first pdx_send - prefill SUCCESS",
+           o->pool_bytes, o->npages, o->gpu < 0 ? "host" : "gpu", o->gpu, o->timeout_ms,
+           o->bytes_per_request,
+           role == BENCH_DECODE
+               ? (o->gpu < 0 ? "decode SUCCESS - prefill send, CLOCK_MONOTONIC, one host only"
+                             : "decode SUCCESS - prefill first GPU write, CLOCK_MONOTONIC, one "
+                               "host only")
+               : (o->gpu < 0 ? "first pdx_send - prefill SUCCESS"
+                             : "first GPU write - prefill SUCCESS"),
            role == BENCH_DECODE && !r->failed && r->done == o->requests ? "true" : "false",
            role == BENCH_DECODE ? "decode" : "prefill");
     json_result(r, rc);
@@ -458,8 +502,8 @@ static int loopback_child(const cli_t *c, const pdx_config_t *cfg, int addr_fd, 
     return rc;
 }
 
-/* Wait for the child at most timeout_ms, then kill it; its exit status, or -signal. */
-static int wait_child(pid_t pid, int timeout_ms)
+/* Wait for child `what` at most timeout_ms, then kill it; its exit status, or -signal. */
+static int wait_child(pid_t pid, int timeout_ms, const char *what)
 {
     uint64_t deadline = bench_now_ns() + (uint64_t)timeout_ms * 1000000ull;
     int status;
@@ -468,7 +512,7 @@ static int wait_child(pid_t pid, int timeout_ms)
     while ((r = waitpid(pid, &status, WNOHANG)) == 0 && bench_now_ns() < deadline)
         usleep(10000);
     if (r == 0) {
-        bench_err(BENCH_DECODE, "the prefill process did not exit within %d ms; killing it",
+        bench_err(BENCH_DECODE, "the %s process did not exit within %d ms; killing it", what,
                   timeout_ms);
         kill(pid, SIGKILL);
         r = waitpid(pid, &status, 0);
@@ -509,7 +553,7 @@ static int run_loopback(cli_t *c, const pdx_config_t *cfg)
     if (!c->o.json)
         print_banner(c, cfg);
     rc = bench_run(&c->o, BENCH_DECODE, cfg, NULL, addr_pipe[1], &res);
-    pf_rc = wait_child(pid, c->o.timeout_ms + 5000);
+    pf_rc = wait_child(pid, c->o.timeout_ms + 5000, "prefill");
     do
         n = read(res_pipe[0], &pf, sizeof(pf));
     while (n < 0 && errno == EINTR);
@@ -520,9 +564,10 @@ static int run_loopback(cli_t *c, const pdx_config_t *cfg)
         print_json(c, cfg, BENCH_DECODE, &res, rc, &pf, pf_rc);
     } else {
         print_table(&c->o, BENCH_DECODE, &res);
-        printf(" prefill        : %" PRIu64 " SUCCESS, %" PRIu64 " failed; first pdx_send -> "
+        printf(" prefill        : %" PRIu64 " SUCCESS, %" PRIu64 " failed; %s -> "
                "prefill SUCCESS p50 %.1f us, p99 %.1f us\n", pf.done, pf.failed,
-               (double)pf.lat_p50_ns / 1e3, (double)pf.lat_p99_ns / 1e3);
+               c->o.gpu < 0 ? "first pdx_send" : "first GPU write", (double)pf.lat_p50_ns / 1e3,
+               (double)pf.lat_p99_ns / 1e3);
         if (pf_rc >= 0)
             printf(" exit status    : decode %d, prefill %d\n", rc, pf_rc);
         else
@@ -531,11 +576,40 @@ static int run_loopback(cli_t *c, const pdx_config_t *cfg)
     return rc == BENCH_EXIT_OK && pf_rc == BENCH_EXIT_OK ? BENCH_EXIT_OK : BENCH_EXIT_FAIL;
 }
 
+/*
+ * --gpu: BENCH_EXIT_OK when GPU N is there, else the probe's status after
+ * its message. --loopback forks once the engines are to start, and a GPU
+ * runtime started before a fork is unusable in the child: ask in a child.
+ */
+static int check_gpu(const cli_t *c)
+{
+    pid_t pid;
+    int rc;
+
+    if (c->o.gpu < 0)
+        return BENCH_EXIT_OK;
+    if (!c->loopback)
+        return bench_gpu_probe(c->o.gpu);
+    fflush(NULL);
+    pid = fork();
+    if (pid < 0) {
+        bench_err(BENCH_DECODE, "fork: %s", strerror(errno));
+        return BENCH_EXIT_FAIL;
+    }
+    if (pid == 0) {
+        rc = bench_gpu_probe(c->o.gpu);
+        fflush(NULL);
+        _exit(rc);
+    }
+    rc = wait_child(pid, c->o.timeout_ms, "GPU probe");
+    return rc < 0 ? BENCH_EXIT_FAIL : rc;
+}
+
 int main(int argc, char **argv)
 {
     cli_t c = {.o = {.layers = 61, .bytes_per_token = 576, .page_size = 64, .pages = 64,
                      .requests = 64, .concurrency = 8, .chunks = 1, .seed = 1,
-                     .timeout_ms = 30000},
+                     .timeout_ms = 30000, .gpu = -1},
                .role = -1};
     pdx_config_t cfg;
     bench_result_t res;
@@ -547,6 +621,9 @@ int main(int argc, char **argv)
     }
     if (derive_geometry(&c) != 0 || build_config(&c, &cfg) != 0)
         return BENCH_EXIT_USAGE;
+    rc = check_gpu(&c);
+    if (rc != BENCH_EXIT_OK)
+        return rc;
     c.o.progress = !c.o.json && isatty(STDOUT_FILENO);
     /* A closed pipe or socket is an error to report, not a signal that ends us. */
     signal(SIGPIPE, SIG_IGN);
