@@ -9,9 +9,10 @@
  *     QP_FATAL, QP_REQ_ERR, QP_ACCESS_ERR  that ep fails ("async event ...
  *                                          on QP 0x..") and its QP goes to
  *                                          ERR: the NIC flushes its WRs
- *     CQ_ERR                               every ep on that CQ fails and is
- *                                          flushed in software (sw_flush.c):
- *                                          a CQ in error takes no more CQEs
+ *     CQ_ERR                               every ep on the pdx CQ holding
+ *                                          that ibv CQ fails and is flushed
+ *                                          in software (sw_flush.c): a CQ in
+ *                                          error takes no more CQEs
  *     DEVICE_FATAL                         the device is gone: every ep of
  *                                          the tp, likewise (no CQE comes)
  *     PORT_ERR (our port)                  a warning, nothing fails: RC QPs
@@ -90,6 +91,7 @@ void rdma_async_handle(rdma_tp_t *tp, const struct ibv_async_event *ev)
 {
     const char *name = ibv_event_type_str(ev->event_type);
     char what[160];
+    bool found = false;
     uint32_t n = 0;
 
     switch (ev->event_type) {
@@ -103,11 +105,12 @@ void rdma_async_handle(rdma_tp_t *tp, const struct ibv_async_event *ev)
     case IBV_EVENT_CQ_ERR:
         snprintf(what, sizeof(what), "async event %s", name);
         pthread_mutex_lock(&tp->lock);
-        for (rdma_cq_t *cq = tp->cqs; cq; cq = cq->next) {
-            if (cq->cq == ev->element.cq) {
+        for (rdma_cq_t *cq = tp->cqs; cq && !found; cq = cq->next) {
+            /* any of its ibv CQs (cq.c: split past max_cqe) fails all of it */
+            for (uint32_t i = 0; i < cq->nicq && !found; i++)
+                found = cq->icqs[i].cq == ev->element.cq;
+            if (found)
                 n = rdma_cq_fail(cq, what);
-                break;
-            }
         }
         pthread_mutex_unlock(&tp->lock);
         pdx_error("rdma: %s: async event %s: the CQ takes no more completions; its %u "

@@ -1,18 +1,36 @@
 /*
- * rdma completion queues: one ibv CQ and one completion channel each.
+ * rdma completion queues: one completion channel each, and one ibv CQ, or
+ * several where the CQ is deeper than the device's max_cqe.
+ *
+ * DESIGN
+ *
+ * Split past max_cqe: a CQ of depth D holds ceil(D / max_cqe) ibv CQs of
+ * max_cqe entries (the last one the rest), all on the one completion
+ * channel, so cq_fd stays one fd. Their depths are those asked for: a
+ * provider that rounds up (mlx5: 2^k - 1) gives at least that many, one
+ * that does not (bnxt_re) exactly that many. An ep lives on one of them,
+ * the first with room for its sq_depth + rq_depth (its QP's send and
+ * receive CQ); ep_create answers PDX_ERR_FULL when none has the room. A
+ * CQ of at most max_cqe entries is one ibv CQ.
  *
  * The CQ keeps a table of its eps (slot, generation). Every WR's ibv wr_id
  * names its ep's slot and generation, its queue and its ring index
- * (rdma.h), so a completion finds its ep in O(1) and a completion of an ep
- * that was destroyed (its slot's generation moved on) is dropped.
+ * (rdma.h), so a completion finds its ep in O(1), whichever ibv CQ it came
+ * from, and a completion of an ep that was destroyed (its slot's generation
+ * moved on) is dropped.
  *
  * Consuming a completion frees the ring entries it covers: a send-queue
  * completion at ring index i frees every entry from the ep's sq_done to i
- * (the unsignaled WRs before it succeeded silently), and releases the
- * regions those WRs used, one atomic per run of one region. An ep
- * therefore never has more completions pending than sq_depth + rq_depth,
- * and ep_create refuses an ep whose depths do not fit what is left of the
- * CQ: the CQ never overruns.
+ * (the unsignaled WRs before it succeeded silently, and the entries a
+ * gathered WRITE carries before its last), and releases the regions those
+ * WRs used, one atomic per run of one region. An ep therefore never has
+ * more completions pending than sq_depth + rq_depth, and no ep goes on an
+ * ibv CQ whose eps' depths it would push past the CQ's: no ibv CQ overruns.
+ *
+ * cq_poll reads the stash first (below), then each ibv CQ in turn, starting
+ * one further on at each call, so a busy ibv CQ does not starve the others.
+ * cq_arm arms every ibv CQ; cq_ack reads every pending event of the channel
+ * and acks each ibv CQ's own (ibv_destroy_cq waits for its events' acks).
  *
  * Error completions: ibv_wc_status becomes a pdx_status_t (map_status) and
  * the ep goes to error with a message naming the WR's opcode, the status,
@@ -21,7 +39,11 @@
  * the QP is in error, not why: its record gives way to a cause that comes
  * later (an async event the async thread had not handled yet, a non-flush
  * error CQE). An error completion's opcode field is undefined in verbs; the
- * ring says what the WR was.
+ * ring says what the WR was. An error CQE of a gathered WRITE (post.c) says
+ * the ibv WR failed, not which of its entries: each of them still
+ * outstanding gets a completion of its own, in order, as separate WRs
+ * would have (the first with the CQE's status, the others flushed); they
+ * are made into the front of the stash (wc_split).
  *
  * A WR posted by a call that was refused (post.c: `hidden`) completes to
  * nobody. A CQE may overtake the post call that took its WR (the NIC was
@@ -29,11 +51,18 @@
  * to publish sq_head, which it does at once, to know whether it was
  * refused.
  *
+ * The stash: CQEs read and not handed out yet (those of live eps that
+ * ep_destroy read while it drained its ibv CQ, and those wc_split made),
+ * handed out before any ibv CQ is read again, so each ep's completions
+ * keep their order. Each is one outstanding WR or receive of an ep on the
+ * CQ, so depth entries hold them.
+ *
  * Where the NIC reports nothing more (rdma.h: software flush), cq_poll
  * completes the eps concerned from their rings (sw_flush.c), and drops their
- * CQEs. A failing ibv_poll_cq, ibv_req_notify_cq or ibv_get_cq_event puts
- * the CQ in error that way (rdma_cq_fail): cq_arm then answers PDX_ERR_IO
- * for good, so the caller's sleeps stay bounded.
+ * CQEs. A failing ibv_poll_cq, ibv_req_notify_cq or ibv_get_cq_event on any
+ * of the ibv CQs puts the whole CQ in error that way (rdma_cq_fail): cq_arm
+ * then answers PDX_ERR_IO for good, so the caller's sleeps stay bounded. So
+ * does CQ_ERR on any of them (async.c).
  *
  * cq_fd is the completion channel's fd (nonblocking): cq_arm, poll once
  * more, sleep on the fd, cq_ack (reads and acks every pending event).
@@ -147,8 +176,44 @@ wc_hidden(rdma_ep_t *ep, const struct ibv_wc *w, uint64_t done, uint64_t seq, pd
     return shown;
 }
 
-/* Translate one CQE; false when it goes to nobody (dropped). */
-static bool wc_process(rdma_cq_t *cq, const struct ibv_wc *w, pdx_tp_wc_t *out)
+/*
+ * An error CQE of a gathered WRITE whose entries from lo to seq are still
+ * outstanding (lo < seq): they become one CQE each, in order, at the front
+ * of the stash: lo's with this CQE's status (it covers the entries before
+ * lo, which succeeded), the others flushed. `behind` CQEs the caller read
+ * after this one go to the stash too. False, and the CQE is handed out as
+ * it is (covering them all), only where the stash lacks the room: stale
+ * entries of eps destroyed since they were stashed hold it.
+ */
+static bool __attribute__((cold, noinline))
+wc_split(rdma_cq_t *cq, rdma_ep_t *ep, const struct ibv_wc *w, uint64_t lo, uint64_t seq,
+         uint32_t behind)
+{
+    const uint32_t k = (uint32_t)(seq + 1 - lo);
+
+    if (k + behind > cq->depth - cq->stash_n)
+        return false;
+    cq->stash_head = (cq->stash_head + cq->depth - k) % cq->depth;
+    cq->stash_n += k;
+    for (uint32_t i = 0; i < k; i++) {
+        struct ibv_wc *s = &cq->stash[(cq->stash_head + i) % cq->depth];
+
+        *s = *w;
+        s->wr_id = rdma_wr_id(ep, false, lo + i);
+        if (i)
+            s->status = IBV_WC_WR_FLUSH_ERR;
+    }
+    pdx_debug("rdma: %s: QP 0x%x: %s for a WRITE of %u gathered writes: a completion each",
+              ep->tp->dev.name, ep->qpn, ibv_wc_status_str(w->status), k);
+    return true;
+}
+
+/*
+ * Translate one CQE; false when it goes to nobody (dropped), or became
+ * several CQEs at the front of the stash (wc_split: `behind` says how many
+ * CQEs the caller read after this one and has not processed).
+ */
+static bool wc_process(rdma_cq_t *cq, const struct ibv_wc *w, pdx_tp_wc_t *out, uint32_t behind)
 {
     uint64_t id = w->wr_id;
     uint32_t slot = (uint32_t)(id >> RDMA_WR_SLOT_SHIFT) & RDMA_WR_SLOT_MASK;
@@ -164,6 +229,7 @@ static bool wc_process(rdma_cq_t *cq, const struct ibv_wc *w, pdx_tp_wc_t *out)
     ep = cq->slots[slot].ep;
     if (PDX_UNLIKELY(ep->sw_flush))
         return false; /* its WRs complete from its rings */
+    status = map_status(w->status, rq);
     if (rq) {
         done = atomic_load_explicit(&ep->rq_done, memory_order_relaxed);
         seq = done + ((idx - done) & ep->rq_mask);
@@ -179,13 +245,20 @@ static bool wc_process(rdma_cq_t *cq, const struct ibv_wc *w, pdx_tp_wc_t *out)
         e = &ep->sq[seq & ep->sq_mask];
         if (PDX_UNLIKELY(e->hidden))
             return wc_hidden(ep, w, done, seq, out);
+        if (PDX_UNLIKELY(status != PDX_OK)) {
+            /* a gathered WRITE failed: its entries from lo on are outstanding */
+            const uint64_t more = id >> RDMA_WR_GATHER_SHIFT & RDMA_WR_GATHER_MASK;
+            const uint64_t lo = PDX_MAX(done, seq - more);
+
+            if (lo < seq && wc_split(cq, ep, w, lo, seq, behind))
+                return false;
+        }
         rdma_mr_unref_range(ep->sq, ep->sq_mask, done, seq + 1);
         out->opcode = (pdx_tp_opcode_t)e->opcode;
         out->byte_len = 0;
     }
     out->wr_id = e->wr_id;
     out->ep = rdma_ep_pub(ep);
-    status = map_status(w->status, rq);
     if (PDX_UNLIKELY(status != PDX_OK))
         status = wc_error(ep, w, e->opcode, status);
     out->status = status;
@@ -197,26 +270,31 @@ static bool wc_process(rdma_cq_t *cq, const struct ibv_wc *w, pdx_tp_wc_t *out)
     return true;
 }
 
-int rdma_cq_poll(pdx_tp_cq_t *pcq, pdx_tp_wc_t *wc, int max)
+/* Hand out stashed CQEs, in order, while there is room (cq->lock held). */
+static int stash_poll(rdma_cq_t *cq, pdx_tp_wc_t *wc, int got, int max)
 {
-    rdma_cq_t *cq = rdma_cq(pcq);
-    struct ibv_wc w[RDMA_POLL_BATCH];
-    int got = 0;
-
-    if (max <= 0)
-        return 0;
-    pthread_mutex_lock(&cq->lock);
     while (got < max && cq->stash_n) {
-        const struct ibv_wc *s = &cq->stash[cq->stash_head];
+        /* a copy: wc_split may put CQEs where it was */
+        const struct ibv_wc s = cq->stash[cq->stash_head];
 
         cq->stash_head = (cq->stash_head + 1) % cq->depth;
         cq->stash_n--;
-        got += wc_process(cq, s, &wc[got]);
+        got += wc_process(cq, &s, &wc[got], 0);
     }
-    /* a CQ in error has no CQE for anyone: its eps are all flushed below */
-    while (got < max && !atomic_load_explicit(&cq->dead, memory_order_relaxed)) {
+    return got;
+}
+
+/*
+ * Read one ibv CQ while there is room (cq->lock held, the stash empty);
+ * returns got, grown. A failing ibv_poll_cq puts the CQ in error.
+ */
+static int icq_poll(rdma_cq_t *cq, rdma_icq_t *q, pdx_tp_wc_t *wc, int got, int max)
+{
+    struct ibv_wc w[RDMA_POLL_BATCH];
+
+    while (got < max) {
         int want = PDX_MIN(max - got, RDMA_POLL_BATCH);
-        int n = ibv_poll_cq(cq->cq, want, w);
+        int n = ibv_poll_cq(q->cq, want, w);
 
         if (n <= 0) {
             if (PDX_UNLIKELY(n < 0)) {
@@ -226,12 +304,50 @@ int rdma_cq_poll(pdx_tp_cq_t *pcq, pdx_tp_wc_t *wc, int max)
                           "endpoints failed, their work requests complete in software",
                           cq->tp->dev.name, n, neps);
             }
-            break;
+            return got;
         }
-        for (int i = 0; i < n; i++)
-            got += wc_process(cq, &w[i], &wc[got]);
+        for (int i = 0; i < n; i++) {
+            got += wc_process(cq, &w[i], &wc[got], (uint32_t)(n - i - 1));
+            if (PDX_UNLIKELY(cq->stash_n)) {
+                /* a CQE became several (wc_split): they come first, then
+                 * the rest of this batch, in order */
+                for (int k = i + 1; k < n; k++)
+                    cq->stash[(cq->stash_head + cq->stash_n++) % cq->depth] = w[k];
+                got = stash_poll(cq, wc, got, max);
+                if (cq->stash_n)
+                    return got; /* no room left */
+                n = want; /* read on */
+                break;
+            }
+        }
         if (n < want)
             break;
+    }
+    return got;
+}
+
+int rdma_cq_poll(pdx_tp_cq_t *pcq, pdx_tp_wc_t *wc, int max)
+{
+    rdma_cq_t *cq = rdma_cq(pcq);
+    int got = 0;
+
+    if (max <= 0)
+        return 0;
+    pthread_mutex_lock(&cq->lock);
+    if (PDX_UNLIKELY(cq->stash_n))
+        got = stash_poll(cq, wc, got, max);
+    if (got < max && !atomic_load_explicit(&cq->dead, memory_order_relaxed)) {
+        /* one ibv CQ after the other, the first one further on each call */
+        const uint32_t first = cq->poll_next;
+
+        cq->poll_next = first + 1 < cq->nicq ? first + 1 : 0;
+        for (uint32_t k = 0, i = first; k < cq->nicq && got < max; k++) {
+            /* a CQ in error has no CQE for anyone: its eps are all flushed below */
+            if (atomic_load_explicit(&cq->dead, memory_order_relaxed) || cq->stash_n)
+                break;
+            got = icq_poll(cq, &cq->icqs[i], wc, got, max);
+            i = i + 1 < cq->nicq ? i + 1 : 0;
+        }
     }
     if (PDX_UNLIKELY(atomic_load_explicit(&cq->failed_eps, memory_order_relaxed)))
         rdma_flush_backstop(cq);
@@ -245,11 +361,12 @@ pdx_status_t rdma_cq_arm(pdx_tp_cq_t *pcq)
 {
     rdma_cq_t *cq = rdma_cq(pcq);
     uint32_t neps;
-    int rc, err;
+    int rc = 0, err;
 
     if (PDX_UNLIKELY(atomic_load_explicit(&cq->dead, memory_order_acquire)))
         return PDX_ERR_IO; /* said when it went into error */
-    rc = ibv_req_notify_cq(cq->cq, 0);
+    for (uint32_t i = 0; i < cq->nicq && rc == 0; i++)
+        rc = ibv_req_notify_cq(cq->icqs[i].cq, 0);
     if (PDX_LIKELY(rc == 0))
         return PDX_OK;
     err = rc > 0 ? rc : errno;
@@ -265,20 +382,27 @@ int rdma_cq_fd(pdx_tp_cq_t *pcq)
     return rdma_cq(pcq)->channel->fd;
 }
 
-/* Read and ack every pending event: 0, or the errno of a failing read. */
+/* Read every pending event, then ack each ibv CQ's: 0, or the errno of a
+ * failing read. The CQ's owner, or its destroyer. */
 static int cq_events_drain(rdma_cq_t *cq)
 {
     struct ibv_cq *ev_cq;
     void *ev_ctx;
-    unsigned n = 0;
     int err;
 
-    /* the channel is nonblocking: EAGAIN ends the loop */
+    /* the channel is nonblocking: EAGAIN ends the loop; every CQ on it is
+     * one of ours, its context its rdma_icq_t */
     while (ibv_get_cq_event(cq->channel, &ev_cq, &ev_ctx) == 0)
-        n++;
+        ((rdma_icq_t *)ev_ctx)->events++;
     err = errno;
-    if (n)
-        ibv_ack_cq_events(cq->cq, n);
+    for (uint32_t i = 0; i < cq->nicq; i++) {
+        rdma_icq_t *q = &cq->icqs[i];
+
+        if (q->events) {
+            ibv_ack_cq_events(q->cq, q->events);
+            q->events = 0;
+        }
+    }
     return err == EAGAIN || err == EWOULDBLOCK || err == EINTR ? 0 : err;
 }
 
@@ -301,9 +425,10 @@ void rdma_cq_ack(pdx_tp_cq_t *pcq)
 
 /* ------------------------------------------------------- ep attachment */
 
-pdx_status_t rdma_cq_reserve(rdma_cq_t *cq, uint32_t entries, uint32_t *slot_p, uint32_t *gen_p)
+pdx_status_t rdma_cq_reserve(rdma_cq_t *cq, uint32_t entries, uint32_t *slot_p, uint32_t *gen_p,
+                             uint32_t *icq_p)
 {
-    uint32_t slot = UINT32_MAX;
+    uint32_t slot = UINT32_MAX, icq = UINT32_MAX, most = 0;
 
     pthread_mutex_lock(&cq->lock);
     if (atomic_load_explicit(&cq->dead, memory_order_relaxed)) {
@@ -311,10 +436,24 @@ pdx_status_t rdma_cq_reserve(rdma_cq_t *cq, uint32_t entries, uint32_t *slot_p, 
         pdx_error("rdma: %s: the CQ is in error: no new endpoint on it", cq->tp->dev.name);
         return PDX_ERR_IO;
     }
-    if (entries > cq->depth - cq->reserved) {
+    for (uint32_t i = 0; i < cq->nicq; i++) {
+        const uint32_t left = cq->icqs[i].depth - cq->icqs[i].reserved;
+
+        if (entries <= left) {
+            icq = i;
+            break;
+        }
+        most = PDX_MAX(most, left);
+    }
+    if (icq == UINT32_MAX) {
         pthread_mutex_unlock(&cq->lock);
-        pdx_error("rdma: %s: CQ of depth %u has %u entries left, an endpoint needs %u",
-                  cq->tp->dev.name, cq->depth, cq->depth - cq->reserved, entries);
+        if (cq->nicq == 1)
+            pdx_error("rdma: %s: CQ of depth %u has %u entries left, an endpoint needs %u",
+                      cq->tp->dev.name, cq->depth, most, entries);
+        else
+            pdx_error("rdma: %s: CQ of depth %u (%u ibv CQs of at most %u entries): the most "
+                      "any of them has left is %u entries, an endpoint needs %u",
+                      cq->tp->dev.name, cq->depth, cq->nicq, cq->icqs[0].depth, most, entries);
         return PDX_ERR_FULL;
     }
     for (uint32_t k = 0; k < cq->nslots; k++) {
@@ -333,10 +472,12 @@ pdx_status_t rdma_cq_reserve(rdma_cq_t *cq, uint32_t entries, uint32_t *slot_p, 
     }
     cq->slots[slot].busy = true;
     cq->slot_hint = (slot + 1) % cq->nslots;
+    cq->icqs[icq].reserved += entries;
     cq->reserved += entries;
     cq->nep++;
     *slot_p = slot;
     *gen_p = cq->slots[slot].gen;
+    *icq_p = icq;
     pthread_mutex_unlock(&cq->lock);
     return PDX_OK;
 }
@@ -392,20 +533,21 @@ static bool wc_live(const rdma_cq_t *cq, const struct ibv_wc *w)
            !cq->slots[slot].ep->sw_flush;
 }
 
-void rdma_cq_release(rdma_cq_t *cq, uint32_t slot, uint32_t entries)
+void rdma_cq_release(rdma_cq_t *cq, uint32_t slot, uint32_t icq, uint32_t entries)
 {
+    rdma_icq_t *q = &cq->icqs[icq];
     struct ibv_wc w[RDMA_POLL_BATCH];
     int n;
 
     pthread_mutex_lock(&cq->lock);
     /*
-     * The ep's QP is gone, but CQEs it left may still sit in the CQ. Its
+     * The ep's QP is gone, but CQEs it left may still sit in its ibv CQ. Its
      * reservation can be given to a new ep only once they are out: move
      * the CQEs of live eps to the stash (cq_poll hands them out first, in
      * order) and drop the rest. A CQ in error holds none anyone wants.
      */
     while (!atomic_load_explicit(&cq->dead, memory_order_relaxed) && cq->stash_n < cq->depth &&
-           (n = ibv_poll_cq(cq->cq, (int)PDX_MIN(cq->depth - cq->stash_n, RDMA_POLL_BATCH),
+           (n = ibv_poll_cq(q->cq, (int)PDX_MIN(cq->depth - cq->stash_n, RDMA_POLL_BATCH),
                             w)) > 0) {
         for (int i = 0; i < n; i++) {
             if (!wc_live(cq, &w[i]))
@@ -415,6 +557,7 @@ void rdma_cq_release(rdma_cq_t *cq, uint32_t slot, uint32_t entries)
         }
     }
     cq->slots[slot].busy = false;
+    q->reserved -= entries;
     cq->reserved -= entries;
     cq->nep--;
     pthread_mutex_unlock(&cq->lock);
@@ -422,9 +565,47 @@ void rdma_cq_release(rdma_cq_t *cq, uint32_t slot, uint32_t entries)
 
 /* ------------------------------------------------------ create/destroy */
 
+/* The ibv CQs, under tp->async_lock (never between the async thread's read
+ * and ack of an event); their events are acked. */
+static void icqs_destroy(rdma_cq_t *cq, uint32_t n)
+{
+    pthread_mutex_lock(&cq->tp->async_lock);
+    for (uint32_t i = 0; i < n; i++) {
+        int rc = ibv_destroy_cq(cq->icqs[i].cq);
+
+        if (rc)
+            pdx_error("rdma: %s: ibv_destroy_cq: %s", cq->tp->dev.name,
+                      strerror(rc > 0 ? rc : errno));
+    }
+    pthread_mutex_unlock(&cq->tp->async_lock);
+}
+
+/* How many ibv CQs a CQ of depth gets, and their depth (the last: the rest). */
+static uint32_t cq_split(const rdma_tp_t *tp, uint32_t *depth_p, uint32_t *per_p)
+{
+    const uint32_t max_cqe = tp->dev.max_cqe ? tp->dev.max_cqe : *depth_p;
+    uint32_t n = *depth_p / max_cqe + (*depth_p % max_cqe != 0);
+
+    if (n > RDMA_CQ_MAX_ICQS) {
+        /* It then holds fewer endpoints; ep_create refuses the one that does
+         * not fit (PDX_ERR_FULL), so no ibv CQ overruns. */
+        pdx_warn("rdma: %s: a CQ of depth %u asked, the device's max_cqe is %u: it gets %u "
+                 "ibv CQs (depth %u), the most pdx puts behind one CQ", tp->dev.name, *depth_p,
+                 max_cqe, RDMA_CQ_MAX_ICQS, RDMA_CQ_MAX_ICQS * max_cqe);
+        n = RDMA_CQ_MAX_ICQS;
+        *depth_p = n * max_cqe;
+    } else if (n > 1) {
+        pdx_info("rdma: %s: a CQ of depth %u, the device's max_cqe is %u: %u ibv CQs on one "
+                 "completion channel", tp->dev.name, *depth_p, max_cqe, n);
+    }
+    *per_p = max_cqe;
+    return n;
+}
+
 pdx_status_t rdma_cq_create(pdx_tp_t *ptp, uint32_t depth, pdx_tp_cq_t **cq_p)
 {
     rdma_tp_t *tp = rdma_tp(ptp);
+    uint32_t nicq, per, made = 0;
     rdma_cq_t *cq;
     int flags, rc;
 
@@ -436,25 +617,23 @@ pdx_status_t rdma_cq_create(pdx_tp_t *ptp, uint32_t depth, pdx_tp_cq_t **cq_p)
         pdx_error("rdma: %s: no new CQ: the device is gone (DEVICE_FATAL)", tp->dev.name);
         return PDX_ERR_IO;
     }
-    if (depth > tp->dev.max_cqe) {
-        /* Clamped: it then holds fewer endpoints; ep_create refuses the one
-         * that does not fit (PDX_ERR_FULL), so the CQ never overruns. */
-        pdx_info("rdma: %s: a CQ of depth %u asked, the device's max_cqe is %u: clamped",
-                 tp->dev.name, depth, tp->dev.max_cqe);
-        depth = tp->dev.max_cqe;
-    }
+    nicq = cq_split(tp, &depth, &per);
     cq = calloc(1, sizeof(*cq));
     if (!cq)
         goto err_nomem;
     cq->tp = tp;
     cq->depth = depth;
+    cq->nicq = nicq;
     atomic_init(&cq->dead, false);
     atomic_init(&cq->failed_eps, 0);
     cq->nslots = PDX_MIN(depth, RDMA_CQ_MAX_EPS);
+    cq->icqs = calloc(nicq, sizeof(*cq->icqs));
     cq->slots = calloc(cq->nslots, sizeof(*cq->slots));
     cq->stash = calloc(depth, sizeof(*cq->stash)); /* pages are touched only when used */
-    if (!cq->slots || !cq->stash)
+    if (!cq->icqs || !cq->slots || !cq->stash)
         goto err_free_cq;
+    for (uint32_t i = 0; i < nicq; i++)
+        cq->icqs[i].depth = i + 1 < nicq ? per : depth - per * (nicq - 1);
     rc = pthread_mutex_init(&cq->lock, NULL);
     if (rc) {
         pdx_error("rdma: mutex init: %s", strerror(rc));
@@ -471,11 +650,16 @@ pdx_status_t rdma_cq_create(pdx_tp_t *ptp, uint32_t depth, pdx_tp_cq_t **cq_p)
                   strerror(errno));
         goto err_channel;
     }
-    cq->cq = ibv_create_cq(tp->ctx, (int)depth, cq, cq->channel, 0);
-    if (!cq->cq) {
-        pdx_error("rdma: %s: ibv_create_cq of depth %u: %s", tp->dev.name, depth,
-                  strerror(errno));
-        goto err_channel;
+    for (; made < nicq; made++) {
+        rdma_icq_t *q = &cq->icqs[made];
+
+        /* the context of its events (cq_ack) */
+        q->cq = ibv_create_cq(tp->ctx, (int)q->depth, q, cq->channel, 0);
+        if (!q->cq) {
+            pdx_error("rdma: %s: ibv_create_cq of depth %u (%u of %u for a CQ of depth %u): %s",
+                      tp->dev.name, q->depth, made + 1, nicq, depth, strerror(errno));
+            goto err_icqs;
+        }
     }
     pthread_mutex_lock(&tp->lock);
     cq->next = tp->cqs;
@@ -486,6 +670,8 @@ pdx_status_t rdma_cq_create(pdx_tp_t *ptp, uint32_t depth, pdx_tp_cq_t **cq_p)
     *cq_p = (pdx_tp_cq_t *)(void *)cq;
     return PDX_OK;
 
+err_icqs:
+    icqs_destroy(cq, made);
 err_channel:
     ibv_destroy_comp_channel(cq->channel);
 err_mutex:
@@ -493,11 +679,13 @@ err_mutex:
 err_free_io:
     free(cq->stash);
     free(cq->slots);
+    free(cq->icqs);
     free(cq);
     return PDX_ERR_IO;
 err_free_cq:
     free(cq->stash);
     free(cq->slots);
+    free(cq->icqs);
     free(cq);
 err_nomem:
     pdx_error("rdma: %s: out of memory for a CQ of depth %u", tp->dev.name, depth);
@@ -511,12 +699,7 @@ void rdma_cq_free(rdma_cq_t *cq)
     /* every event read is acked before destroy (a dead channel has none) */
     if (!atomic_load_explicit(&cq->dead, memory_order_acquire))
         (void)cq_events_drain(cq);
-    pthread_mutex_lock(&cq->tp->async_lock);
-    rc = ibv_destroy_cq(cq->cq);
-    pthread_mutex_unlock(&cq->tp->async_lock);
-    if (rc)
-        pdx_error("rdma: %s: ibv_destroy_cq: %s", cq->tp->dev.name,
-                  strerror(rc > 0 ? rc : errno));
+    icqs_destroy(cq, cq->nicq);
     rc = ibv_destroy_comp_channel(cq->channel);
     if (rc)
         pdx_error("rdma: %s: ibv_destroy_comp_channel: %s", cq->tp->dev.name,
@@ -524,6 +707,7 @@ void rdma_cq_free(rdma_cq_t *cq)
     pthread_mutex_destroy(&cq->lock);
     free(cq->stash);
     free(cq->slots);
+    free(cq->icqs);
     free(cq);
 }
 

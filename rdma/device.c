@@ -1,9 +1,11 @@
 /*
  * rdma devices: which NIC, port and GID a tp uses, and the device limits.
  *
- * One NIC per tp for now: the first device (in the order of PDX_IB_DEVICES
- * when it is set, else the order ibv_get_device_list gives) that has an
- * ACTIVE port and a usable GID. Engines that stripe over several NICs will
+ * One NIC per tp: the first device that has an ACTIVE port and a usable
+ * GID, in the order of PDX_IB_DEVICES when it is set, else nearest the
+ * engine's GPU first (topo.c: the sysfs PCI tree; on MI300X and MI355X
+ * platforms each GPU shares a PCIe switch with one NIC), else the order
+ * ibv_get_device_list gives. Engines that stripe over several NICs will
  * open one tp per NIC.
  *
  * GID: on Ethernet (RoCE) the RoCEv2 GID that holds an IPv4-mapped address
@@ -18,11 +20,14 @@
  * else as an error.
  */
 #include "rdma/rdma.h"
+#include "rdma/topo.h"
+#include "hip/pdx_hip.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #define RDMA_WHY_MAX 512u
 
@@ -36,6 +41,7 @@ void rdma_knobs_read(const pdx_config_t *cfg, rdma_knobs_t *knobs_p)
         .timeout = 18,
         .retry_count = 7,
         .rnr_retry = 6,
+        .gpu = -1,
     };
 
     if (cfg) {
@@ -55,6 +61,8 @@ void rdma_knobs_read(const pdx_config_t *cfg, rdma_knobs_t *knobs_p)
             k.retry_count = (uint8_t)cfg->ib_retry_count;
         if (m & PDX_CONFIG_FIELD_IB_RNR_RETRY)
             k.rnr_retry = (uint8_t)cfg->ib_rnr_retry;
+        if (m & PDX_CONFIG_FIELD_GPU)
+            k.gpu = cfg->gpu;
     }
     *knobs_p = k;
 }
@@ -251,6 +259,31 @@ static bool next_name(const char **pos, char *name, size_t len)
     return true;
 }
 
+/* order[] = the devices nearest the engine's GPU first; the list's order
+ * without a GPU or a sysfs tree that says more. */
+static void nearest_first(const rdma_knobs_t *knobs, struct ibv_device **list, int n, int *order)
+{
+    const char **names = calloc((size_t)n, sizeof(*names));
+    pdx_hip_identity_t id;
+    int count = 0, gpu = knobs->gpu;
+
+    for (int i = 0; i < n; i++)
+        order[i] = i;
+    if (!names || pdx_hip_device_count(&count) != PDX_OK ||
+        (gpu < 0 && pdx_hip_current_device(&gpu) != PDX_OK) || gpu >= count ||
+        pdx_hip_device_identity(gpu, &id) != PDX_OK) {
+        free(names);
+        return;
+    }
+    for (int i = 0; i < n; i++)
+        names[i] = ibv_get_device_name(list[i]);
+    rdma_topo_order("/sys", id.pci_bus_id, names, n, order);
+    if (n > 1)
+        pdx_info("rdma: devices nearest GPU %d (%s) first: %s first", gpu, id.pci_bus_id,
+                 names[order[0]]);
+    free(names);
+}
+
 pdx_status_t rdma_device_open(const rdma_knobs_t *knobs, bool quiet, struct ibv_device ***list_p,
                               struct ibv_context **ctx_p, rdma_dev_info_t *info_p)
 {
@@ -289,9 +322,18 @@ pdx_status_t rdma_device_open(const rdma_knobs_t *knobs, bool quiet, struct ibv_
         if (!ctx && !why[0])
             why_add(why, "PDX_IB_DEVICES=\"%s\" names no device", knobs->devices);
     } else {
+        int *order = calloc((size_t)ndev, sizeof(*order));
+
+        if (!order) {
+            ibv_free_device_list(list);
+            pdx_error("rdma: out of memory ordering %d devices", ndev);
+            return PDX_ERR_NOMEM;
+        }
+        nearest_first(knobs, list, ndev, order);
         for (int i = 0; i < ndev && !ctx; i++)
-            if (try_device(list[i], knobs, &ctx, &info, why))
+            if (try_device(list[order[i]], knobs, &ctx, &info, why))
                 break;
+        free(order);
     }
     if (!ctx) {
         ibv_free_device_list(list);

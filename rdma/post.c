@@ -15,6 +15,24 @@
  *
  * A call the caller sees refused hands out no completions: see
  * rdma_post_write for the WRs a provider takes before it refuses one.
+ *
+ * Gather (DESIGN.md §8: SGE lists up to the device limit): consecutive
+ * WRITEs of one post_write call whose remote ranges follow each other under
+ * one rkey go out as one ibv WRITE of several SGEs, one per WRITE (each in
+ * one piece of its own region, with that piece's lkey; the regions may
+ * differ), while the WR stays within max_msg_size and the QP's max_sge
+ * (min(device max_sge, RDMA_MAX_SGE)). The ring keeps one entry per WRITE
+ * of the caller, with its wr_id and region reference, as unsignaled WRs of
+ * their own would have; the ibv WR's wr_id names its last entry, so its
+ * completion covers every entry it carries (rdma.h). A signaled WRITE ends
+ * its ibv WR: the ibv WR is signaled exactly when its last WRITE is, and
+ * every signaled WRITE still completes under its own wr_id, covering the
+ * unsignaled ones before it (runtime/transport.h). An error completion of
+ * a gathered WR becomes one completion per entry still outstanding, as
+ * separate WRs would have had (cq.c: wc_split).
+ * Send-queue accounting counts the caller's WRITEs, so the QP holds at most
+ * as many ibv WRs as sq_depth. The check costs one compare for a WRITE
+ * whose remote range does not follow the one before it.
  */
 #include "rdma/rdma.h"
 
@@ -83,6 +101,33 @@ static void ref_runs(rdma_wqe_t *ring, uint32_t mask, uint64_t head, uint32_t n)
         atomic_fetch_add_explicit(&run_mr->refs, run, memory_order_relaxed);
 }
 
+/*
+ * Whether WRITE x, whose remote range starts where the ibv WR w ends, joins
+ * it: the same rkey, no signaled WRITE ended it, an SGE and bytes to spare
+ * (a WRITE of no bytes joins none). t is x's own template.
+ */
+static inline bool gathers(const struct ibv_send_wr *w, const struct ibv_send_wr *t,
+                           const pdx_tp_write_t *x, uint32_t max_sge, uint64_t max_msg)
+{
+    return x->rkey == w->wr.rdma.rkey && !w->send_flags && (uint64_t)(t - w) < max_sge &&
+           x->length - 1 < max_msg - (x->remote_addr - w->wr.rdma.remote_addr);
+}
+
+/* After a post of gathered WRs: put the chain from w (its ibv WRs) back to
+ * templates of one SGE, each chained to the one after it. */
+static void __attribute__((noinline)) templates_restore(rdma_ep_t *ep, struct ibv_send_wr *w)
+{
+    struct ibv_send_wr *const end = ep->wrs + ep->sq_depth;
+
+    while (w) {
+        struct ibv_send_wr *next = w->next;
+
+        w->next = w + 1 < end ? w + 1 : NULL;
+        w->num_sge = 1;
+        w = next;
+    }
+}
+
 void rdma_post_write_init(rdma_ep_t *ep)
 {
     for (uint32_t i = 0; i < ep->sq_depth; i++)
@@ -110,6 +155,15 @@ write_invalid(const rdma_ep_t *ep, const pdx_tp_write_t *wr, uint32_t i, uint32_
  * posted, its references given back; what was written of the ring and the WR
  * array lies past sq_head, free, and is overwritten by the next post.
  *
+ * Gather: WRITE i fills sges[i] and ring entry head + i. It starts an ibv
+ * WR in place, the template wrs[i] (whose SGEs begin at sges[i]), unless
+ * its remote range starts where the WR being built ends, under the same
+ * rkey, within max_sge and max_msg_size, and no signaled WRITE ended that
+ * WR: then it joins it as one more SGE, and the WR's next skips its
+ * template. A WRITE that starts a WR writes what it did before gathering
+ * existed (one compare more); joins write the WR's next and num_sge, and
+ * the templates are put back after the post.
+ *
  * A refused call hands out no completions. The caller gets PDX_ERR_PEER and
  * keeps no record of any of its n WRs, but a provider may have taken the
  * WRs before *bad_wr (they are on the wire). Those stay in the ring marked
@@ -117,7 +171,9 @@ write_invalid(const rdma_ep_t *ep, const pdx_tp_write_t *wr, uint32_t i, uint32_
  * is failed and its QP moved to ERR, or done before that), cq_poll frees
  * their slots and region references and hands their completions to nobody.
  * A completion of one of them that also covers earlier unsignaled WRs of
- * earlier calls is handed out as that of the last of those (cq.c).
+ * earlier calls is handed out as that of the last of those (cq.c). The
+ * ring entries posted are those before *bad_wr, the template of its first
+ * WRITE.
  *
  * The post path never clears `hidden` (the ring starts zeroed): only a
  * refused call sets it, that call fails the ep for good before it returns,
@@ -130,20 +186,24 @@ pdx_status_t rdma_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_
     const rdma_tp_t *const tp = ep->tp;
     rdma_wqe_t *const ring = ep->sq;
     struct ibv_send_wr *const wrs = ep->wrs;
-    const uint32_t mask = ep->sq_mask;
+    const uint32_t mask = ep->sq_mask, max_sge = ep->max_sge;
     const uint64_t max_msg = tp->max_msg_size;
     const uint64_t id_base = rdma_wr_id(ep, false, 0);
     const pdx_tp_write_t *x = wr, *end;
-    struct ibv_send_wr *w = wrs;
+    struct ibv_send_wr *t = wrs;        /* WRITE i's template, wrs[i] */
+    struct ibv_send_wr *w = wrs;        /* the ibv WR being built */
     uint64_t seq = head;
     rdma_mr_t *first, *run_mr = NULL;
     uint64_t run_base = 0, run_len = 0;
+    uint64_t w_end = ~wr[0].remote_addr; /* the ibv WR's remote end: none yet */
     uint32_t run_lkey = 0, runs = 0;
-    bool run_pieces = false;
+    bool run_pieces = false, gathered = false;
     struct ibv_send_wr *bad = NULL;
     uint32_t posted;
     int rc;
 
+    _Static_assert(PDX_TP_SIGNALED << 1 == IBV_SEND_SIGNALED, "a shift makes the flag");
+    _Static_assert(RDMA_MAX_SGE <= RDMA_WR_GATHER_MASK + 1, "the wr_id counts its WRITEs");
     if (PDX_UNLIKELY(ep_failed(ep)))
         return PDX_ERR_PEER;
     if (PDX_UNLIKELY(n == 0 || n > ep->sq_depth)) {
@@ -167,11 +227,11 @@ pdx_status_t rdma_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_
      * bad WR gives them back.
      */
     atomic_fetch_add_explicit(&first->refs, n, memory_order_relaxed);
-    for (; x != end; x++, w++, seq++) {
+    for (; x != end; x++, t++, seq++) {
         rdma_mr_t *mr = rdma_mr(x->mr);
-        const uint64_t off = x->offset, len = x->length;
+        const uint64_t off = x->offset, len = x->length, raddr = x->remote_addr;
         rdma_wqe_t *q = &ring[seq & mask];
-        struct ibv_sge *sge = w->sg_list; /* the template's */
+        struct ibv_sge *sge = t->sg_list; /* the template's */
 
         if (PDX_UNLIKELY(mr != run_mr)) {
             if (PDX_UNLIKELY(!mr || mr->tp != tp))
@@ -196,24 +256,39 @@ pdx_status_t rdma_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_
         sge->addr = run_base + off;
         sge->length = (uint32_t)len;
         sge->lkey = run_lkey;
-        w->wr_id = id_base | (seq & RDMA_WR_IDX_MASK);
-        w->send_flags = x->flags & PDX_TP_SIGNALED ? IBV_SEND_SIGNALED : 0;
-        w->wr.rdma.remote_addr = x->remote_addr;
-        w->wr.rdma.rkey = x->rkey;
+        if (PDX_UNLIKELY(raddr == w_end) && gathers(w, t, x, max_sge, max_msg)) {
+            /* its bytes follow the WR's at the remote: one more SGE */
+            const uint64_t k = (uint64_t)(t - w); /* WRITEs in the WR before it */
+
+            w->next = t + 1;
+            w->num_sge = (int)k + 1;
+            w->wr_id = id_base | (seq & RDMA_WR_IDX_MASK) | k << RDMA_WR_GATHER_SHIFT;
+            gathered = true;
+        } else {
+            w = t;
+            w->wr_id = id_base | (seq & RDMA_WR_IDX_MASK);
+            w->wr.rdma.remote_addr = raddr;
+            w->wr.rdma.rkey = x->rkey;
+        }
+        w->send_flags = (x->flags & PDX_TP_SIGNALED) << 1;
+        w_end = raddr + len;
     }
     if (PDX_UNLIKELY(runs != 1)) {
         atomic_fetch_sub_explicit(&first->refs, n, memory_order_relaxed);
         ref_runs(ring, mask, head, n);
     }
-    wrs[n - 1].next = NULL; /* the chain ends here; the template is put back below */
+    w->next = NULL; /* the chain ends here; the templates are put back below */
     rc = ibv_post_send(ep->qp, wrs, &bad);
-    if (n < ep->sq_depth)
-        wrs[n - 1].next = &wrs[n];
+    if (PDX_UNLIKELY(gathered))
+        templates_restore(ep, wrs);
+    else
+        w->next = w + 1 < wrs + ep->sq_depth ? w + 1 : NULL;
     if (PDX_LIKELY(rc == 0)) {
         atomic_store_explicit(&ep->sq_head, head + n, memory_order_release);
         return PDX_OK;
     }
-    posted = bad >= &wrs[0] && bad < &wrs[n] ? (uint32_t)(bad - &wrs[0]) : 0;
+    /* the ring entries of the ibv WRs before *bad_wr (each a template) */
+    posted = bad >= wrs && bad < t ? (uint32_t)(bad - wrs) : 0;
     rdma_mr_unref_range(ring, mask, head + posted, head + n);
     for (uint32_t i = 0; i < posted; i++)
         ring[(head + i) & mask].hidden = true;

@@ -20,7 +20,12 @@
  *
  * SEND payloads go inline (max_inline_data = PDX_TP_SEND_MAX). A device
  * that refuses that inline size gets a QP without inline data, and SENDs
- * are copied into a registered slot per SQ entry instead.
+ * are copied into a registered slot per SQ entry instead. The QP takes
+ * min(max_sge, RDMA_MAX_SGE) SGEs per send WR, for gathered WRITEs
+ * (post.c); a device that refuses that gets one SGE per WR.
+ *
+ * The QP's send and receive CQ is the one ibv CQ of its pdx CQ that
+ * rdma_cq_reserve found room on (cq.c: split past max_cqe).
  */
 #include "rdma/rdma.h"
 
@@ -200,34 +205,51 @@ static void ep_free(rdma_ep_t *ep)
     free(ep);
 }
 
-/* The QP, with inline SENDs if the device takes PDX_TP_SEND_MAX bytes. */
+/*
+ * The QP, with inline SENDs if the device takes PDX_TP_SEND_MAX bytes and
+ * gathered WRITEs of up to min(max_sge, RDMA_MAX_SGE) SGEs. A device that
+ * refuses the caps (EINVAL) is asked again without inline data, then with
+ * one SGE (and inline data), then with neither.
+ */
 static pdx_status_t qp_create(rdma_ep_t *ep)
 {
     rdma_tp_t *tp = ep->tp;
-    struct ibv_qp_init_attr ia = {
-        .qp_context = ep,
-        .send_cq = ep->cq->cq,
-        .recv_cq = ep->cq->cq,
-        .cap = {.max_send_wr = ep->sq_depth, .max_recv_wr = ep->rq_depth,
-                .max_send_sge = 1, .max_recv_sge = 1, .max_inline_data = PDX_TP_SEND_MAX},
-        .qp_type = IBV_QPT_RC,
-        .sq_sig_all = 0,
+    const uint32_t sge = PDX_MAX(PDX_MIN(tp->dev.max_sge, RDMA_MAX_SGE), 1u);
+    const struct ibv_qp_cap tries[] = {
+        {.max_send_sge = sge, .max_inline_data = PDX_TP_SEND_MAX},
+        {.max_send_sge = sge, .max_inline_data = 0},
+        {.max_send_sge = 1, .max_inline_data = PDX_TP_SEND_MAX},
+        {.max_send_sge = 1, .max_inline_data = 0},
     };
+    struct ibv_qp_init_attr ia;
+    uint32_t t = 0;
 
-    ep->qp = ibv_create_qp(tp->pd, &ia);
-    if (!ep->qp && errno == EINVAL) {
-        pdx_info("rdma: %s refuses %d bytes of inline data; SENDs go from registered slots",
-                 tp->dev.name, PDX_TP_SEND_MAX);
-        ia.cap.max_inline_data = 0;
+    do {
+        ia = (struct ibv_qp_init_attr){
+            .qp_context = ep,
+            .send_cq = ep->cq->icqs[ep->icq].cq,
+            .recv_cq = ep->cq->icqs[ep->icq].cq,
+            .cap = {.max_send_wr = ep->sq_depth, .max_recv_wr = ep->rq_depth,
+                    .max_send_sge = tries[t].max_send_sge, .max_recv_sge = 1,
+                    .max_inline_data = tries[t].max_inline_data},
+            .qp_type = IBV_QPT_RC,
+            .sq_sig_all = 0,
+        };
         ep->qp = ibv_create_qp(tp->pd, &ia);
-    }
+    } while (!ep->qp && errno == EINVAL && ++t < (sge > 1 ? PDX_ARRAY_SIZE(tries) : 2));
     if (!ep->qp) {
         pdx_error("rdma: %s: ibv_create_qp (RC, %u send, %u receive WRs): %s", tp->dev.name,
                   ep->sq_depth, ep->rq_depth, strerror(errno));
         return PDX_ERR_IO;
     }
+    if (tries[t].max_inline_data == 0)
+        pdx_info("rdma: %s refuses %d bytes of inline data; SENDs go from registered slots",
+                 tp->dev.name, PDX_TP_SEND_MAX);
+    if (tries[t].max_send_sge < sge)
+        pdx_info("rdma: %s refuses QPs of %u SGEs: one SGE per WRITE", tp->dev.name, sge);
     ep->qpn = ep->qp->qp_num;
     ep->max_inline = ia.cap.max_inline_data >= PDX_TP_SEND_MAX ? ia.cap.max_inline_data : 0;
+    ep->max_sge = tries[t].max_send_sge;
     return PDX_OK;
 }
 
@@ -274,7 +296,7 @@ pdx_status_t rdma_ep_create(pdx_tp_t *ptp, pdx_tp_cq_t *pcq, const pdx_tp_ep_att
 {
     rdma_tp_t *tp = rdma_tp(ptp);
     rdma_cq_t *cq = rdma_cq(pcq);
-    uint32_t entries, sq_size, rq_size, slot, gen;
+    uint32_t entries, sq_size, rq_size, slot, gen, icq;
     pdx_status_t status;
     rdma_ep_t *ep;
     void *mem;
@@ -296,7 +318,7 @@ pdx_status_t rdma_ep_create(pdx_tp_t *ptp, pdx_tp_cq_t *pcq, const pdx_tp_ep_att
         return PDX_ERR_IO;
     }
     entries = attr->sq_depth + attr->rq_depth;
-    status = rdma_cq_reserve(cq, entries, &slot, &gen);
+    status = rdma_cq_reserve(cq, entries, &slot, &gen, &icq);
     if (status != PDX_OK)
         return status;
 
@@ -310,6 +332,7 @@ pdx_status_t rdma_ep_create(pdx_tp_t *ptp, pdx_tp_cq_t *pcq, const pdx_tp_ep_att
     ep->cq = cq;
     ep->slot = slot;
     ep->gen = gen;
+    ep->icq = icq;
     ep->sq_depth = attr->sq_depth;
     ep->rq_depth = attr->rq_depth;
     sq_size = pdx_pow2_ceil(attr->sq_depth);
@@ -375,7 +398,7 @@ err_destroy_qp:
 err_free_ep:
     ep_free(ep);
 err_release:
-    rdma_cq_release(cq, slot, entries);
+    rdma_cq_release(cq, slot, icq, entries);
     return status;
 }
 
@@ -602,7 +625,7 @@ void rdma_ep_destroy(pdx_tp_ep_t *pep)
                   tp->dev.name, ep->qpn, strerror(rc > 0 ? rc : errno));
         return;
     }
-    rdma_cq_release(ep->cq, ep->slot, ep->sq_depth + ep->rq_depth);
+    rdma_cq_release(ep->cq, ep->slot, ep->icq, ep->sq_depth + ep->rq_depth);
     /* WRs dropped without completions release their regions */
     head = atomic_load_explicit(&ep->sq_head, memory_order_relaxed);
     rdma_mr_unref_range(ep->sq, ep->sq_mask, atomic_load_explicit(&ep->sq_done,

@@ -5,10 +5,12 @@
  * Files, one object each:
  *   device.c    device, port and GID selection, device limits
  *   mr.c        registered regions (host memory and dmabuf)
- *   cq.c        completion queues: wr_id decoding, status mapping, slot freeing
+ *   cq.c        completion queues (split in several ibv CQs past max_cqe):
+ *               wr_id decoding, status mapping, slot freeing
  *   sw_flush.c  the software flush: error completions made from the rings
  *   qp.c        endpoints: QP creation, address blob, connect, fail, destroy
- *   post.c      the post path: WRITE, SEND, RECV, READ
+ *   post.c      the post path: WRITE (gathered: several per ibv WR), SEND,
+ *               RECV, READ
  *   async.c     the async-event thread
  *   tp.c        open/close and the ops table
  *
@@ -48,7 +50,8 @@
  * - Locks: tp->lock (ep, CQ and region lists), tp->async_lock (held by the
  *   async thread from reading an event until it is acked, and around
  *   ibv_destroy_qp/cq, which must not run between the two), each CQ's lock
- *   (its ep table, reservations, stash, flush list, ibv_poll_cq). Order:
+ *   (its ep table, reservations, stash, flush list, ibv_poll_cq of each of
+ *   its ibv CQs). Order:
  *   async_lock, then tp->lock, then a CQ's lock; ep_destroy and ep_create
  *   take them one at a time.
  *
@@ -57,6 +60,12 @@
  * the engine's wr_id lives in the ep's ring. A completion finds its ep by the
  * slot, not by scanning QP numbers, and a completion of a destroyed ep (the
  * slot's generation moved on) is dropped.
+ *
+ * Ring entries are the caller's WRs: one per pdx_tp_write_t, SEND, READ or
+ * RECV. A gathered ibv WRITE (post.c) carries several consecutive entries,
+ * one SGE each; its ibv wr_id names the last of them, so its completion
+ * covers them all, as a completion covers the unsignaled WRs before it, and
+ * says how many it carries (for its error completion: cq.c).
  */
 #ifndef PDX_RDMA_INTERNAL_H
 #define PDX_RDMA_INTERNAL_H
@@ -79,16 +88,24 @@
 #define RDMA_RD_ATOMIC_MAX    16u   /* outstanding READs per QP, both directions */
 #define RDMA_MIN_RNR_TIMER    12u   /* 0.64 ms */
 #define RDMA_CQ_MAX_EPS       (1u << 16)
+#define RDMA_MAX_SGE          16u   /* SGEs of one gathered WRITE at most (post.c);
+                                     * at most RDMA_WR_GATHER_MASK + 1 */
+#define RDMA_CQ_MAX_ICQS      256u  /* ibv CQs behind one CQ at most (cq.c) */
 #define RDMA_ADDR_VERSION     1u
 #define RDMA_ADDR_LEN         32u
 
-/* ibv wr_id layout: | generation 23 | ep slot 16 | queue 1 | ring index 24 | */
+/* ibv wr_id layout:
+ * | generation 19 | gathered 4 | ep slot 16 | queue 1 | ring index 24 |
+ * gathered: how many ring entries before the indexed one the WR carries
+ * too (post.c: gathered WRITEs; 0 for any other WR) */
 #define RDMA_WR_IDX_BITS      24u
 #define RDMA_WR_IDX_MASK      ((1ull << RDMA_WR_IDX_BITS) - 1)
 #define RDMA_WR_RQ_BIT        (1ull << RDMA_WR_IDX_BITS)
 #define RDMA_WR_SLOT_SHIFT    (RDMA_WR_IDX_BITS + 1u)
 #define RDMA_WR_SLOT_MASK     (RDMA_CQ_MAX_EPS - 1u)
-#define RDMA_WR_GEN_SHIFT     (RDMA_WR_SLOT_SHIFT + 16u)
+#define RDMA_WR_GATHER_SHIFT  (RDMA_WR_SLOT_SHIFT + 16u)
+#define RDMA_WR_GATHER_MASK   15u
+#define RDMA_WR_GEN_SHIFT     (RDMA_WR_GATHER_SHIFT + 4u)
 #define RDMA_WR_GEN_MASK      ((1u << (64u - RDMA_WR_GEN_SHIFT)) - 1u)
 #define RDMA_MAX_DEPTH        (1u << RDMA_WR_IDX_BITS)
 
@@ -112,7 +129,7 @@ typedef struct rdma_dev_info {
     /* device limits */
     uint64_t       max_mr_size;
     uint32_t       max_qp_wr;
-    uint32_t       max_sge;
+    uint32_t       max_sge;         /* SGEs of one send WR */
     uint32_t       max_cqe;
     uint32_t       max_rd_atomic;       /* as initiator */
     uint32_t       max_dest_rd_atomic;  /* as responder */
@@ -127,6 +144,7 @@ typedef struct rdma_knobs {
     uint8_t  timeout;
     uint8_t  retry_count;
     uint8_t  rnr_retry;
+    int32_t  gpu;             /* PDX_GPU: devices nearest it are tried first */
 } rdma_knobs_t;
 
 void rdma_knobs_read(const pdx_config_t *cfg, rdma_knobs_t *knobs_p);
@@ -197,20 +215,35 @@ typedef struct rdma_cq_slot {
     bool       busy;            /* reserved by an ep */
 } rdma_cq_slot_t;
 
+/* One ibv CQ of a pdx CQ: a pdx CQ deeper than the device's max_cqe holds
+ * several, all on its one completion channel (cq.c). */
+typedef struct rdma_icq {
+    struct ibv_cq           *cq;
+    uint32_t                 depth;     /* entries asked for (<= max_cqe): what
+                                         * its eps may reserve */
+    uint32_t                 reserved;  /* sum of sq + rq depths of its eps (lock) */
+    uint32_t                 events;    /* read from the channel, not yet acked
+                                         * (cq_ack, cq_free) */
+} rdma_icq_t;
+
 struct rdma_cq {
     rdma_tp_t               *tp;
-    struct ibv_cq           *cq;
     struct ibv_comp_channel *channel;
-    uint32_t                 depth;
+    rdma_icq_t              *icqs;      /* ceil(depth / max_cqe) */
+    uint32_t                 nicq;
+    uint32_t                 depth;     /* the sum of their depths */
+    uint32_t                 poll_next; /* the ibv CQ cq_poll reads first (owner) */
 
-    pthread_mutex_t          lock;      /* everything below */
+    pthread_mutex_t          lock;      /* everything below, icqs[].reserved */
     uint32_t                 reserved;  /* sum of sq + rq depths of its eps */
     uint32_t                 nep;
     rdma_cq_slot_t          *slots;
     uint32_t                 nslots;
     uint32_t                 slot_hint;
-    /* CQEs of live eps that ep_destroy read while it drained the CQ; cq_poll
-     * hands them out first */
+    /* CQEs of live eps that ep_destroy read while it drained an ibv CQ,
+     * and those cq_poll made of an error CQE of a gathered WRITE (one per
+     * ring entry it carries, cq.c); cq_poll hands them out first. Never
+     * more than depth: each is one outstanding WR or receive. */
     struct ibv_wc           *stash;
     uint32_t                 stash_head, stash_n;
     /* eps whose completions cq_poll makes from their rings (rdma.h top),
@@ -240,18 +273,20 @@ int rdma_cq_fd(pdx_tp_cq_t *cq);
 void rdma_cq_ack(pdx_tp_cq_t *cq);
 /* tp close: free a CQ without eps. */
 void rdma_cq_free(rdma_cq_t *cq);
-/* ep_create: reserve depth and a table slot (PDX_ERR_FULL when the CQ lacks
- * either); the slot stays empty until rdma_cq_attach. */
-pdx_status_t rdma_cq_reserve(rdma_cq_t *cq, uint32_t entries, uint32_t *slot_p, uint32_t *gen_p);
+/* ep_create: reserve entries on one ibv CQ of the CQ (*icq_p, its index)
+ * and a table slot (PDX_ERR_FULL when no ibv CQ has the room, or no slot is
+ * free); the slot stays empty until rdma_cq_attach. */
+pdx_status_t rdma_cq_reserve(rdma_cq_t *cq, uint32_t entries, uint32_t *slot_p, uint32_t *gen_p,
+                             uint32_t *icq_p);
 /* ep_create, last: put the ep in its slot. PDX_ERR_IO (logged) when the
  * CQ went into error since the reservation. */
 pdx_status_t rdma_cq_attach(rdma_cq_t *cq, rdma_ep_t *ep);
 /* ep_destroy, before its QP goes: empty the slot (new generation), so no
  * poller reaches the ep and its CQEs still in the CQ are dropped. */
 void rdma_cq_retire(rdma_cq_t *cq, rdma_ep_t *ep);
-/* After the QP is gone: keep the CQ's other completions, drop the ep's,
- * give back the slot and the reservation. */
-void rdma_cq_release(rdma_cq_t *cq, uint32_t slot, uint32_t entries);
+/* After the QP is gone: keep the other completions of its ibv CQ, drop the
+ * ep's, give back the slot and the reservation. */
+void rdma_cq_release(rdma_cq_t *cq, uint32_t slot, uint32_t icq, uint32_t entries);
 /* sw_flush.c, with cq->lock held: the software flush's completions (at most
  * max), the backstop (progress_timeout_ms after an ep failed), and
  * rdma_cq_fail's body. */
@@ -266,7 +301,7 @@ uint32_t rdma_cq_fail(rdma_cq_t *cq, const char *what);
 
 /* ------------------------------------------------------------------ ep */
 
-/* One ring entry per posted WR. */
+/* One ring entry per WR of the caller (rdma.h top: gathered WRITEs). */
 typedef struct rdma_wqe {
     uint64_t   wr_id;           /* the engine's */
     rdma_mr_t *mr;              /* region it reads or writes; NULL: inline SEND */
@@ -312,13 +347,17 @@ struct rdma_ep {
     struct ibv_qp      *qp;
     uint32_t            qpn;                /* for messages: never ep->qp there */
     uint32_t            slot, gen;          /* in cq's ep table */
+    uint32_t            icq;                /* its ibv CQ: cq->icqs[icq] */
     uint32_t            sq_depth, rq_depth;
     uint32_t            sq_mask, rq_mask;
     uint32_t            max_inline;         /* 0: SENDs go from the slot ring */
+    uint32_t            max_sge;            /* SGEs of one gathered WRITE */
     uint32_t            psn;
     rdma_wqe_t         *sq, *rq;
     struct ibv_send_wr *wrs;                /* sq_depth WRITEs of one post_write: */
-    struct ibv_sge     *sges;               /* templates (rdma_post_write_init) */
+    struct ibv_sge     *sges;               /* templates (rdma_post_write_init):
+                                             * wrs[i] starts at sges[i], the
+                                             * call's WRITE i */
     uint8_t            *send_slots;         /* PDX_TP_SEND_MAX per SQ entry */
     struct ibv_mr      *send_slots_mr;
 
@@ -405,8 +444,9 @@ void rdma_ep_kill(rdma_ep_t *ep, pdx_status_t why, rdma_err_kind_t kind, const c
 const char *rdma_ep_errmsg_wait(rdma_ep_t *ep);
 
 /* post.c, the ep's poster */
-/* ep_create: wrs[i] becomes an RDMA WRITE of one SGE, sges[i], chained to
- * wrs[i + 1]; post_write then writes only the fields that change per WR. */
+/* ep_create: wrs[i] becomes an RDMA WRITE of sges[i], chained to wrs[i + 1];
+ * post_write then writes only the fields that change per WR (a gathered WR
+ * takes the SGEs after its own, and its next skips their templates). */
 void rdma_post_write_init(rdma_ep_t *ep);
 pdx_status_t rdma_post_write(pdx_tp_ep_t *ep, const pdx_tp_write_t *wr, uint32_t n);
 pdx_status_t rdma_post_send(pdx_tp_ep_t *ep, uint64_t wr_id, const void *data, uint32_t len,

@@ -14,7 +14,8 @@
  *     failed (the backstop: a NIC that never flushed).
  * The eps concerned are marked sw_flush on their CQ (flush_list). cq_poll
  * then completes their ring entries itself: the send queue from sq_done to
- * sq_head, in order, one completion per WR (signaled or not; a completion
+ * sq_head, in order, one completion per WR of the caller (signaled or not,
+ * each WRITE of a gathered ibv WR too: post.c; a completion
  * of WR X covering unsignaled WRs before X is what callers expect, so one
  * per WR is as good), then the receive queue, each with the ep's error
  * status, releasing region references as real completions do. Entries of

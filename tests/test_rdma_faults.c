@@ -2,9 +2,10 @@
  * The rdma transport under faults, over softnic (tests/softnic): async
  * events (a fatal QP, a port that goes down, an event of another port), a
  * device that dies, a CQ in error, an ep failed without a flush (the
- * progress-timeout backstop), a post the provider refuses part-way, the
- * status of each kind of error completion, and ep_destroy racing the CQ's
- * poller. Where the NIC reports nothing more, every outstanding WR and
+ * progress-timeout backstop), a post the provider refuses part-way (of
+ * gathered WRITEs too), the status of each kind of error completion,
+ * ep_destroy racing the CQ's poller, and one ibv CQ of a CQ split past
+ * max_cqe in error or overrun. Where the NIC reports nothing more, every outstanding WR and
  * receive still completes, once, with an error. Each test checks that it
  * leaves no file descriptor and no verbs object behind.
  */
@@ -270,7 +271,7 @@ Test(rdma_faults, cq_error_completes_everything_in_software)
 {
     rig_t *r = rig_open(NULL, 10000, NULL);
     struct ibv_async_event ev = {.event_type = IBV_EVENT_CQ_ERR,
-                                 .element.cq = rdma_cq(r->cq[0])->cq};
+                                 .element.cq = rdma_cq(r->cq[0])->icqs[0].cq};
     rdma_tp_t *tp = rdma_tp(r->tp[0]);
     pdx_tp_ep_attr_t attr = {.sq_depth = 1};
     pdx_tp_wc_t wc;
@@ -313,6 +314,20 @@ Test(rdma_faults, backstop_flushes_an_ep_the_nic_forgot)
 
 /* ----------------------------------------------------- refused posts */
 
+/* The provider refuses the ibv WR of the next post_write that starts at its
+ * WRITE k, wrs[k] (an opcode it does not take; post_write writes no
+ * opcode): the WRs before it are taken. */
+static pdx_status_t post_refused_at(rig_t *r, uint32_t k, const pdx_tp_write_t *w, uint32_t n)
+{
+    rdma_ep_t *e = rdma_ep(r->ep[0]);
+    pdx_status_t st;
+
+    e->wrs[k].opcode = IBV_WR_ATOMIC_FETCH_AND_ADD;
+    st = ops->post_write(r->ep[0], w, n);
+    e->wrs[k].opcode = IBV_WR_RDMA_WRITE;
+    return st;
+}
+
 /* The provider takes 2 WRs of a call of 4, then refuses one: the caller
  * gets PDX_ERR_PEER and no completion of any of the 4; the earlier calls'
  * WRs still complete, and the regions are released. */
@@ -320,20 +335,57 @@ Test(rdma_faults, partial_post_hands_out_nothing)
 {
     softnic_config_t c = fx_nic(2, SOFTNIC_ON_POLL); /* WRs run inside cq_poll */
     rig_t *r = rig_open(&c, 10000, NULL);
-    rdma_ep_t *e = rdma_ep(r->ep[0]);
     pdx_tp_write_t w[6];
     pdx_tp_wc_t wc[4];
 
+    /* each to a place of its own at the remote: not gathered, one ibv WR each */
     for (int i = 0; i < 6; i++)
-        w[i] = wr_make(r, (uint64_t)i + 1, (uint64_t)i * 512, 512, i == 3);
+        w[i] = (pdx_tp_write_t){.wr_id = (uint64_t)i + 1, .mr = r->smr,
+                                .offset = (uint64_t)i * 512, .length = 512,
+                                .remote_addr = r->rk.addr + (uint64_t)(5 - i) * 512,
+                                .rkey = r->rk.rkey, .flags = i == 3 ? PDX_TP_SIGNALED : 0};
     cr_assert_eq(ops->post_write(r->ep[0], w, 2), PDX_OK);
     cr_assert_eq(wait_wc(r->cq[0], wc, 1, 50), 0, "unsignaled WRs 1 and 2 ran silently");
-    e->wrs[2].num_sge = 2; /* the third WR of the next call: more SGEs than the QP takes */
-    cr_assert_eq(ops->post_write(r->ep[0], w + 2, 4), PDX_ERR_PEER);
-    e->wrs[2].num_sge = 1;
+    cr_assert_eq(post_refused_at(r, 2, w + 2, 4), PDX_ERR_PEER, "the third WR of the call");
     cr_assert(strstr(ops->ep_error(r->ep[0]), "after 2 of 4"), "%s", ops->ep_error(r->ep[0]));
     cr_assert_eq(wait_wc(r->cq[0], wc, 4, 300), 1, "WRs of the refused call completed");
     fx_expect_wc(&wc[0], 2, PDX_OK, PDX_TP_OP_WRITE); /* WR 3's flush covers WRs 1 and 2 */
+    cr_assert_eq(atomic_load(&rdma_mr(r->smr)->refs), 0u, "the refused call holds its region");
+    rig_close(r);
+}
+
+/* The same with gathered WRs: 7 WRITEs of one call go out as 3 ibv WRs
+ * (3, 2 and 2 WRITEs: a signaled WRITE ends its WR, and a gap at the remote
+ * does too); the provider takes 2 of them (5 WRITEs), then refuses the
+ * third. The 5 are hidden: none of the 7 completes, an earlier call's
+ * unsignaled WR is covered by their flushes, every region reference goes
+ * back. */
+Test(rdma_faults, partial_post_of_gathered_writes)
+{
+    softnic_config_t c = fx_nic(2, SOFTNIC_ON_POLL);
+    rig_t *r = rig_open(&c, 10000, NULL);
+    static const uint64_t dst[7] = {0, 256, 512, 768, 1024, 2048, 2304};
+    pdx_tp_write_t w[8];
+    softnic_stats_t st0, st;
+    pdx_tp_wc_t wc[8];
+
+    w[7] = wr_make(r, 50, 3072, 256, false); /* an earlier call, unsignaled */
+    cr_assert_eq(ops->post_write(r->ep[0], &w[7], 1), PDX_OK);
+    cr_assert_eq(wait_wc(r->cq[0], wc, 1, 50), 0, "unsignaled WR 50 ran silently");
+    for (int i = 0; i < 7; i++) /* local ranges reversed: only the remote ones follow */
+        w[i] = (pdx_tp_write_t){.wr_id = 60u + (uint64_t)i, .mr = r->smr,
+                                .offset = (uint64_t)(6 - i) * 256, .length = 256,
+                                .remote_addr = r->rk.addr + dst[i], .rkey = r->rk.rkey,
+                                .flags = i == 2 || i == 6 ? PDX_TP_SIGNALED : 0};
+    softnic_stats(&st0);
+    cr_assert_eq(post_refused_at(r, 5, w, 7), PDX_ERR_PEER, "the WR of WRITEs 5 and 6");
+    softnic_stats(&st);
+    cr_assert_eq(st.wrs_posted - st0.wrs_posted, 2, "two gathered WRs taken");
+    cr_assert(strstr(ops->ep_error(r->ep[0]), "after 5 of 7"), "%s", ops->ep_error(r->ep[0]));
+    for (uint32_t i = 0; i < 5; i++)
+        cr_assert(rdma_ep(r->ep[0])->sq[(1 + i) & rdma_ep(r->ep[0])->sq_mask].hidden);
+    cr_assert_eq(wait_wc(r->cq[0], wc, 8, 300), 1, "WRs of the refused call completed");
+    fx_expect_wc(&wc[0], 50, PDX_OK, PDX_TP_OP_WRITE); /* covered by the first hidden CQE */
     cr_assert_eq(atomic_load(&rdma_mr(r->smr)->refs), 0u, "the refused call holds its region");
     rig_close(r);
 }
@@ -422,5 +474,151 @@ Test(rdma_faults, destroy_races_the_poller, .timeout = 60)
     atomic_store(&p.stop, true);
     cr_assert_eq(pthread_join(th, NULL), 0);
     cr_assert_gt(p.got, 0u, "the poller never met a completion");
+    rig_close(r);
+}
+
+/* ---------------------------------------------- CQs past max_cqe */
+
+/* Completions of `ep`, taken from wc[0, n): `want` of them, in order from
+ * wr_id `first`, each with `status`. */
+static void expect_ep_wcs(const pdx_tp_wc_t *wc, int n, pdx_tp_ep_t *ep, uint64_t first,
+                          int want, pdx_status_t status)
+{
+    int got = 0;
+
+    for (int i = 0; i < n; i++) {
+        if (wc[i].ep != ep || wc[i].opcode == PDX_TP_OP_RECV)
+            continue;
+        fx_expect_wc(&wc[i], first + (uint64_t)got, status, PDX_TP_OP_WRITE);
+        got++;
+    }
+    cr_assert_eq(got, want, "%d completions of the ep, not %d", got, want);
+}
+
+/*
+ * A CQ of 24 on a NIC of max_cqe 12 is two ibv CQs, ep a on the first, b on
+ * the second. CQ_ERR of the second fails both (a too: its CQ is in error),
+ * with every WR and receive completed in software; an ep on another CQ of
+ * the tp is left alone.
+ */
+Test(rdma_faults, cq_error_of_one_ibv_cq_fails_its_whole_cq)
+{
+    softnic_config_t c = fx_nic(2, SOFTNIC_THREAD);
+    rig_t *r;
+    pdx_tp_cq_t *cq[2];
+    pdx_tp_ep_t *a[2], *b[2], *ep;
+    pdx_tp_ep_attr_t attr = {.sq_depth = 1};
+    pdx_tp_write_t w[3];
+    pdx_tp_wc_t wc[16];
+    struct ibv_async_event ev = {.event_type = IBV_EVENT_CQ_ERR};
+    rdma_tp_t *tp;
+    int nrecv = 0;
+
+    c.max_cqe = 12;
+    r = rig_open(&c, 10000, NULL);
+    tp = rdma_tp(r->tp[0]);
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(ops->cq_create(r->tp[i], 24, &cq[i]), PDX_OK);
+        cr_assert_eq(rdma_cq(cq[i])->nicq, 2u);
+        a[i] = fx_ep_new(ops, r->tp[i], cq[i], 8, 4);
+        b[i] = fx_ep_new(ops, r->tp[i], cq[i], 8, 4);
+        cr_assert(rdma_ep(a[i])->icq == 0 && rdma_ep(b[i])->icq == 1);
+    }
+    fx_connect_eps(ops, a[0], a[1]);
+    fx_connect_eps(ops, b[0], b[1]);
+    fx_nic_delay(&r->nic, 2000000);
+    for (int i = 0; i < 3; i++) /* one gathered WRITE on each */
+        w[i] = wr_make(r, (uint64_t)i, (uint64_t)i * 256, 256, i == 2);
+    cr_assert_eq(ops->post_write(a[0], w, 3), PDX_OK);
+    cr_assert_eq(ops->post_write(b[0], w, 2), PDX_OK);
+    cr_assert_eq(ops->post_recv(a[0], 100, r->rmr[0], 0, 64), PDX_OK);
+    cr_assert_eq(ops->post_recv(b[0], 101, r->rmr[0], 64, 64), PDX_OK);
+    ev.element.cq = rdma_cq(cq[0])->icqs[1].cq;
+    pthread_mutex_lock(&tp->async_lock); /* as the async thread calls it */
+    rdma_async_handle(tp, &ev);
+    pthread_mutex_unlock(&tp->async_lock);
+    cr_assert_eq(wait_wc(cq[0], wc, 7, WAIT_MS), 7, "completions lost");
+    cr_assert_eq(wait_wc(cq[0], wc + 7, 1, 100), 0, "a WR completed twice");
+    expect_ep_wcs(wc, 7, a[0], 0, 3, PDX_ERR_PEER);
+    expect_ep_wcs(wc, 7, b[0], 0, 2, PDX_ERR_PEER);
+    for (int i = 0; i < 7; i++) {
+        if (wc[i].opcode != PDX_TP_OP_RECV)
+            continue;
+        fx_expect_wc(&wc[i], wc[i].ep == a[0] ? 100 : 101, PDX_ERR_PEER, PDX_TP_OP_RECV);
+        nrecv++;
+    }
+    cr_assert_eq(nrecv, 2);
+    cr_assert(strstr(ops->ep_error(a[0]), "async event CQ error, QP 0x"), "%s",
+              ops->ep_error(a[0]));
+    cr_assert(strstr(ops->ep_error(b[0]), "async event CQ error, QP 0x"), "%s",
+              ops->ep_error(b[0]));
+    cr_assert_str_eq(ops->ep_error(r->ep[0]), "", "an ep of another CQ failed");
+    cr_assert_eq(ops->cq_arm(cq[0]), PDX_ERR_IO);
+    cr_assert_eq(ops->ep_create(r->tp[0], cq[0], &attr, &ep), PDX_ERR_IO, "a CQ in error");
+    fx_nic_delay(&r->nic, 0);
+    for (int i = 0; i < 2; i++) {
+        ops->ep_destroy(a[i]);
+        ops->ep_destroy(b[i]);
+        ops->cq_destroy(cq[i]);
+    }
+    rig_close(r);
+}
+
+/*
+ * A real overrun of one ibv CQ (softnic: CQ_ERR, QP_FATAL of its QPs), made
+ * possible by overstating its depth so that two eps of 12 entries go onto
+ * its 12: the async thread fails the whole CQ, ep a on the other ibv CQ
+ * too, and every WR of the three eps completes once, in software.
+ */
+Test(rdma_faults, overrun_of_one_ibv_cq_fails_its_whole_cq)
+{
+    softnic_config_t c = fx_nic(2, SOFTNIC_THREAD);
+    rig_t *r;
+    pdx_tp_cq_t *cq[2];
+    pdx_tp_ep_t *ep[2][3];
+    softnic_stats_t st0, st;
+    pdx_tp_write_t w[4];
+    pdx_tp_wc_t wc[24];
+
+    c.max_cqe = 12;
+    r = rig_open(&c, 10000, NULL);
+    cr_assert_eq(ops->cq_create(r->tp[0], 24, &cq[0]), PDX_OK);
+    cr_assert_eq(ops->cq_create(r->tp[1], 36, &cq[1]), PDX_OK);
+    ep[0][0] = fx_ep_new(ops, r->tp[0], cq[0], 8, 4);
+    rdma_cq(cq[0])->icqs[1].depth = 36; /* the lie */
+    for (int k = 0; k < 3; k++) {
+        if (k)
+            ep[0][k] = fx_ep_new(ops, r->tp[0], cq[0], 8, 4);
+        ep[1][k] = fx_ep_new(ops, r->tp[1], cq[1], 8, 4);
+        fx_connect_eps(ops, ep[0][k], ep[1][k]);
+    }
+    cr_assert(rdma_ep(ep[0][1])->icq == 1 && rdma_ep(ep[0][2])->icq == 1);
+    softnic_stats(&st0);
+    fx_nic_delay(&r->nic, 2000000); /* a's WRs wait */
+    for (int i = 0; i < 4; i++)
+        w[i] = wr_make(r, (uint64_t)i, (uint64_t)i * 256, 256, true);
+    cr_assert_eq(ops->post_write(ep[0][0], w, 4), PDX_OK);
+    fx_nic_delay(&r->nic, 200000); /* b's and c's: all posted before any runs */
+    for (int i = 0; i < 8; i++) { /* 16 completions for 12 entries */
+        w[0] = wr_make(r, (uint64_t)i, 0, 64, true);
+        cr_assert_eq(ops->post_write(ep[0][1], w, 1), PDX_OK);
+        cr_assert_eq(ops->post_write(ep[0][2], w, 1), PDX_OK);
+    }
+    wait_error(ep[0][0], "async event CQ error, QP 0x");
+    softnic_stats(&st);
+    cr_assert_eq(st.cq_overruns, st0.cq_overruns + 1);
+    cr_assert_eq(wait_wc(cq[0], wc, 20, WAIT_MS), 20, "completions lost");
+    cr_assert_eq(wait_wc(cq[0], wc + 20, 1, 100), 0, "a WR completed twice");
+    expect_ep_wcs(wc, 20, ep[0][0], 0, 4, PDX_ERR_PEER);
+    expect_ep_wcs(wc, 20, ep[0][1], 0, 8, PDX_ERR_PEER);
+    expect_ep_wcs(wc, 20, ep[0][2], 0, 8, PDX_ERR_PEER);
+    cr_assert_eq(atomic_load(&rdma_mr(r->smr)->refs), 0u, "flushed WRs hold their region");
+    fx_nic_delay(&r->nic, 0);
+    rdma_cq(cq[0])->icqs[1].depth = 12;
+    for (int i = 0; i < 2; i++) {
+        for (int k = 0; k < 3; k++)
+            ops->ep_destroy(ep[i][k]);
+        ops->cq_destroy(cq[i]);
+    }
     rig_close(r);
 }
