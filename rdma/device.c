@@ -9,11 +9,12 @@
  * open one tp per NIC.
  *
  * GID: on Ethernet (RoCE) the RoCEv2 GID that holds an IPv4-mapped address
- * (::ffff:a.b.c.d), else the first RoCEv2 GID (a warning when it is
- * link-local, fe80::/10: not routable); PDX_IB_GID_INDEX >= 0 picks one
- * instead. Peers must use GIDs of one family (ep_connect checks). On
- * InfiniBand the LID addresses the port, and a GRH is used only when
- * PDX_IB_GID_INDEX is set.
+ * (::ffff:a.b.c.d), else the first RoCEv2 GID that is not link-local (an
+ * IPv6 address), else the first RoCEv2 GID (a warning: link-local,
+ * fe80::/10, is not routable); PDX_IB_GID_INDEX >= 0 picks one instead.
+ * Peers must use GIDs of one family (ep_connect checks). On InfiniBand the
+ * LID addresses the port, and a GRH is used only when PDX_IB_GID_INDEX is
+ * set (a GID the port has: an empty entry is refused).
  *
  * No device: PDX_ERR_NO_DEVICE, logged once with the reason, at info when
  * the caller falls back to another transport (params->quiet_no_device),
@@ -130,7 +131,9 @@ static bool pick_roce_gid(struct ibv_context *ctx, const struct ibv_port_attr *p
             info->gid = e.gid;
             return true;
         }
-        if (first < 0) {
+        /* the link-local GIDs come first in a NIC's table: a routable one
+         * after them wins */
+        if (first < 0 || (rdma_gid_link_local(&first_gid) && !rdma_gid_link_local(&e.gid))) {
             first = i;
             first_gid = e.gid;
         }
@@ -196,16 +199,17 @@ static bool probe(struct ibv_context *ctx, const rdma_knobs_t *knobs, rdma_dev_i
     if (pa.link_layer == IBV_LINK_LAYER_ETHERNET)
         return pick_roce_gid(ctx, &pa, port, knobs->gid_index, info, why);
     if (knobs->gid_index >= 0) {
-        union ibv_gid gid;
+        struct ibv_gid_entry e;
 
-        rc = ibv_query_gid(ctx, port, knobs->gid_index, &gid);
+        /* _ex: ibv_query_gid answers an empty entry with a zero GID */
+        rc = ibv_query_gid_ex(ctx, port, (uint32_t)knobs->gid_index, &e, 0);
         if (rc) {
             why_add(why, "%s port %u: PDX_IB_GID_INDEX=%d: %s", info->name, port,
                     knobs->gid_index, strerror(rc > 0 ? rc : errno));
             return false;
         }
         info->gid_index = knobs->gid_index;
-        info->gid = gid;
+        info->gid = e.gid;
     }
     if (info->lid == 0 && info->gid_index < 0) {
         why_add(why, "%s port %u has no LID yet (no subnet manager?)", info->name, port);

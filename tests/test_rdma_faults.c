@@ -1,13 +1,14 @@
 /*
  * The rdma transport under faults, over softnic (tests/softnic): async
  * events (a fatal QP, a port that goes down, an event of another port), a
- * device that dies, a CQ in error, an ep failed without a flush (the
- * progress-timeout backstop), a post the provider refuses part-way (of
- * gathered WRITEs too), the status of each kind of error completion,
- * ep_destroy racing the CQ's poller, and one ibv CQ of a CQ split past
- * max_cqe in error or overrun. Where the NIC reports nothing more, every outstanding WR and
- * receive still completes, once, with an error. Each test checks that it
- * leaves no file descriptor and no verbs object behind.
+ * device that dies, a CQ in error, a failing ibv_poll_cq or
+ * ibv_req_notify_cq, an ep failed without a flush (the progress-timeout
+ * backstop), a post the provider refuses part-way (of gathered WRITEs too),
+ * the status of each kind of error completion, ep_destroy racing the CQ's
+ * poller, and one ibv CQ of a CQ split past max_cqe in error, overrun or
+ * failing its poll. Where the NIC reports nothing more, every outstanding
+ * WR and receive still completes, once, with an error. Each test checks
+ * that it leaves no file descriptor and no verbs object behind.
  */
 #include <criterion/criterion.h>
 
@@ -156,7 +157,7 @@ static void expect_flushed(pdx_tp_cq_t *cq, int n, int nrecv, pdx_status_t statu
         bool recv = wc[i].opcode == PDX_TP_OP_RECV;
 
         fx_expect_wc(&wc[i], recv ? 100u + (uint64_t)nr : (uint64_t)nwr, status,
-                  recv ? PDX_TP_OP_RECV : PDX_TP_OP_WRITE);
+                     recv ? PDX_TP_OP_RECV : PDX_TP_OP_WRITE);
         *(recv ? &nr : &nwr) += 1;
     }
 }
@@ -227,6 +228,7 @@ Test(rdma_faults, device_fatal_completes_everything_in_software)
     pdx_tp_write_t w = wr_make(r, 9, 0, 64, true);
     struct pollfd pfd;
     pdx_tp_ep_t *ep;
+    pdx_tp_cq_t *cq;
     uint64_t deadline = pdx_deadline_ns(WAIT_MS);
 
     post_stuck(r, 6, 3);
@@ -241,6 +243,7 @@ Test(rdma_faults, device_fatal_completes_everything_in_software)
     cr_assert_eq(ops->cq_arm(r->cq[0]), PDX_ERR_IO, "no event will come: sleep bounded");
     cr_assert_eq(ops->post_write(r->ep[0], &w, 1), PDX_ERR_PEER);
     cr_assert_eq(ops->ep_create(r->tp[0], r->cq[0], &attr, &ep), PDX_ERR_IO);
+    cr_assert_eq(ops->cq_create(r->tp[0], 4, &cq), PDX_ERR_IO, "no new CQ on a dead device");
     cr_assert_eq(atomic_load(&rdma_mr(r->smr)->refs), 0u, "flushed WRs hold their region");
     fx_nic_delay(&r->nic, 0);
     rig_close(r);
@@ -260,6 +263,60 @@ Test(rdma_faults, dead_channel_fails_its_cq)
     cr_assert_eq(ops->cq_arm(r->cq[0]), PDX_ERR_IO);
     expect_flushed(r->cq[0], 3, 2, PDX_ERR_PEER);
     cr_assert(strstr(ops->ep_error(r->ep[0]), "its completion channel failed, QP 0x"), "%s",
+              ops->ep_error(r->ep[0]));
+    pthread_mutex_unlock(&tp->async_lock);
+    fx_nic_delay(&r->nic, 0);
+    rig_close(r);
+}
+
+/*
+ * A failing ibv_poll_cq (the provider returns -1): the CQ is in error for
+ * good. Every WR and receive of its eps completes once, in software, with
+ * the cause in ep_error; cq_arm answers PDX_ERR_IO, the fd no longer wakes,
+ * the CQ takes no new ep; the peer's ep is left alone.
+ */
+Test(rdma_faults, failing_poll_completes_everything_in_software)
+{
+    rig_t *r = rig_open(NULL, 10000, NULL);
+    pdx_tp_ep_attr_t attr = {.sq_depth = 1};
+    pdx_tp_write_t w = wr_make(r, 9, 0, 64, true);
+    uint64_t errors = pdx_log_error_count();
+    struct pollfd pfd;
+    pdx_tp_ep_t *ep;
+
+    post_stuck(r, 5, 2);
+    softnic_fault_poll_cq(0, 1); /* the next poll of softnic0's CQs */
+    expect_flushed(r->cq[0], 5, 2, PDX_ERR_PEER);
+    cr_assert(strstr(ops->ep_error(r->ep[0]), "ibv_poll_cq failed, QP 0x"), "%s",
+              ops->ep_error(r->ep[0]));
+    cr_assert_geq(pdx_log_error_count(), errors + 1, "the failing poll was not reported");
+    pfd = (struct pollfd){.fd = ops->cq_fd(r->cq[0]), .events = POLLIN};
+    cr_assert_eq(poll(&pfd, 1, 50), 0, "the CQ's fd still wakes its sleepers");
+    cr_assert_eq(ops->cq_arm(r->cq[0]), PDX_ERR_IO, "no event will come: sleep bounded");
+    cr_assert_eq(ops->cq_arm(r->cq[0]), PDX_ERR_IO, "for good");
+    cr_assert_eq(ops->post_write(r->ep[0], &w, 1), PDX_ERR_PEER);
+    cr_assert_eq(ops->ep_create(r->tp[0], r->cq[0], &attr, &ep), PDX_ERR_IO, "a CQ in error");
+    cr_assert_eq(atomic_load(&rdma_mr(r->smr)->refs), 0u, "flushed WRs hold their region");
+    cr_assert_str_eq(ops->ep_error(r->ep[1]), "", "the peer failed");
+    fx_nic_delay(&r->nic, 0);
+    rig_close(r);
+}
+
+/* A failing ibv_req_notify_cq (here: the device died and the async thread
+ * has not said so yet): cq_arm answers PDX_ERR_IO, and the CQ is failed and
+ * flushed the same way. */
+Test(rdma_faults, failing_arm_fails_its_cq)
+{
+    rig_t *r = rig_open(NULL, 10000, NULL);
+    rdma_tp_t *tp = rdma_tp(r->tp[0]);
+
+    post_stuck(r, 3, 1);
+    pthread_mutex_lock(&tp->async_lock);
+    cr_assert_eq(softnic_async(0, IBV_EVENT_DEVICE_FATAL), 0);
+    cr_assert_eq(ops->cq_arm(r->cq[0]), PDX_ERR_IO);
+    cr_assert_eq(ops->cq_arm(r->cq[0]), PDX_ERR_IO);
+    expect_flushed(r->cq[0], 3, 1, PDX_ERR_PEER);
+    cr_assert(strstr(ops->ep_error(r->ep[0]), "ibv_req_notify_cq failed, QP 0x"), "%s",
               ops->ep_error(r->ep[0]));
     pthread_mutex_unlock(&tp->async_lock);
     fx_nic_delay(&r->nic, 0);
@@ -618,6 +675,67 @@ Test(rdma_faults, overrun_of_one_ibv_cq_fails_its_whole_cq)
     for (int i = 0; i < 2; i++) {
         for (int k = 0; k < 3; k++)
             ops->ep_destroy(ep[i][k]);
+        ops->cq_destroy(cq[i]);
+    }
+    rig_close(r);
+}
+
+/*
+ * A failing ibv_poll_cq of the second ibv CQ of a CQ split past max_cqe
+ * (cq_poll reads them in turn: the second poll) fails the whole CQ: ep a on
+ * the first ibv CQ too, each WR and receive completed once in software;
+ * the first ibv CQ still polls, the CQ's other eps' peer is left alone.
+ */
+Test(rdma_faults, failing_poll_of_one_ibv_cq_fails_its_whole_cq)
+{
+    softnic_config_t c = fx_nic(2, SOFTNIC_THREAD);
+    pdx_tp_ep_t *a[2], *b[2];
+    pdx_tp_write_t w[3];
+    pdx_tp_wc_t wc[16];
+    pdx_tp_cq_t *cq[2];
+    struct ibv_wc iw;
+    rdma_cq_t *q;
+    rig_t *r;
+
+    c.max_cqe = 12;
+    r = rig_open(&c, 10000, NULL);
+    for (int i = 0; i < 2; i++) {
+        cr_assert_eq(ops->cq_create(r->tp[i], 24, &cq[i]), PDX_OK);
+        a[i] = fx_ep_new(ops, r->tp[i], cq[i], 8, 4);
+        b[i] = fx_ep_new(ops, r->tp[i], cq[i], 8, 4);
+    }
+    q = rdma_cq(cq[0]);
+    cr_assert(q->nicq == 2 && rdma_ep(a[0])->icq == 0 && rdma_ep(b[0])->icq == 1);
+    fx_connect_eps(ops, a[0], a[1]);
+    fx_connect_eps(ops, b[0], b[1]);
+    fx_nic_delay(&r->nic, 2000000);
+    for (int i = 0; i < 3; i++) /* one gathered WRITE on each */
+        w[i] = wr_make(r, (uint64_t)i, (uint64_t)i * 256, 256, i == 2);
+    cr_assert_eq(ops->post_write(a[0], w, 3), PDX_OK);
+    cr_assert_eq(ops->post_write(b[0], w, 2), PDX_OK);
+    cr_assert_eq(ops->post_recv(a[0], 100, r->rmr[0], 0, 64), PDX_OK);
+    cr_assert_eq(ops->post_recv(b[0], 101, r->rmr[0], 64, 64), PDX_OK);
+    cr_assert_eq(q->poll_next, 0u, "the next cq_poll reads ibv CQ 0 first, then 1");
+    softnic_fault_poll_cq(0, 2);
+    cr_assert_eq(wait_wc(cq[0], wc, 7, WAIT_MS), 7, "completions lost");
+    cr_assert_eq(wait_wc(cq[0], wc + 7, 1, 100), 0, "a WR completed twice");
+    expect_ep_wcs(wc, 7, a[0], 0, 3, PDX_ERR_PEER);
+    expect_ep_wcs(wc, 7, b[0], 0, 2, PDX_ERR_PEER);
+    for (int i = 0; i < 7; i++)
+        if (wc[i].opcode == PDX_TP_OP_RECV)
+            fx_expect_wc(&wc[i], wc[i].ep == a[0] ? 100 : 101, PDX_ERR_PEER, PDX_TP_OP_RECV);
+    for (int i = 0; i < 2; i++)
+        cr_assert(strstr(ops->ep_error(i ? b[0] : a[0]), "ibv_poll_cq failed, QP 0x"), "%s",
+                  ops->ep_error(i ? b[0] : a[0]));
+    cr_assert_geq(ibv_poll_cq(q->icqs[0].cq, 1, &iw), 0, "the fault hit ibv CQ 0");
+    cr_assert_eq(ibv_poll_cq(q->icqs[1].cq, 1, &iw), -1, "the fault missed ibv CQ 1");
+    cr_assert_eq(ops->cq_arm(cq[0]), PDX_ERR_IO);
+    cr_assert_str_eq(ops->ep_error(a[1]), "", "a peer failed");
+    cr_assert_str_eq(ops->ep_error(r->ep[0]), "", "an ep of another CQ failed");
+    fx_nic_delay(&r->nic, 0);
+    for (int i = 0; i < 2; i++) {
+        ops->ep_destroy(a[i]);
+        ops->ep_destroy(b[i]);
         ops->cq_destroy(cq[i]);
     }
     rig_close(r);

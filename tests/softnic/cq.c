@@ -20,6 +20,11 @@
  * Polling a CQE releases SQ or RQ slots: a send WR occupies its slot until
  * its completion, or that of a later WR of the same QP, has been polled.
  *
+ * A poll fault (fault.c) breaks the CQ it hits, as a provider that finds a
+ * CQE it cannot parse: that ibv_poll_cq and every later one on the CQ
+ * return -1 with errno EIO, and return no CQE. The NIC still writes CQEs
+ * into it (an overrun is possible), events and destroy work as usual.
+ *
  * ibv_req_notify_cq arms the CQ: the next CQE written raises one event on
  * the channel (CQEs already in the CQ do not: arm, then poll). A channel's
  * fd is an event fd (async.c), readable while its FIFO holds events;
@@ -368,6 +373,13 @@ int sn_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
     uint64_t head, tail;
     int i = 0;
 
+    if (atomic_load_explicit(&softnic_g.poll_faults, memory_order_relaxed) && sn_fault_poll(cq))
+        atomic_store(&cq->broken, true);
+    if (atomic_load_explicit(&cq->broken, memory_order_relaxed)) {
+        SN_TRACE("ibv_poll_cq: CQ %u is broken (a poll fault): -1", cq->ibcq.handle);
+        errno = EIO;
+        return -1;
+    }
     if (atomic_load_explicit(&softnic_g.mode, memory_order_relaxed) == SOFTNIC_ON_POLL)
         sn_progress();
     if (atomic_load_explicit(&cq->head, memory_order_relaxed) ==

@@ -4,11 +4,19 @@
  * inline dispatchers of <infiniband/verbs.h> reach softnic), and the device,
  * port and GID queries.
  *
- * Device i is "softnic<i>", one port, link layer Ethernet, max and active
- * MTU the configured active_mtu_dev[i] (0: active_mtu). GID index 0 is a
- * RoCEv1 link-local GID built from the MAC 02:00:00:00:00:<i+1>, index 1 a
- * RoCEv2 IPv4-mapped GID ::ffff:10.0.0.<i+1>. ndev_ifindex is 1 (the loopback interface:
- * softnic's fabric is this process).
+ * Device i is "softnic<i>", one port, max and active MTU the configured
+ * active_mtu_dev[i] (0: active_mtu), node and port GUID 02:00:00:00:00:00:00:<i+1>.
+ * Ethernet (RoCE, the default): the GID table `gids` says, built as a NIC
+ * builds it from the netdev's addresses, a RoCEv1 entry then a RoCEv2 entry
+ * per address: the link-local fe80::<EUI-64 of the MAC 02:00:00:00:00:<i+1>>
+ * first, then ::ffff:10.0.0.<i+1> (SOFTNIC_GIDS_IPV4, without the RoCEv2
+ * link-local pair: the table softnic always had) or 2001:db8::<i+1>
+ * (SOFTNIC_GIDS_IPV6); SOFTNIC_GIDS_LINK_LOCAL has the link-local pair only.
+ * ndev_ifindex is 1 (the loopback interface: softnic's fabric is this
+ * process). InfiniBand: LID lid_dev[i], GID index 0 fe80::<port GUID> of type
+ * IBV_GID_TYPE_IB, index 1 empty, as an IB port's table of a single GID.
+ * An empty entry: _ibv_query_gid_ex says ENODATA, ibv_query_gid gives a
+ * zero GID and 0 (as rdma-core).
  *
  * A dead context (DEVICE_FATAL, async.c) answers ibv_query_device and
  * ibv_query_port with EIO, as the kernel does once the device is
@@ -88,10 +96,16 @@ void softnic_config_default(softnic_config_t *cfg)
     cfg->max_cqe = 4194303;
     cfg->max_rd_atom = SN_MAX_RD_ATOMIC;
     cfg->max_init_rd_atom = SN_MAX_RD_ATOMIC;
+    cfg->link_layer = IBV_LINK_LAYER_ETHERNET;
+    cfg->gids = SOFTNIC_GIDS_IPV4;
+    for (uint16_t i = 0; i < SN_MAX_DEVICES; i++)
+        cfg->lid_dev[i] = (uint16_t)(i + 1);
 }
 
 _Static_assert(sizeof(((softnic_config_t *)0)->active_mtu_dev) == SN_MAX_DEVICES * sizeof(uint32_t),
                "one active_mtu_dev entry per device");
+_Static_assert(sizeof(((softnic_config_t *)0)->lid_dev) == SN_MAX_DEVICES * sizeof(uint16_t),
+               "one lid_dev entry per device");
 
 uint32_t sn_dev_mtu(const sn_device_t *dev)
 {
@@ -104,7 +118,6 @@ static void sn_devices_init(void)
 {
     for (uint32_t i = 0; i < SN_MAX_DEVICES; i++) {
         sn_device_t *d = &softnic_g.dev[i];
-        uint8_t *g0 = d->gid[0].raw, *g1 = d->gid[1].raw;
 
         if (d->ibdev.name[0])
             continue;
@@ -115,19 +128,53 @@ static void sn_devices_init(void)
         snprintf(d->ibdev.dev_name, sizeof(d->ibdev.dev_name), "uverbs%u", i);
         snprintf(d->ibdev.dev_path, sizeof(d->ibdev.dev_path), "/sys/class/infiniband_verbs/uverbs%u", i);
         snprintf(d->ibdev.ibdev_path, sizeof(d->ibdev.ibdev_path), "/sys/class/infiniband/softnic%u", i);
-        /* fe80::<EUI-64 of 02:00:00:00:00:i+1> (the U/L bit of 02 flipped) */
-        memset(g0, 0, 16);
-        g0[0] = 0xfe;
-        g0[1] = 0x80;
-        g0[11] = 0xff;
-        g0[12] = 0xfe;
-        g0[15] = (uint8_t)(i + 1);
-        memset(g1, 0, 16);
-        g1[10] = 0xff;
-        g1[11] = 0xff;
-        g1[12] = 10;
-        g1[15] = (uint8_t)(i + 1);
         atomic_store(&d->port_state, IBV_PORT_ACTIVE);
+    }
+}
+
+static void sn_gid_set(sn_device_t *d, uint32_t index, const uint8_t raw[16], uint32_t type)
+{
+    memcpy(d->gid[index].gid.raw, raw, 16);
+    d->gid[index].type = type;
+    d->gid[index].valid = true;
+}
+
+/* Link layer, LID and GID table of every device (no context open). */
+static void sn_devices_addr(const softnic_config_t *cfg)
+{
+    for (uint32_t i = 0; i < SN_MAX_DEVICES; i++) {
+        sn_device_t *d = &softnic_g.dev[i];
+        const uint8_t id = (uint8_t)(i + 1);
+        /* fe80::<EUI-64 of 02:00:00:00:00:i+1> (the U/L bit of 02 flipped) */
+        const uint8_t ll[16] = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xfe, 0, 0, id};
+        /* fe80::<port GUID 02:00:00:00:00:00:00:i+1> */
+        const uint8_t ib[16] = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, id};
+        const uint8_t v4[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, id};
+        const uint8_t v6[16] = {0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, id};
+
+        memset(d->gid, 0, sizeof(d->gid));
+        d->link_layer = cfg->link_layer;
+        d->lid = cfg->link_layer == IBV_LINK_LAYER_INFINIBAND ? cfg->lid_dev[i] : 0;
+        d->ngids = 2;
+        if (cfg->link_layer == IBV_LINK_LAYER_INFINIBAND) {
+            sn_gid_set(d, 0, ib, IBV_GID_TYPE_IB);
+            continue;
+        }
+        sn_gid_set(d, 0, ll, IBV_GID_TYPE_ROCE_V1);
+        switch (cfg->gids) {
+        case SOFTNIC_GIDS_IPV4:
+            sn_gid_set(d, 1, v4, IBV_GID_TYPE_ROCE_V2);
+            break;
+        case SOFTNIC_GIDS_LINK_LOCAL:
+            sn_gid_set(d, 1, ll, IBV_GID_TYPE_ROCE_V2);
+            break;
+        case SOFTNIC_GIDS_IPV6:
+            sn_gid_set(d, 1, ll, IBV_GID_TYPE_ROCE_V2);
+            sn_gid_set(d, 2, v6, IBV_GID_TYPE_ROCE_V1);
+            sn_gid_set(d, 3, v6, IBV_GID_TYPE_ROCE_V2);
+            d->ngids = 4;
+            break;
+        }
     }
 }
 
@@ -146,6 +193,10 @@ static void sn_apply(const softnic_config_t *cfg)
         softnic_g.debug = getenv("SOFTNIC_DEBUG") != NULL;
         sn_devices_init();
     }
+    /* open contexts read the addressing without the lock: it changes only
+     * while none is open (sn_limits_differ) */
+    if (softnic_g.open_contexts == 0)
+        sn_devices_addr(cfg);
     softnic_g.cfg_ready = true;
 }
 
@@ -197,7 +248,9 @@ static bool sn_limits_differ(const softnic_config_t *a, const softnic_config_t *
            a->max_mr_size != b->max_mr_size || a->max_qp_wr != b->max_qp_wr ||
            a->max_sge != b->max_sge || a->max_inline != b->max_inline ||
            a->max_cqe != b->max_cqe || a->exact_cq_depth != b->exact_cq_depth ||
-           a->max_rd_atom != b->max_rd_atom || a->max_init_rd_atom != b->max_init_rd_atom;
+           a->max_rd_atom != b->max_rd_atom || a->max_init_rd_atom != b->max_init_rd_atom ||
+           a->link_layer != b->link_layer || a->gids != b->gids ||
+           memcmp(a->lid_dev, b->lid_dev, sizeof(a->lid_dev)) != 0;
 }
 
 static bool sn_mtu_ok(uint32_t mtu)
@@ -211,10 +264,14 @@ static bool sn_config_ok(const softnic_config_t *cfg)
         !sn_mtu_ok(cfg->active_mtu) || cfg->max_qp_wr == 0 || cfg->max_sge == 0 ||
         cfg->max_cqe == 0 || cfg->max_cqe > INT32_MAX - 1 || cfg->max_qp_wr > INT32_MAX ||
         cfg->max_sge > INT32_MAX || cfg->max_rd_atom == 0 || cfg->max_rd_atom > UINT8_MAX ||
-        cfg->max_init_rd_atom == 0 || cfg->max_init_rd_atom > UINT8_MAX)
+        cfg->max_init_rd_atom == 0 || cfg->max_init_rd_atom > UINT8_MAX ||
+        (cfg->link_layer != IBV_LINK_LAYER_ETHERNET &&
+         cfg->link_layer != IBV_LINK_LAYER_INFINIBAND) ||
+        (unsigned)cfg->gids > SOFTNIC_GIDS_IPV6)
         return false;
     for (uint32_t i = 0; i < SN_MAX_DEVICES; i++)
-        if (cfg->active_mtu_dev[i] != 0 && !sn_mtu_ok(cfg->active_mtu_dev[i]))
+        if ((cfg->active_mtu_dev[i] != 0 && !sn_mtu_ok(cfg->active_mtu_dev[i])) ||
+            cfg->lid_dev[i] >= 0xc000) /* unicast LIDs only */
             return false;
     return true;
 }
@@ -296,16 +353,21 @@ static void sn_port_attr(sn_context_t *ctx, struct ibv_port_attr *pa)
     pa->state = (enum ibv_port_state)atomic_load(&ctx->dev->port_state);
     pa->max_mtu = (enum ibv_mtu)sn_dev_mtu(ctx->dev);
     pa->active_mtu = pa->max_mtu;
-    pa->gid_tbl_len = SN_GIDS;
-    pa->port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS;
+    pa->gid_tbl_len = (int)ctx->dev->ngids;
     pa->max_msg_sz = (uint32_t)SN_MAX_MSG;
     pa->pkey_tbl_len = 1;
-    pa->lid = 0;
     pa->max_vl_num = 1;
     pa->active_width = 2;  /* 4x */
     pa->active_speed = 32; /* EDR */
     pa->phys_state = pa->state == IBV_PORT_ACTIVE ? 5 : 3; /* LinkUp : Disabled */
-    pa->link_layer = IBV_LINK_LAYER_ETHERNET;
+    pa->link_layer = ctx->dev->link_layer;
+    if (ctx->dev->link_layer == IBV_LINK_LAYER_INFINIBAND) {
+        pa->port_cap_flags = IBV_PORT_CM_SUP;
+        pa->lid = ctx->dev->lid;
+        pa->sm_lid = ctx->dev->lid ? 1 : 0;
+    } else {
+        pa->port_cap_flags = IBV_PORT_CM_SUP | IBV_PORT_IP_BASED_GIDS;
+    }
 }
 
 static int sn_query_port(struct ibv_context *c, uint8_t port_num, struct ibv_port_attr *attr,
@@ -369,17 +431,22 @@ int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *a)
     return 0;
 }
 
+/* 0, EINVAL past the table, ENODATA for an empty entry. */
 static int sn_gid_entry(sn_context_t *ctx, uint32_t port_num, uint32_t index,
                         struct ibv_gid_entry *e)
 {
-    if (port_num != SN_PORT || index >= SN_GIDS)
+    const sn_device_t *d = ctx->dev;
+
+    if (port_num != SN_PORT || index >= d->ngids)
         return EINVAL;
     memset(e, 0, sizeof(*e));
-    e->gid = ctx->dev->gid[index];
+    if (!d->gid[index].valid)
+        return ENODATA;
+    e->gid = d->gid[index].gid;
     e->gid_index = index;
     e->port_num = port_num;
-    e->gid_type = index == 0 ? IBV_GID_TYPE_ROCE_V1 : IBV_GID_TYPE_ROCE_V2;
-    e->ndev_ifindex = 1;
+    e->gid_type = d->gid[index].type;
+    e->ndev_ifindex = d->link_layer == IBV_LINK_LAYER_ETHERNET ? 1 : 0;
     return 0;
 }
 
@@ -398,7 +465,8 @@ int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, uint32_t g
     return rc;
 }
 
-/* 0, or -1 with errno (as rdma-core's ibv_query_gid). */
+/* 0, or -1 with errno (as rdma-core's ibv_query_gid: an empty entry is a
+ * zero GID). */
 int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index, union ibv_gid *gid)
 {
     struct ibv_gid_entry e;
@@ -409,7 +477,7 @@ int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index, unio
         return -1;
     }
     rc = sn_gid_entry(sn_ctx(context), port_num, (uint32_t)index, &e);
-    if (rc) {
+    if (rc && rc != ENODATA) {
         errno = rc;
         return -1;
     }
@@ -417,9 +485,9 @@ int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index, unio
     return 0;
 }
 
-int sn_sgid_index_ok(uint32_t index)
+bool sn_gid_ok(const sn_device_t *dev, uint32_t index)
 {
-    return index < SN_GIDS;
+    return index < dev->ngids && dev->gid[index].valid;
 }
 
 /* ---- contexts ---- */

@@ -7,6 +7,10 @@
  * their nth on the same WR, the first registered applies and both are
  * spent. A status fault of IBV_WC_SUCCESS, or nth 0, is ignored.
  *
+ * Poll faults count ibv_poll_cq calls instead, on the CQs of contexts of
+ * their device; while one is armed (poll_faults) each poll takes the fabric
+ * lock to count, otherwise polls never look at the list.
+ *
  * The counters are relaxed atomics: a snapshot is not one instant, but each
  * counter is exact once the NIC is idle.
  */
@@ -15,12 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { SN_FAULT_STATUS, SN_FAULT_LOST_ACK };
+enum { SN_FAULT_STATUS, SN_FAULT_LOST_ACK, SN_FAULT_POLL_CQ };
 
 typedef struct sn_fault {
     sn_list_t          link;
     int                kind;
-    uint32_t           qpn;
+    uint32_t           qpn;     /* SN_FAULT_POLL_CQ: the device index */
     uint64_t           nth, count;
     enum ibv_wc_status status;
     bool               placed;
@@ -43,6 +47,8 @@ static void sn_fault_add(int kind, uint32_t qpn, uint64_t nth, enum ibv_wc_statu
     f->placed = placed;
     pthread_mutex_lock(&softnic_g.lock);
     sn_list_add_tail(&softnic_g.faults, &f->link);
+    if (kind == SN_FAULT_POLL_CQ)
+        atomic_fetch_add(&softnic_g.poll_faults, 1);
     pthread_mutex_unlock(&softnic_g.lock);
 }
 
@@ -57,6 +63,12 @@ void softnic_fault_lost_ack(uint32_t qpn, uint64_t nth, bool placed)
     sn_fault_add(SN_FAULT_LOST_ACK, qpn, nth, IBV_WC_SUCCESS, placed);
 }
 
+void softnic_fault_poll_cq(uint32_t dev, uint64_t nth)
+{
+    if (dev < SN_MAX_DEVICES)
+        sn_fault_add(SN_FAULT_POLL_CQ, dev, nth, IBV_WC_SUCCESS, false);
+}
+
 void softnic_faults_clear(void)
 {
     sn_list_t *pos, *tmp;
@@ -66,7 +78,31 @@ void softnic_faults_clear(void)
         sn_list_del(pos);
         free(sn_container_of(pos, sn_fault_t, link));
     }
+    atomic_store(&softnic_g.poll_faults, 0);
     pthread_mutex_unlock(&softnic_g.lock);
+}
+
+bool sn_fault_poll(sn_cq_t *cq)
+{
+    sn_list_t *pos, *tmp;
+    bool hit = false;
+
+    pthread_mutex_lock(&softnic_g.lock);
+    sn_list_for_safe(pos, tmp, &softnic_g.faults) {
+        sn_fault_t *f = sn_container_of(pos, sn_fault_t, link);
+
+        if (f->kind != SN_FAULT_POLL_CQ || f->qpn != cq->ctx->dev->index || ++f->count < f->nth)
+            continue;
+        if (!hit)
+            SN_TRACE("%s: poll fault hits poll %llu of its CQs: CQ %u broken",
+                     cq->ctx->dev->ibdev.name, (unsigned long long)f->nth, cq->ibcq.handle);
+        hit = true;
+        sn_list_del(pos);
+        free(f);
+        atomic_fetch_sub(&softnic_g.poll_faults, 1);
+    }
+    pthread_mutex_unlock(&softnic_g.lock);
+    return hit;
 }
 
 void sn_fault_match(sn_qp_t *qp, sn_cur_t *cur)
@@ -77,7 +113,7 @@ void sn_fault_match(sn_qp_t *qp, sn_cur_t *cur)
     sn_list_for_safe(pos, tmp, &softnic_g.faults) {
         sn_fault_t *f = sn_container_of(pos, sn_fault_t, link);
 
-        if (f->qpn != 0 && f->qpn != qp->qpn)
+        if (f->kind == SN_FAULT_POLL_CQ || (f->qpn != 0 && f->qpn != qp->qpn))
             continue;
         if (++f->count < f->nth)
             continue;

@@ -6,7 +6,9 @@
  * ibv_reg_dmabuf_mr. Local sges and remote accesses both use iova addresses,
  * as on hardware. A dmabuf MR maps the fd (MAP_SHARED, from the offset
  * rounded down to a page), so what softnic places there is what any other
- * mapping of the same buffer sees.
+ * mapping of the same buffer sees. With dmabuf_errno set, ibv_reg_dmabuf_mr
+ * fails first thing with that errno, as rdma-core over a provider or kernel
+ * without dmabuf (EOPNOTSUPP, ENOSYS).
  *
  * lkey and rkey are distinct pseudo-random 32-bit values, unique among the
  * keys of the process; the NIC looks them up in two hash tables under the
@@ -249,7 +251,11 @@ struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *ibpd, uint64_t offset, size_t le
     int err;
 
     pthread_mutex_lock(&softnic_g.lock);
-    err = sn_mr_check(pd, length, (unsigned int)access);
+    err = softnic_g.cfg.dmabuf_errno;
+    if (err)
+        SN_TRACE("reg_dmabuf_mr: the provider has no dmabuf (dmabuf_errno %d)", err);
+    else
+        err = sn_mr_check(pd, length, (unsigned int)access);
     pthread_mutex_unlock(&softnic_g.lock);
     if (err)
         goto err_out;

@@ -11,7 +11,8 @@
  * ibv_modify_qp checks what verbs require: the transition (RESET->INIT,
  * INIT->INIT, INIT->RTR, RTR->RTS, RTS->RTS, any->RESET, any->ERR), the
  * required attributes of each and nothing outside its optional ones,
- * port 1, pkey index 0, a global AV (RoCE) with sgid_index 0 or 1, a path
+ * port 1, pkey index 0, an AV that is global on RoCE (optional on
+ * InfiniBand) with the sgid_index of a GID the port has, a path
  * MTU no larger than the local port's active MTU, qp_access_flags without
  * REMOTE_ATOMIC, max_dest_rd_atomic <= max_rd_atom and max_rd_atomic <=
  * max_init_rd_atom (the configured device limits), and the ranges of
@@ -377,9 +378,14 @@ static const char *sn_attr_check(const sn_qp_t *qp, const struct ibv_qp_attr *a,
         return "pkey_index";
     if ((mask & M(ACCESS_FLAGS)) && (a->qp_access_flags & ~access))
         return "qp_access_flags (REMOTE_ATOMIC or unknown bits)";
-    if ((mask & M(AV)) && (!a->ah_attr.is_global || !sn_sgid_index_ok(a->ah_attr.grh.sgid_index) ||
-                           a->ah_attr.port_num > SN_PORT))
-        return "ah_attr (RoCE needs is_global, sgid_index 0 or 1, port 1)";
+    if ((mask & M(AV)) && a->ah_attr.port_num > SN_PORT)
+        return "ah_attr.port_num";
+    if ((mask & M(AV)) && !a->ah_attr.is_global &&
+        qp->ctx->dev->link_layer == IBV_LINK_LAYER_ETHERNET)
+        return "ah_attr (RoCE needs is_global)";
+    if ((mask & M(AV)) && a->ah_attr.is_global &&
+        !sn_gid_ok(qp->ctx->dev, a->ah_attr.grh.sgid_index))
+        return "ah_attr.grh.sgid_index (no such GID)";
     if ((mask & M(PATH_MTU)) &&
         (a->path_mtu < IBV_MTU_256 || (uint32_t)a->path_mtu > sn_dev_mtu(qp->ctx->dev)))
         return "path_mtu (above the port's active MTU)";

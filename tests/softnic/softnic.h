@@ -9,9 +9,17 @@
  * libibverbs; the rdma objects are the same.
  *
  * The fabric is this process: every softnic device of the process is on one
- * switch; a QP reaches a remote QP by (GID, QPN). Each device has one port,
- * link layer Ethernet (RoCE), GID index 0 a RoCEv1 link-local GID and index
- * 1 a RoCEv2 IPv4-mapped GID (::ffff:10.0.0.<device index + 1>).
+ * switch; a QP reaches a remote QP by (GID, QPN) on RoCE, by (LID, QPN) on
+ * InfiniBand. Each device has one port. Link layer Ethernet (RoCE, the
+ * default): the GID table holds a RoCEv1 and a RoCEv2 entry per address of
+ * the port's netdev, as a NIC builds it; with the default `gids`, index 0 a
+ * RoCEv1 link-local GID and index 1 a RoCEv2 IPv4-mapped GID
+ * (::ffff:10.0.0.<device index + 1>); see softnic_gids_t for the others.
+ * Link layer InfiniBand (config link_layer): the port's LID is lid_dev[i],
+ * GID index 0 is fe80::<port GUID> of type IBV_GID_TYPE_IB, index 1 is
+ * empty, and there are no RoCE GID types. An AV without a GRH (is_global 0)
+ * reaches the port whose LID is its dlid; with a GRH the dgid must be that
+ * port's GID at the sgid_index too; dlid 0 reaches no port.
  *
  * What it enforces, as hardware does: the QP state machine (post_send before
  * RTS, post_recv before INIT: the call fails), max_send_wr / max_recv_wr
@@ -109,9 +117,16 @@
  *    rdma-core); ibv_query_qp reports a QP the NIC moved to error.
  *  - delay_us counts from ibv_post_send (a latency: WRs still pipeline).
  *    Bandwidth pacing is a token bucket with 1 ms of credit.
- *  - ibv_query_gid returns -1 with errno, _ibv_query_gid_ex an errno value,
- *    for a port other than 1 or an index other than 0 and 1.
- *  - ndev_ifindex of the GIDs is 1 (the loopback interface).
+ *  - ibv_query_gid returns -1 with errno, _ibv_query_gid_ex an errno value
+ *    (EINVAL), for a port other than 1 or an index past gid_tbl_len. An
+ *    empty entry (InfiniBand's index 1): _ibv_query_gid_ex says ENODATA,
+ *    ibv_query_gid returns 0 and a zero GID, as rdma-core.
+ *  - ndev_ifindex of the RoCE GIDs is 1 (the loopback interface).
+ *  - An InfiniBand port without a LID (lid_dev[i] 0) is still ACTIVE: on a
+ *    fabric an SM moves a port to ACTIVE only once it has a LID, so this is
+ *    how a transport's own check of the LID is reached. Nothing reaches it.
+ *  - ibv_modify_qp on RoCE refuses an AV without is_global (EINVAL); on
+ *    InfiniBand it is optional. A GRH must name a valid GID of the port.
  *  - Change the mode only while no WR is outstanding.
  *
  * Trace: SOFTNIC_DEBUG=1 in the environment makes softnic say on stderr why
@@ -135,6 +150,18 @@ typedef enum softnic_mode {
     SOFTNIC_NULL    = 2, /* benchmarks: ibv_post_send completes every WR at
                           * once (CQEs for signaled ones), moves no data */
 } softnic_mode_t;
+
+/* The GID table of every RoCE port (device i, a = i + 1), as a NIC builds
+ * it from its netdev's addresses: a RoCEv1 then a RoCEv2 entry each. */
+typedef enum softnic_gids {
+    SOFTNIC_GIDS_IPV4       = 0, /* default: 0 RoCEv1 fe80::ff:fe00:<a> (the
+                                  * EUI-64 of MAC 02:00:00:00:00:<a>), 1 RoCEv2
+                                  * ::ffff:10.0.0.<a> */
+    SOFTNIC_GIDS_LINK_LOCAL = 1, /* an interface without an address: 0 RoCEv1
+                                  * and 1 RoCEv2, both fe80::ff:fe00:<a> */
+    SOFTNIC_GIDS_IPV6       = 2, /* 0 and 1 link-local as above, 2 RoCEv1 and
+                                  * 3 RoCEv2 2001:db8::<a> */
+} softnic_gids_t;
 
 typedef struct softnic_config {
     uint32_t       devices;        /* devices listed (default 1, at most 8) */
@@ -161,25 +188,35 @@ typedef struct softnic_config {
     uint32_t       max_init_rd_atom; /* max_qp_init_rd_atom: largest
                                     * max_rd_atomic (1..255, default 16) */
     bool           no_devices;     /* ibv_get_device_list returns an empty list */
+    uint8_t        link_layer;     /* of every port: IBV_LINK_LAYER_ETHERNET (RoCE,
+                                    * default) or IBV_LINK_LAYER_INFINIBAND */
+    softnic_gids_t gids;           /* RoCE: the GID table (default SOFTNIC_GIDS_IPV4) */
+    uint16_t       lid_dev[8];     /* InfiniBand: device i's LID (default i + 1,
+                                    * below 0xc000); 0: the port has none */
+    int            dmabuf_errno;   /* nonzero: ibv_reg_dmabuf_mr fails with this
+                                    * errno, as over a provider or kernel without
+                                    * dmabuf (EOPNOTSUPP, ENOSYS); default 0 */
 } softnic_config_t;
 
 /* The defaults above. */
 void softnic_config_default(softnic_config_t *cfg);
 /*
  * Set the configuration. Devices, MTUs, limits (with exact_cq_depth and
- * the rd atomic depths) and no_devices take effect at the next
- * ibv_get_device_list / ibv_open_device; mode, delay, bandwidth,
- * move_data and timeout_scale at once. 0 on success, -1 while any device is
- * open and the device count or limits would change.
+ * the rd atomic depths), the addressing (link_layer, gids, lid_dev) and
+ * no_devices take effect at the next ibv_get_device_list / ibv_open_device;
+ * mode, delay, bandwidth, move_data, timeout_scale and dmabuf_errno at
+ * once. 0 on success, -1 on a bad value, or while any device is open and
+ * the device count, limits or addressing would change.
  */
 int softnic_configure(const softnic_config_t *cfg);
 /* Without a call to softnic_configure, SOFTNIC_DEVICES, SOFTNIC_MODE
  * (thread|poll|null) and SOFTNIC_DELAY_US are read at the first verbs call. */
 
 /*
- * Fault injection. A fault matches WRs executed from now on, on the QP
+ * Fault injection. A WR fault matches WRs executed from now on, on the QP
  * `qpn` (0: any QP), counting only WRs of that QP (of all QPs when 0); the
- * nth (1-based) matching WR is hit, then the fault is spent. Faults are
+ * nth (1-based) matching WR is hit, then the fault is spent. A poll fault
+ * counts ibv_poll_cq calls instead (softnic_fault_poll_cq). Faults are
  * process-wide; softnic_faults_clear() drops those not yet spent.
  */
 /* The nth WR completes with `status` (not IBV_WC_SUCCESS); its QP goes to
@@ -191,6 +228,12 @@ void softnic_fault_wr_status(uint32_t qpn, uint64_t nth, enum ibv_wc_status stat
  * retry_cnt is spent and completes it with IBV_WC_RETRY_EXC_ERR (the QP goes
  * to error). */
 void softnic_fault_lost_ack(uint32_t qpn, uint64_t nth, bool placed);
+/* The nth ibv_poll_cq (1-based) from now on any CQ of a context open on
+ * device `dev` (index in the device list) fails, as a provider's poll that
+ * meets a CQE it cannot parse: it returns -1 with errno EIO, and that CQ is
+ * broken: every later ibv_poll_cq on it fails the same way and returns no
+ * CQE (the NIC still writes into it; events and ibv_destroy_cq work). */
+void softnic_fault_poll_cq(uint32_t dev, uint64_t nth);
 /* Move a QP to error now (as a NIC does on a fatal error), with an
  * IBV_EVENT_QP_FATAL async event on its context (nothing on a dead
  * device). -1 if no such QP. */

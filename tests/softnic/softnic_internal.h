@@ -33,7 +33,7 @@
 
 #define SN_MAX_DEVICES   8
 #define SN_PORT          1
-#define SN_GIDS          2
+#define SN_GIDS_MAX      4            /* entries of a port's GID table at most */
 #define SN_QP_BUCKETS    1024
 #define SN_KEY_BUCKETS   1024
 #define SN_ASYNC_EVENTS  256
@@ -79,10 +79,22 @@ static inline void sn_list_del(sn_list_t *n)
 #define sn_list_for_safe(pos, tmp, head) \
     for ((pos) = (head)->next, (tmp) = (pos)->next; (pos) != (head); (pos) = (tmp), (tmp) = (pos)->next)
 
+/* One entry of a port's GID table; an empty one is !valid. */
+typedef struct sn_gid {
+    union ibv_gid gid;
+    uint32_t      type;       /* enum ibv_gid_type */
+    bool          valid;
+} sn_gid_t;
+
+/* The addressing (link layer, LID, GID table) changes only while no
+ * context is open (device.c), so readers holding a context need no lock. */
 typedef struct sn_device {
     struct ibv_device ibdev;
     uint32_t          index;
-    union ibv_gid     gid[SN_GIDS];
+    uint8_t           link_layer; /* IBV_LINK_LAYER_ETHERNET or _INFINIBAND */
+    uint16_t          lid;        /* InfiniBand; 0: none assigned */
+    uint32_t          ngids;      /* gid_tbl_len */
+    sn_gid_t          gid[SN_GIDS_MAX];
     _Atomic int       port_state; /* enum ibv_port_state */
     uint64_t          pace_ns;    /* nic_bw token bucket (virtual time), fabric lock */
 } sn_device_t;
@@ -162,6 +174,7 @@ typedef struct sn_cq {
     _Atomic uint64_t head, tail; /* written under lock; an empty CQ is seen without it */
     bool            armed;
     bool            overrun; /* in error: CQEs are dropped */
+    _Atomic bool    broken;  /* a poll fault hit it: ibv_poll_cq fails for good */
     _Atomic bool    overrun_pending;
     uint32_t        ev_queued; /* events in the channel FIFO (ch->lock) */
     uint32_t        ev_got, ev_acked; /* ch->lock */
@@ -256,6 +269,7 @@ typedef struct sn_global {
     sn_mr_t         *rkey_hash[SN_KEY_BUCKETS];
     uint64_t         key_seq;
     sn_list_t        faults;
+    _Atomic uint32_t poll_faults;   /* poll faults in `faults` not yet spent */
     _Atomic bool     overrun_pending;
     _Atomic uint32_t open_objects;
     struct {
@@ -325,7 +339,7 @@ static inline sn_rwqe_t *sn_rwqe(sn_qp_t *qp, uint64_t idx)
 void     sn_trace(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void     sn_config_ready(void);   /* fabric lock held */
 uint64_t sn_now_ns(void);
-int      sn_sgid_index_ok(uint32_t index);
+bool     sn_gid_ok(const sn_device_t *dev, uint32_t index); /* a valid entry */
 uint32_t sn_dev_mtu(const sn_device_t *dev); /* IBV_MTU_* of its port; fabric lock */
 void     sn_obj_opened(void);
 void     sn_obj_closed(void);
@@ -393,5 +407,8 @@ int sn_xfer(sn_qp_t *qp, sn_swqe_t *w, bool hold_ack, uint64_t *rnr_ns_p);
 
 /* fault.c (fabric lock held) */
 void sn_fault_match(sn_qp_t *qp, sn_cur_t *cur);
+/* fault.c, fabric lock not held: whether a poll fault hits this
+ * ibv_poll_cq (the CQ is then broken) */
+bool sn_fault_poll(sn_cq_t *cq);
 
 #endif

@@ -1,13 +1,16 @@
 /*
  * softnic error paths with raw verbs: posting in the wrong state, remote
  * access errors and the flush that follows, RNR, unreachable remotes, short
- * receives, CQ overrun, and every fault of softnic.h.
+ * receives, CQ overrun, every fault of softnic.h, and a provider without
+ * dmabuf.
  */
 #include "softnic_fixture.h"
 
 #include <errno.h>
 #include <poll.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 TestSuite(softnic_err, .timeout = 60);
 
@@ -521,5 +524,55 @@ Test(softnic_err, flush_counts_every_outstanding_wr)
     for (int i = 0; i < 5; i++)
         expect_status(&wc[10 + i], 100 + (uint64_t)i, IBV_WC_WR_FLUSH_ERR);
     cr_assert(all_zero(f.b.buf, 64));
+    fx_close(&f);
+}
+
+/* The nth poll of a device's CQs fails, and that CQ fails every poll after
+ * it; another device's CQs and the CQE count are left alone. */
+Test(softnic_err, fault_poll_cq)
+{
+    fx_opts_t o;
+    fx_t f;
+    struct ibv_wc wc;
+
+    fx_opts_default(&o);
+    fx_open(&f, &o);
+    cr_assert_eq(fx_post(f.a.qp, IBV_WR_RDMA_WRITE, 1, f.a.buf, 64, f.a.mr->lkey,
+                         (uintptr_t)f.b.buf, f.b.mr->rkey, IBV_SEND_SIGNALED), 0);
+    cr_assert(fx_wait_executed(1, FX_WAIT_MS));
+    softnic_fault_poll_cq(0, 2);
+    softnic_fault_poll_cq(1, 5); /* dropped unspent below */
+    cr_assert_eq(ibv_poll_cq(f.b.cq, 1, &wc), 0, "softnic1: not the device of the fault");
+    cr_assert_eq(ibv_poll_cq(f.a.cq, 0, &wc), 0, "the first poll of softnic0");
+    errno = 0;
+    cr_assert_eq(ibv_poll_cq(f.a.cq, 1, &wc), -1, "the second");
+    cr_assert_eq(errno, EIO);
+    cr_assert_eq(ibv_poll_cq(f.a.cq, 1, &wc), -1, "the CQ is broken for good");
+    softnic_faults_clear();
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(ibv_poll_cq(f.b.cq, 1, &wc), 0);
+    fx_close(&f);
+}
+
+/* dmabuf_errno: ibv_reg_dmabuf_mr fails with it and registers nothing. */
+Test(softnic_err, dmabuf_unsupported)
+{
+    fx_opts_t o;
+    fx_t f;
+    uint32_t objs;
+    int fd;
+
+    fx_opts_default(&o);
+    o.cfg.dmabuf_errno = EOPNOTSUPP;
+    fx_open(&f, &o);
+    fd = memfd_create("softnic-dmabuf", MFD_CLOEXEC);
+    cr_assert_geq(fd, 0);
+    cr_assert_eq(ftruncate(fd, 4096), 0);
+    objs = softnic_open_objects();
+    errno = 0;
+    cr_assert_null(ibv_reg_dmabuf_mr(f.a.pd, 0, 4096, 0x10000, fd, IBV_ACCESS_LOCAL_WRITE));
+    cr_assert_eq(errno, EOPNOTSUPP);
+    cr_assert_eq(softnic_open_objects(), objs);
+    close(fd);
     fx_close(&f);
 }

@@ -1,7 +1,8 @@
 /*
  * softnic control verbs: device list and configuration, device, port and
- * GID queries, the QP state machine, creation limits of QPs, MRs and CQs,
- * completion channels, async events, and the object and fd accounting.
+ * GID queries (RoCE GID tables, InfiniBand ports), the QP state machine,
+ * creation limits of QPs, MRs and CQs, completion channels, async events,
+ * and the object and fd accounting.
  */
 #include "softnic_fixture.h"
 
@@ -556,5 +557,120 @@ Test(softnic_verbs, close_device_reports_leaked_objects)
     cr_assert_eq(ibv_close_device(ctx), 0);
     cr_assert_eq(softnic_open_objects(), objs + 2, "the PD and the channel were left open");
     cr_assert_eq(fx_count_fds(), fds);
+    ibv_free_device_list(list);
+}
+
+/* The GID table of each `gids` choice: a RoCEv1 and a RoCEv2 entry per
+ * address, link-local first. */
+Test(softnic_verbs, roce_gid_tables)
+{
+    static const struct {
+        softnic_gids_t gids;
+        int            len;
+        uint8_t        first[4]; /* raw[0] of each entry */
+    } t[] = {
+        {SOFTNIC_GIDS_IPV4, 2, {0xfe, 0}},
+        {SOFTNIC_GIDS_LINK_LOCAL, 2, {0xfe, 0xfe}},
+        {SOFTNIC_GIDS_IPV6, 4, {0xfe, 0xfe, 0x20, 0x20}},
+    };
+    softnic_config_t cfg;
+    struct ibv_device **list;
+    struct ibv_context *ctx;
+    struct ibv_port_attr pa;
+    struct ibv_gid_entry ge;
+
+    for (size_t k = 0; k < sizeof(t) / sizeof(t[0]); k++) {
+        softnic_config_default(&cfg);
+        cfg.gids = t[k].gids;
+        cr_assert_eq(softnic_configure(&cfg), 0);
+        list = ibv_get_device_list(NULL);
+        ctx = ibv_open_device(list[0]);
+        cr_assert_not_null(ctx);
+        cr_assert_eq(ibv_query_port(ctx, 1, &pa), 0);
+        cr_assert_eq(pa.link_layer, IBV_LINK_LAYER_ETHERNET);
+        cr_assert_eq(pa.gid_tbl_len, t[k].len);
+        cr_assert(pa.port_cap_flags & IBV_PORT_IP_BASED_GIDS);
+        for (int i = 0; i < t[k].len; i++) {
+            cr_assert_eq(ibv_query_gid_ex(ctx, 1, (uint32_t)i, &ge, 0), 0);
+            cr_assert_eq(ge.gid_type, i % 2 ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_ROCE_V1);
+            cr_assert_eq(ge.gid.raw[0], t[k].first[i], "gids %d, index %d", t[k].gids, i);
+            cr_assert_eq(ge.gid.raw[15], 1, "device 0's address");
+        }
+        cr_assert_eq(ibv_query_gid_ex(ctx, 1, (uint32_t)t[k].len, &ge, 0), EINVAL);
+        cfg.gids = t[k].gids == SOFTNIC_GIDS_IPV6 ? SOFTNIC_GIDS_IPV4 : SOFTNIC_GIDS_IPV6;
+        cr_assert_eq(softnic_configure(&cfg), -1, "a new table while open");
+        cr_assert_eq(ibv_close_device(ctx), 0);
+        ibv_free_device_list(list);
+    }
+}
+
+/* An InfiniBand port: its LID, one GID of type IB and an empty entry, an AV
+ * without a GRH taken, a GRH of the empty entry refused. */
+Test(softnic_verbs, infiniband_port)
+{
+    static const uint8_t gid[16] = {0xfe, 0x80, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 2};
+    const int rtr_mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                         IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+    softnic_config_t cfg;
+    struct ibv_device **list;
+    struct ibv_context *ctx;
+    struct ibv_port_attr pa;
+    struct ibv_gid_entry ge;
+    struct ibv_qp_attr a;
+    union ibv_gid g;
+    struct ibv_pd *pd;
+    struct ibv_cq *cq;
+    struct ibv_qp *qp;
+    struct ibv_qp_init_attr ia = {.cap = {.max_send_wr = 1, .max_recv_wr = 1,
+                                          .max_send_sge = 1, .max_recv_sge = 1},
+                                  .qp_type = IBV_QPT_RC};
+
+    softnic_config_default(&cfg);
+    cfg.devices = 2;
+    cfg.lid_dev[1] = 0xc000;
+    cr_assert_eq(softnic_configure(&cfg), -1, "a multicast LID");
+    cfg.lid_dev[1] = 0x35;
+    cfg.link_layer = 3;
+    cr_assert_eq(softnic_configure(&cfg), -1, "no such link layer");
+    cfg.link_layer = IBV_LINK_LAYER_INFINIBAND;
+    cr_assert_eq(softnic_configure(&cfg), 0);
+    list = ibv_get_device_list(NULL);
+    ctx = ibv_open_device(list[1]);
+    cr_assert_not_null(ctx);
+    cr_assert_eq(ibv_query_port(ctx, 1, &pa), 0);
+    cr_assert_eq(pa.link_layer, IBV_LINK_LAYER_INFINIBAND);
+    cr_assert_eq(pa.lid, 0x35);
+    cr_assert_eq(pa.state, IBV_PORT_ACTIVE);
+    cr_assert_eq(pa.gid_tbl_len, 2);
+    cr_assert_eq(pa.port_cap_flags & IBV_PORT_IP_BASED_GIDS, 0u);
+    cr_assert_eq(ibv_query_gid_ex(ctx, 1, 0, &ge, 0), 0);
+    cr_assert_eq(ge.gid_type, IBV_GID_TYPE_IB);
+    cr_assert_arr_eq(ge.gid.raw, gid, 16, "fe80::<port GUID>");
+    cr_assert_eq(ibv_query_gid_ex(ctx, 1, 1, &ge, 0), ENODATA, "an empty entry");
+    memset(&g, 0xff, sizeof(g));
+    cr_assert_eq(ibv_query_gid(ctx, 1, 1, &g), 0, "as rdma-core: a zero GID");
+    for (int i = 0; i < 16; i++)
+        cr_assert_eq(g.raw[i], 0);
+    pd = ibv_alloc_pd(ctx);
+    cq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
+    cr_assert(pd && cq);
+    ia.send_cq = ia.recv_cq = cq;
+    qp = ibv_create_qp(pd, &ia);
+    cr_assert_not_null(qp);
+    a = (struct ibv_qp_attr){.qp_state = IBV_QPS_INIT, .port_num = 1};
+    cr_assert_eq(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
+                               IBV_QP_ACCESS_FLAGS), 0);
+    a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR, .path_mtu = IBV_MTU_1024,
+                             .dest_qp_num = qp->qp_num, .max_dest_rd_atomic = 1,
+                             .min_rnr_timer = 12,
+                             .ah_attr = {.is_global = 1, .dlid = 0x35, .port_num = 1,
+                                         .grh = {.sgid_index = 1}}};
+    cr_assert_eq(ibv_modify_qp(qp, &a, rtr_mask), EINVAL, "a GRH of the empty entry");
+    a.ah_attr.is_global = 0;
+    cr_assert_eq(ibv_modify_qp(qp, &a, rtr_mask), 0, "no GRH on InfiniBand");
+    cr_assert_eq(ibv_destroy_qp(qp), 0);
+    cr_assert_eq(ibv_destroy_cq(cq), 0);
+    cr_assert_eq(ibv_dealloc_pd(pd), 0);
+    cr_assert_eq(ibv_close_device(ctx), 0);
     ibv_free_device_list(list);
 }

@@ -1,7 +1,8 @@
 /*
  * softnic transfers: what one send WR does on the fabric once exec.c lets
  * it go (fabric lock held). The requester's QP reaches its remote by
- * (dest GID, dest QPN); the responder checks what a NIC checks.
+ * (dest GID, dest QPN) on RoCE, by (DLID, dest QPN) on InfiniBand (and the
+ * dest GID with a GRH); the responder checks what a NIC checks.
  *
  * Local sges (not inline): the lkey must exist, belong to the QP's PD and
  * cover [addr, addr + length); the sges of a READ and of a receive must
@@ -134,10 +135,26 @@ static sn_mr_t *sn_remote_mr(const sn_qp_t *r, uint32_t rkey, uint64_t addr, uin
     return mr;
 }
 
+/* Whether the QP's AV names the port of `r`: on RoCE its GID at the
+ * local sgid_index; on InfiniBand its LID (a port without one is reached
+ * by no packet), and with a GRH that GID too. */
+static bool sn_av_reaches(const sn_qp_t *qp, const sn_qp_t *r)
+{
+    const struct ibv_ah_attr *ah = &qp->attr.ah_attr;
+    const sn_device_t *d = r->ctx->dev;
+
+    if (d->link_layer != qp->ctx->dev->link_layer)
+        return false;
+    if (d->link_layer == IBV_LINK_LAYER_INFINIBAND && (ah->dlid == 0 || ah->dlid != d->lid))
+        return false;
+    return !ah->is_global || (sn_gid_ok(d, ah->grh.sgid_index) &&
+                              memcmp(&d->gid[ah->grh.sgid_index].gid, &ah->grh.dgid,
+                                     sizeof(ah->grh.dgid)) == 0);
+}
+
 /* The responder of the QP, or NULL when it cannot be reached. */
 static sn_qp_t *sn_resolve(const sn_qp_t *qp)
 {
-    const struct ibv_global_route *grh = &qp->attr.ah_attr.grh;
     sn_qp_t *r;
     int st;
 
@@ -148,8 +165,7 @@ static sn_qp_t *sn_resolve(const sn_qp_t *qp)
         return NULL;
     st = sn_qp_state(r);
     if ((st != IBV_QPS_RTR && st != IBV_QPS_RTS) || sn_dead(r->ctx) ||
-        atomic_load(&r->ctx->dev->port_state) != IBV_PORT_ACTIVE ||
-        memcmp(&r->ctx->dev->gid[grh->sgid_index], &grh->dgid, sizeof(grh->dgid)) != 0 ||
+        atomic_load(&r->ctx->dev->port_state) != IBV_PORT_ACTIVE || !sn_av_reaches(qp, r) ||
         r->attr.dest_qp_num != qp->qpn)
         return NULL;
     return r;
