@@ -390,6 +390,37 @@ static void run_loop(bench_side_t *s)
     s->res->wall_ns = t_end - t0;
 }
 
+/*
+ * A last room with no pages, after every request: prefill sends it once all
+ * its rooms ended, decode waits for it. So decode, whose engine going away
+ * would fail prefill rooms whose final completions are still on their way,
+ * outlives them; the barrier's own outcome on prefill does not count.
+ */
+static void barrier(bench_side_t *s)
+{
+    const pdx_room_t room = (pdx_room_t)s->o->requests + 1;
+    const int ms = s->o->timeout_ms < 5000 ? s->o->timeout_ms : 5000;
+    uint64_t deadline = bench_now_ns() + (uint64_t)ms * 1000000ull;
+    pdx_pages_t none = {NULL, 0};
+    pdx_room_state_t st;
+    pdx_status_t rc;
+
+    if (s->role == BENCH_DECODE)
+        rc = pdx_expect(s->e, s->peer, room, s->layout, &none, NULL, 1, ms);
+    else
+        rc = pdx_send(s->e, room, s->layout, &none, NULL, NULL, PDX_SEND_LAST);
+    if (rc != PDX_OK)
+        return;
+    do {
+        st = pdx_poll(s->e, room);
+        if (st == PDX_ROOM_SUCCESS || st == PDX_ROOM_FAILED)
+            break;
+        bench_sleep_ns(IDLE_NS);
+    } while (bench_now_ns() < deadline);
+    while (pdx_release(s->e, room) == PDX_INPROGRESS && bench_now_ns() < deadline)
+        bench_sleep_ns(IDLE_NS);
+}
+
 static int cmp_i64(const void *a, const void *b)
 {
     int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
@@ -437,8 +468,10 @@ int bench_run(const bench_opts_t *o, bench_role_t role, const pdx_config_t *cfg,
         close(addr_fd);
     if (rc == 0)
         rc = bench_side_join(&s, connect_addr);
-    if (rc == 0)
+    if (rc == 0) {
         run_loop(&s);
+        barrier(&s);
+    }
     if (s.e && pdx_engine_stats(s.e, &res->stats) != PDX_OK)
         memset(&res->stats, 0, sizeof(res->stats));
     if (res->nlat) {

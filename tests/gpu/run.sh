@@ -1,20 +1,26 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU and CUDA under /usr/local/cuda: configure
 # pdx for the nvidia platform without Criterion, build tests/gpu/test_gpu
-# (hip/) and test_gpu_gates (the engine's gates with kernels), run both and
-# print their output (each ends in "N passed, N failed"). The exit status is
-# 1 when either failed. Run from anywhere; BUILD overrides the build folder.
+# (hip/), test_gpu_gates (the engine's gates with kernels) and pdx-bench,
+# run both tests (each ends in "N passed, N failed"), then a verified
+# GPU -> GPU pdx-bench over tcp and the same run with host memory for
+# comparison. The exit status is 1 when anything failed. Run from
+# anywhere; BUILD overrides the build folder.
 set -uo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD:-/tmp/pdx-gpu}
 
 cmake -S "$src" -B "$build" -DPDX_HIP_PLATFORM=nvidia -DPDX_BUILD_TESTS=OFF \
       -DPDX_BUILD_BENCH=OFF -DPDX_GPU_TESTS=ON || { echo "run.sh: configure failed" >&2; exit 2; }
-cmake --build "$build" --target test_gpu test_gpu_gates -j "$(nproc)" ||
+cmake --build "$build" --target test_gpu test_gpu_gates pdx-bench -j "$(nproc)" ||
   { echo "run.sh: build failed" >&2; exit 2; }
 rc=0
 echo "=== test_gpu (hip/) ==="
 "$build/tests/gpu/test_gpu" || rc=1
 echo "=== test_gpu_gates (the engine's gates with kernels) ==="
 "$build/tests/gpu/test_gpu_gates" || rc=1
+echo "=== pdx-bench --gpu 0 --loopback (GPU -> GPU over tcp, two processes, verified) ==="
+"$build/tools/pdx-bench" --gpu 0 --loopback --transport tcp --requests 64 --chunks 4 || rc=1
+echo "=== the same with host memory ==="
+"$build/tools/pdx-bench" --loopback --transport tcp --requests 64 --chunks 4 || rc=1
 exit $rc
