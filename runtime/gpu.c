@@ -3,11 +3,12 @@
  *
  * Registration (DESIGN.md §6), by what pdx_hip_classify() says:
  *   - pageable or pinned host memory: the transport's mr_reg;
- *   - device memory of the engine's GPU: a dmabuf export (unless
+ *   - device memory of the engine's GPU over rdma: a dmabuf export (unless
  *     PDX_DMABUF=off) and mr_reg_dmabuf at the export's true offset; where
  *     either is unsupported, mr_reg through a peer-memory client; else one
- *     error naming what is missing. The tcp transport cannot read GPU memory
- *     directly and refuses it until it stages through pinned buffers;
+ *     error naming what is missing. Over tcp: mr_reg with
+ *     PDX_TP_ACCESS_DEVICE, and tcp stages the bytes through pinned buffers
+ *     with asynchronous copies (tcp/stage.c);
  *   - managed memory: refused (its pages migrate under the NIC).
  *
  * Flush (DESIGN.md §5): PDX_FLUSH=auto flushes rooms with GPU destinations
@@ -102,6 +103,19 @@ void pdx_gpu_thread_init(pdx_engine_t *e)
 
 /* ------------------------------------------------------------------ memory */
 
+/* tcp reaches GPU memory through pinned staging and copies on the GPU that
+ * owns it (the engine's); the transport never touches the bytes. */
+static pdx_status_t reg_staged(pdx_engine_t *e, void *base, size_t len, unsigned access,
+                               pdx_tp_mr_t **mr_p)
+{
+    pdx_status_t st = e->ops->mr_reg(e->tp, base, len, access | PDX_TP_ACCESS_DEVICE, mr_p);
+
+    if (st == PDX_OK)
+        pdx_debug("GPU memory at %p (%zu bytes) registered with %s: staged through pinned "
+                  "buffers", base, len, e->ops->name);
+    return st;
+}
+
 static pdx_status_t reg_device(pdx_engine_t *e, void *base, size_t len, unsigned access,
                                const pdx_hip_ptr_t *p, pdx_tp_mr_t **mr_p)
 {
@@ -115,12 +129,8 @@ static pdx_status_t reg_device(pdx_engine_t *e, void *base, size_t len, unsigned
                   p->device, e->gpu.device);
         return PDX_ERR_INVALID;
     }
-    if (e->ops->post_read == pdx_tp_unsupported_post_read) {
-        pdx_error("pdx_mem_register: GPU memory at %p: the %s transport cannot reach GPU "
-                  "memory yet (it needs staging through pinned host buffers); register pinned "
-                  "host memory or use rdma", base, e->ops->name);
-        return PDX_ERR_UNSUPPORTED;
-    }
+    if (e->ops == &pdx_tcp_ops)
+        return reg_staged(e, base, len, access, mr_p);
     if (e->cfg.dmabuf != PDX_MODE_OFF) {
         st = pdx_hip_export_dmabuf(base, len, &fd, &offset);
         if (st == PDX_OK) {

@@ -89,6 +89,9 @@ enum {
     PDX_TP_ACCESS_LOCAL_WRITE  = 1u << 0,
     PDX_TP_ACCESS_REMOTE_WRITE = 1u << 1,
     PDX_TP_ACCESS_REMOTE_READ  = 1u << 2, /* only where a flush read needs it */
+    /* The region is GPU memory: the CPU must not touch its bytes. A transport
+     * that cannot reach GPU memory refuses it with PDX_ERR_UNSUPPORTED. */
+    PDX_TP_ACCESS_DEVICE       = 1u << 3,
 };
 
 enum {

@@ -105,6 +105,7 @@ void tcp_ep_detach(tcp_ep_t *ep)
         ep->fd = -1;
     }
     tcp_work_remove(ep);
+    tcp_stage_untrack(ep); /* ep_destroy waits for its copies */
     if (ep->prev)
         ep->prev->next = ep->next;
     else
@@ -370,6 +371,11 @@ void tcp_conn_sweep(tcp_tp_t *tp, uint64_t now)
             tcp_ep_set_error(ep, PDX_ERR_TIMEOUT, false,
                              "no connection with peer %s within %u ms", ep->peer,
                              tp->timeout_ms);
+        else if (ep->state == TCP_EP_UP && ep->in_copy &&
+                 now - ep->copy_ns >= (uint64_t)tp->timeout_ms * 1000000u)
+            tcp_ep_set_error(ep, PDX_ERR_TIMEOUT, true,
+                             "%u GPU copies for peer %s made no progress for %u ms",
+                             ep->stage->ncopying, ep->peer, tp->timeout_ms);
         else if (ep->state != TCP_EP_DEAD && tcp_ep_outstanding(ep) &&
                  now - ep->progress_ns >= (uint64_t)tp->timeout_ms * 1000000u)
             tcp_ep_set_error(ep, PDX_ERR_TIMEOUT, true,

@@ -38,6 +38,8 @@ static pdx_status_t random_token(uint64_t *token_p)
 
 void tcp_ep_free(tcp_ep_t *ep)
 {
+    if (ep->stage)
+        tcp_stage_destroy(ep->tp, ep->stage);
     free(ep->rxbuf);
     free(ep->rq);
     free(ep->sq);
@@ -75,11 +77,13 @@ pdx_status_t tcp_ep_create(pdx_tp_t *ptp, pdx_tp_cq_t *pcq, const pdx_tp_ep_attr
     ep->rxbuf = malloc(TCP_RXBUF);
     if (!ep->sq || !ep->rq || !ep->rxbuf)
         goto err_free_ep;
+    ep->tp = tp;
     status = random_token(&ep->token);
+    if (status == PDX_OK && atomic_load(&tp->staging))
+        status = tcp_stage_create(tp, &ep->stage); /* GPU regions exist: stage here, not later */
     if (status != PDX_OK)
         goto err_free_ep_status;
     ep->poll.kind = TCP_POLL_EP;
-    ep->tp = tp;
     ep->cq = cq;
     ep->sq_depth = attr->sq_depth;
     ep->rq_depth = attr->rq_depth;
@@ -164,12 +168,14 @@ void tcp_ep_fail(pdx_tp_ep_t *pep, pdx_status_t why, const char *msg)
 void tcp_ep_destroy(pdx_tp_ep_t *pep)
 {
     tcp_ep_t *ep = tcp_ep(pep);
+    tcp_tp_t *tp = ep->tp;
     tcp_cmd_t cmd = {.kind = TCP_CMD_DESTROY, .ep = ep};
 
     if (tcp_tp_command(ep->tp, &cmd) != PDX_OK)
         return; /* the progress thread may still know it: leak rather than free */
     tcp_cq_release(ep->cq, ep, ep->sq_depth + ep->rq_depth);
-    tcp_ep_free(ep);
+    tcp_ep_free(ep); /* waits (bounded) for its GPU copies */
+    tcp_stage_reap(tp, false);
 }
 
 const char *tcp_ep_error(const pdx_tp_ep_t *pep)
@@ -224,6 +230,7 @@ pdx_status_t tcp_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_t
         w->frame_len = TCP_HDR_LEN;
         w->opcode = PDX_TP_OP_WRITE;
         w->signaled = wr[i].flags & PDX_TP_SIGNALED;
+        w->dev = mr->kind == TCP_MEM_DEVICE;
         if (mr != run_mr) {
             if (run)
                 atomic_fetch_add_explicit(&run_mr->refs, run, memory_order_relaxed);
@@ -265,6 +272,7 @@ pdx_status_t tcp_post_send(pdx_tp_ep_t *pep, uint64_t wr_id, const void *data, u
     w->frame_len = TCP_HDR_LEN + len;
     w->opcode = PDX_TP_OP_SEND;
     w->signaled = flags & PDX_TP_SIGNALED;
+    w->dev = false;
     ep->sq_head = head + 1;
     atomic_store_explicit(&ep->sq_pub, head + 1, memory_order_release);
     tcp_tp_kick(ep->tp);
@@ -282,9 +290,10 @@ pdx_status_t tcp_post_recv(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t *
     if (PDX_UNLIKELY(atomic_load_explicit(&ep->err, memory_order_acquire)))
         return PDX_ERR_PEER;
     if (PDX_UNLIKELY(!mr || mr->tp != ep->tp || !(mr->access & PDX_TP_ACCESS_LOCAL_WRITE) ||
-                     offset > mr->len || len > mr->len - offset)) {
-        pdx_error("tcp: receive buffer of %u bytes at offset %llu is outside its region or "
-                  "the region lacks local write access", len, (unsigned long long)offset);
+                     mr->kind != TCP_MEM_HOST || offset > mr->len || len > mr->len - offset)) {
+        pdx_error("tcp: receive buffer of %u bytes at offset %llu is outside its region, or "
+                  "the region lacks local write access or is GPU memory", len,
+                  (unsigned long long)offset);
         return PDX_ERR_INVALID;
     }
     if (head + 1 - atomic_load_explicit(&ep->rq_freed, memory_order_acquire) > ep->rq_depth)

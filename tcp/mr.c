@@ -1,5 +1,5 @@
 /*
- * tcp registered regions. A region is host memory plus an rkey; the rkey
+ * tcp registered regions. A region is host or GPU memory plus an rkey; the rkey
  * indexes a per-tp table (slot in the low TCP_MR_SLOT_BITS bits, a generation
  * above them, so a stale rkey never finds a reused slot).
  *
@@ -8,6 +8,10 @@
  * the progress thread holds one while it places an incoming WRITE. Deregister
  * answers PDX_ERR_STATE while any is held. Lookups and (de)registration take
  * the table lock; releasing a reference is an atomic decrement.
+ *
+ * GPU memory (PDX_TP_ACCESS_DEVICE) is never touched by the CPU: the tp's
+ * first GPU region sets up staging (stage.c), and WRITEs from or into it go
+ * through it. A running copy holds a reference on its region too.
  */
 #include "tcp/tcp_internal.h"
 
@@ -43,13 +47,19 @@ pdx_status_t tcp_mr_reg(pdx_tp_t *ptp, void *base, size_t len, unsigned access,
     tcp_tp_t *tp = tcp_tp(ptp);
     tcp_mr_table_t *table = &tp->mrs;
     const unsigned known = PDX_TP_ACCESS_LOCAL_WRITE | PDX_TP_ACCESS_REMOTE_WRITE |
-                           PDX_TP_ACCESS_REMOTE_READ;
+                           PDX_TP_ACCESS_REMOTE_READ | PDX_TP_ACCESS_DEVICE;
+    pdx_status_t st;
     tcp_mr_t *mr;
     uint32_t slot;
 
     if (!base || len == 0 || (access & ~known) || (uintptr_t)base + len < (uintptr_t)base) {
         pdx_error("tcp: cannot register %zu bytes at %p with access 0x%x", len, base, access);
         return PDX_ERR_INVALID;
+    }
+    if (access & PDX_TP_ACCESS_DEVICE) {
+        st = tcp_staging_init(tp, base, len);
+        if (st != PDX_OK)
+            return st;
     }
     mr = calloc(1, sizeof(*mr));
     if (!mr) {
@@ -60,7 +70,7 @@ pdx_status_t tcp_mr_reg(pdx_tp_t *ptp, void *base, size_t len, unsigned access,
     mr->base = base;
     mr->len = len;
     mr->access = access;
-    mr->kind = TCP_MEM_HOST; /* GPU pointers: classified and staged by hip/ (later) */
+    mr->kind = access & PDX_TP_ACCESS_DEVICE ? TCP_MEM_DEVICE : TCP_MEM_HOST;
     atomic_init(&mr->refs, 0);
 
     pthread_mutex_lock(&table->lock);
@@ -86,6 +96,8 @@ pdx_status_t tcp_mr_dereg(pdx_tp_mr_t *pmr)
     uint32_t slot = mr->rkey & (TCP_MR_MAX - 1);
     uint32_t refs;
 
+    if (atomic_load_explicit(&mr->refs, memory_order_acquire))
+        tcp_stage_reap(mr->tp, false); /* copies of destroyed eps may have finished */
     pthread_mutex_lock(&table->lock);
     refs = atomic_load_explicit(&mr->refs, memory_order_acquire);
     if (refs) {
@@ -131,7 +143,6 @@ pdx_status_t tcp_mr_lookup(tcp_tp_t *tp, uint32_t rkey, uint64_t addr, uint64_t 
         pthread_mutex_unlock(&table->lock);
         return PDX_ERR_RANGE;
     }
-    /* A GPU region would hand out a staging buffer here and copy on completion. */
     atomic_fetch_add_explicit(&mr->refs, 1, memory_order_relaxed);
     pthread_mutex_unlock(&table->lock);
     *mr_p = mr;

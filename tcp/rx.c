@@ -13,6 +13,14 @@
  * that covers its frame. Control frames from the peer complete our WRs
  * (tx.c). A header is parsed only with room for the control frames it may
  * cause (its ERR, and an ACK queued while its payload drains).
+ *
+ * A WRITE into GPU memory is read into staging pieces instead, each copied
+ * to the GPU once full (stage.c); it is placed once its last piece's copy
+ * finished. Until then the frames after it are recorded (ep->stage->rec)
+ * rather than acknowledged: they retire in order as placement catches up,
+ * so an ACK or ERR never covers an unplaced frame and a SEND's receive
+ * completes only after every WRITE before it is placed. Without GPU
+ * regions rx_placed == rx_seq and nothing is recorded.
  */
 #include "tcp/tcp_internal.h"
 
@@ -31,37 +39,114 @@ static void rx_proto_error(tcp_ep_t *ep, const tcp_hdr_t *h, const char *what)
                      h->type, (unsigned long long)h->seq, (unsigned long long)h->len, what);
 }
 
+/* The frame rx_seq is received but placement is behind: record it. */
+static void rx_record(tcp_ep_t *ep, tcp_rec_kind_t kind, bool done)
+{
+    tcp_rec_t *rec = &ep->stage->rec[ep->rx_seq % TCP_RX_DEFER];
+
+    rec->kind = (uint8_t)kind;
+    rec->done = done;
+    rec->status = ep->rx_status;
+    rec->byte_len = (uint32_t)ep->rx_len;
+    ep->rx_seq++;
+}
+
+static void rx_send_err(tcp_ep_t *ep, uint64_t seq, int32_t status)
+{
+    tcp_hdr_t err;
+
+    tcp_hdr_encode(&err, TCP_FR_ERR, (uint32_t)status, seq, 0, 0);
+    tcp_ctrl_push(ep, &err);
+    ep->ack_queued = seq + 1;
+}
+
+static void rx_recv_done(tcp_ep_t *ep, uint32_t byte_len)
+{
+    const tcp_rqe_t *r = &ep->rq[ep->rq_done & ep->rq_mask];
+    tcp_cqe_t e = {
+        .wc = {.wr_id = r->wr_id, .ep = tcp_ep_pub(ep), .status = PDX_OK,
+               .opcode = PDX_TP_OP_RECV, .byte_len = byte_len},
+        .rq_slots = 1,
+    };
+
+    tcp_mr_unref(r->mr, 1);
+    ep->rq_done++;
+    tcp_cq_push(ep->cq, &e, 1);
+}
+
+static void rx_ack(tcp_ep_t *ep)
+{
+    tcp_hdr_t ack;
+
+    if (ep->rx_placed <= ep->ack_queued)
+        return;
+    tcp_hdr_encode(&ack, TCP_FR_ACK, 0, ep->rx_placed, 0, 0);
+    tcp_ctrl_push(ep, &ack);
+    ep->ack_queued = ep->rx_placed;
+}
+
+bool tcp_rx_retire_ready(const tcp_ep_t *ep)
+{
+    return ep->rx_placed != ep->rx_seq && ep->stage->rec[ep->rx_placed % TCP_RX_DEFER].done &&
+           tcp_ctrl_room(ep);
+}
+
+void tcp_rx_retire(tcp_ep_t *ep)
+{
+    uint64_t from = ep->rx_placed;
+
+    while (ep->rx_placed != ep->rx_seq) {
+        const tcp_rec_t *rec = &ep->stage->rec[ep->rx_placed % TCP_RX_DEFER];
+
+        if (!rec->done || !tcp_ctrl_room(ep))
+            break;
+        if (rec->kind == TCP_REC_ERR)
+            rx_send_err(ep, ep->rx_placed, rec->status);
+        else if (rec->kind == TCP_REC_RECV)
+            rx_recv_done(ep, rec->byte_len);
+        ep->rx_placed++;
+    }
+    if (ep->rx_placed == from)
+        return;
+    rx_ack(ep);
+    tcp_work_add(ep); /* the ACK (and ERRs) go out; rx may read again */
+    ep->rx_stalled = false;
+}
+
 static void rx_frame_done(tcp_ep_t *ep)
 {
     switch (ep->rx_kind) {
     case TCP_RX_WRITE:
         tcp_mr_unref(ep->rx_mr, 1);
         ep->rx_mr = NULL;
-        ep->rx_seq++;
+        if (PDX_UNLIKELY(ep->rx_placed != ep->rx_seq)) {
+            rx_record(ep, TCP_REC_WRITE, true);
+            break;
+        }
+        ep->rx_placed = ++ep->rx_seq;
         break;
-    case TCP_RX_DISCARD: {
-        tcp_hdr_t err;
-
-        tcp_hdr_encode(&err, TCP_FR_ERR, (uint32_t)ep->rx_status, ep->rx_seq, 0, 0);
-        tcp_ctrl_push(ep, &err);
-        ep->ack_queued = ++ep->rx_seq;
+    case TCP_RX_WRITE_DEV:
+        tcp_mr_unref(ep->rx_mr, 1); /* its pieces hold their own */
+        ep->rx_mr = NULL;
+        rx_record(ep, TCP_REC_WRITE, false); /* done when its last piece's copy is */
         break;
-    }
-    case TCP_RX_SEND: {
-        const tcp_rqe_t *r = &ep->rq[ep->rq_done & ep->rq_mask];
-        tcp_cqe_t e = {
-            .wc = {.wr_id = r->wr_id, .ep = tcp_ep_pub(ep), .status = PDX_OK,
-                   .opcode = PDX_TP_OP_RECV, .byte_len = (uint32_t)ep->rx_len},
-            .rq_slots = 1,
-        };
-
-        tcp_mr_unref(r->mr, 1);
-        ep->rq_done++;
-        ep->rx_seq++;
+    case TCP_RX_DISCARD:
+        if (PDX_UNLIKELY(ep->rx_placed != ep->rx_seq)) {
+            rx_record(ep, TCP_REC_ERR, true);
+            break;
+        }
+        rx_send_err(ep, ep->rx_seq, ep->rx_status);
+        ep->rx_placed = ++ep->rx_seq;
+        break;
+    case TCP_RX_SEND:
         ep->rx_kind = TCP_RX_NONE;
-        tcp_cq_push(ep->cq, &e, 1);
+        if (PDX_UNLIKELY(ep->rx_placed != ep->rx_seq)) {
+            rx_record(ep, TCP_REC_RECV, true);
+            return;
+        }
+        ep->rx_placed = ++ep->rx_seq;
+        rx_recv_done(ep, (uint32_t)ep->rx_len);
         return;
-    }
     case TCP_RX_FAIL:
         ep->rx_kind = TCP_RX_NONE;
         ep->fail_msg[ep->rx_len] = '\0';
@@ -79,7 +164,8 @@ static void rx_write(tcp_ep_t *ep, const tcp_hdr_t *h)
 {
     ep->rx_left = ep->rx_len = h->len;
     if (tcp_mr_lookup(ep->tp, h->arg, h->addr, h->len, &ep->rx_mr, &ep->rx_dst) == PDX_OK) {
-        ep->rx_kind = TCP_RX_WRITE;
+        ep->rx_kind = PDX_UNLIKELY(ep->rx_mr->kind == TCP_MEM_DEVICE) && h->len ? TCP_RX_WRITE_DEV
+                                                                                : TCP_RX_WRITE;
         return;
     }
     pdx_warn("tcp: %s: WRITE %llu from peer %s of %llu bytes at 0x%llx is outside the region "
@@ -194,11 +280,33 @@ static bool rx_header(tcp_ep_t *ep, const tcp_hdr_t *h)
     return ep->state == TCP_EP_UP;
 }
 
-/* Take buffered bytes for the current payload. */
-static void rx_take(tcp_ep_t *ep)
+/* Take buffered bytes for a payload into GPU memory; false when staging is
+ * full or the ep failed. */
+static bool rx_take_dev(tcp_ep_t *ep)
+{
+    tcp_piece_t *p = tcp_stage_rx_open(ep);
+    uint32_t take;
+
+    if (!p)
+        return false;
+    take = (uint32_t)PDX_MIN((uint64_t)(ep->rx_have - ep->rx_off), (uint64_t)(p->len - p->fill));
+    memcpy(p->buf + p->fill, ep->rxbuf + ep->rx_off, take);
+    ep->rx_off += take;
+    tcp_stage_rx_fill(ep, p, take);
+    if (ep->state != TCP_EP_UP)
+        return false;
+    if (ep->rx_left == 0)
+        rx_frame_done(ep);
+    return true;
+}
+
+/* Take buffered bytes for the current payload; false when it cannot now. */
+static bool rx_take(tcp_ep_t *ep)
 {
     uint32_t take = (uint32_t)PDX_MIN((uint64_t)(ep->rx_have - ep->rx_off), ep->rx_left);
 
+    if (PDX_UNLIKELY(ep->rx_kind == TCP_RX_WRITE_DEV))
+        return rx_take_dev(ep);
     if (ep->rx_dst) {
         memcpy(ep->rx_dst, ep->rxbuf + ep->rx_off, take);
         ep->rx_dst += take;
@@ -207,6 +315,33 @@ static void rx_take(tcp_ep_t *ep)
     ep->rx_left -= take;
     if (ep->rx_left == 0)
         rx_frame_done(ep);
+    return true;
+}
+
+/* One read of a payload into GPU memory into its open staging piece (then
+ * a little of rxbuf); the caller made sure there is one. */
+static ssize_t rx_read_dev(tcp_ep_t *ep)
+{
+    tcp_piece_t *p = tcp_stage_rx_open(ep);
+    uint32_t room = p->len - p->fill;
+    struct iovec iov[2] = {
+        {.iov_base = p->buf + p->fill, .iov_len = room},
+        {.iov_base = ep->rxbuf, .iov_len = room < ep->rx_left ? TCP_RX_SPILL : TCP_RXBUF},
+    };
+    ssize_t n = readv(ep->fd, iov, 2);
+
+    if (n <= 0)
+        return n;
+    ep->rx_off = ep->rx_have = 0;
+    if ((uint64_t)n < room) {
+        tcp_stage_rx_fill(ep, p, (uint32_t)n);
+        return n;
+    }
+    ep->rx_have = (uint32_t)((uint64_t)n - room);
+    tcp_stage_rx_fill(ep, p, room);
+    if (ep->state == TCP_EP_UP && ep->rx_left == 0)
+        rx_frame_done(ep);
+    return n;
 }
 
 /* One read from the socket; its result as read(2) gives it. */
@@ -215,6 +350,8 @@ static ssize_t rx_read(tcp_ep_t *ep)
     uint32_t avail = ep->rx_have - ep->rx_off;
     ssize_t n;
 
+    if (PDX_UNLIKELY(ep->rx_kind == TCP_RX_WRITE_DEV))
+        return rx_read_dev(ep);
     if (ep->rx_kind != TCP_RX_NONE && ep->rx_dst) {
         struct iovec iov[2] = {
             {.iov_base = ep->rx_dst, .iov_len = ep->rx_left},
@@ -257,7 +394,8 @@ void tcp_rx_progress(tcp_ep_t *ep)
         ssize_t n;
 
         if (ep->rx_kind != TCP_RX_NONE && avail) {
-            rx_take(ep);
+            if (!rx_take(ep))
+                break; /* staging full (resumes when a copy finishes) or failed */
             continue;
         }
         if (ep->rx_kind == TCP_RX_NONE && avail >= TCP_HDR_LEN) {
@@ -265,6 +403,10 @@ void tcp_rx_progress(tcp_ep_t *ep)
 
             if (!tcp_ctrl_room(ep))
                 break; /* resumes once tx drained the control queue */
+            if (PDX_UNLIKELY(ep->rx_seq - ep->rx_placed >= TCP_RX_DEFER)) {
+                ep->rx_stalled = true; /* resumes as frames retire */
+                break;
+            }
             tcp_hdr_decode(ep->rxbuf + ep->rx_off, &h);
             ep->rx_off += TCP_HDR_LEN;
             if (!rx_header(ep, &h))
@@ -273,6 +415,8 @@ void tcp_rx_progress(tcp_ep_t *ep)
         }
         if (budget == 0)
             break; /* rx_ready stays set: more next loop */
+        if (PDX_UNLIKELY(ep->rx_kind == TCP_RX_WRITE_DEV) && !tcp_stage_rx_open(ep))
+            break; /* staging full: resumes when a copy finishes */
         n = rx_read(ep);
         if (n > 0) {
             budget -= PDX_MIN(budget, (size_t)n);
@@ -292,21 +436,17 @@ void tcp_rx_progress(tcp_ep_t *ep)
                          strerror(errno));
         return;
     }
-    if (ep->state == TCP_EP_UP && ep->rx_seq > ep->ack_queued) {
-        tcp_hdr_t ack;
-
-        tcp_hdr_encode(&ack, TCP_FR_ACK, 0, ep->rx_seq, 0, 0);
-        tcp_ctrl_push(ep, &ack);
-        ep->ack_queued = ep->rx_seq;
-    }
+    if (ep->state == TCP_EP_UP)
+        rx_ack(ep);
 }
 
 void tcp_rx_flush(tcp_ep_t *ep, pdx_status_t why, bool complete)
 {
     uint64_t end = atomic_load_explicit(&ep->rq_pub, memory_order_acquire);
 
-    if (ep->rx_kind == TCP_RX_WRITE && ep->rx_mr)
+    if ((ep->rx_kind == TCP_RX_WRITE || ep->rx_kind == TCP_RX_WRITE_DEV) && ep->rx_mr)
         tcp_mr_unref(ep->rx_mr, 1);
+    tcp_stage_rx_reset(ep); /* recorded frames go; their receives are flushed below */
     ep->rx_mr = NULL;
     ep->rx_kind = TCP_RX_NONE;
     ep->rx_left = 0;

@@ -8,6 +8,7 @@
 #include "transport.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 
 /*
  * Hold (paused = true) or release the receive side of every endpoint of tp:
@@ -16,5 +17,59 @@
  * (sending, commands, deadlines, close) keeps working.
  */
 void pdx_tcp_pause(pdx_tp_t *tp, bool paused);
+
+/* ------------------------------------------------------------- GPU copies */
+
+typedef enum pdx_tcp_copy_dir {
+    PDX_TCP_COPY_H2D = 0, /* staging -> GPU region (receiver) */
+    PDX_TCP_COPY_D2H = 1, /* GPU region -> staging (sender) */
+} pdx_tcp_copy_dir_t;
+
+/*
+ * How tcp reaches GPU memory (regions registered with PDX_TP_ACCESS_DEVICE):
+ * through pinned staging buffers and asynchronous copies (tcp/stage.c). The
+ * default copier calls hip/; tests install one that copies with memcpy on a
+ * thread of their own.
+ *
+ * Threads: device_of and stream_create run on the thread that registers a
+ * tp's first GPU region; host_alloc and event_create on the thread that
+ * creates an endpoint (or, for an endpoint created before any GPU region,
+ * once on the progress thread); copy_async only on the progress thread;
+ * query on the progress thread and, while an endpoint is destroyed, on the
+ * destroying thread; the *_free/_destroy calls on threads that destroy an
+ * endpoint or close the tp, once no copy uses the object. Every call names
+ * the GPU the staging serves (device_of's answer).
+ */
+typedef struct pdx_tcp_copier {
+    const char *name;
+    /* The GPU owning [base, base + len); PDX_ERR_UNSUPPORTED (logged) when
+     * the range is not GPU memory or there is no GPU runtime. */
+    pdx_status_t (*device_of)(const void *base, size_t len, int *device_p);
+    /* Pinned host memory for staging. */
+    pdx_status_t (*host_alloc)(int device, size_t len, void **ptr_p);
+    void         (*host_free)(int device, void *ptr);
+    pdx_status_t (*stream_create)(int device, void **stream_p);
+    void         (*stream_destroy)(int device, void *stream);
+    /* A copy's completion, made at setup (none is made per copy). */
+    pdx_status_t (*event_create)(int device, void **event_p);
+    void         (*event_destroy)(int device, void *event);
+    /* Enqueue a copy of len bytes on stream and record done after it. Never
+     * waits for the copy. An error is logged; the copy may have been
+     * enqueued all the same (tcp then never frees that staging). */
+    pdx_status_t (*copy_async)(int device, void *stream, pdx_tcp_copy_dir_t dir, void *dst,
+                               const void *src, size_t len, void *done);
+    /* PDX_OK once the copy before done finished, PDX_INPROGRESS before, or
+     * the error that ended it (logged); never blocks. After an error the copy
+     * no longer touches its buffers. */
+    pdx_status_t (*query)(int device, void *done);
+    /* The calling thread's last error as text, for endpoint messages. */
+    const char  *(*last_error)(void);
+} pdx_tcp_copier_t;
+
+/*
+ * Install the copier that tps opened from now on use (NULL: the hip one).
+ * The table must outlive those tps. For tests.
+ */
+void pdx_tcp_set_copier(const pdx_tcp_copier_t *copier);
 
 #endif

@@ -10,6 +10,8 @@
  *   rx.c     frames in, placement, acks out, receive completions
  *   cq.c     completion queues
  *   mr.c     registered regions, rkey table
+ *   stage.c  GPU memory: pinned staging rings and asynchronous copies
+ *   copier.c the default copier (hip/) behind pdx_tcp_copier_t (tcp.h)
  *   proto.c  wire format: frame headers, endpoint addresses
  *
  * Threads and ownership:
@@ -24,6 +26,8 @@
  *   its eps' depths never overflows.
  * - Setup calls (ep_create/connect/fail/destroy) hand a command to the
  *   progress thread and wait for it with a deadline.
+ * - GPU memory (stage.c): setup calls make and free staging; the progress
+ *   thread alone issues copies and polls them, and never waits for one.
  */
 #ifndef PDX_TCP_INTERNAL_H
 #define PDX_TCP_INTERNAL_H
@@ -40,6 +44,7 @@
 #include <sys/socket.h>
 
 #include "tcp/proto.h"
+#include "tcp/tcp.h"
 
 #define TCP_DEFAULT_TIMEOUT_MS  10000u
 #define TCP_DEFAULT_MAX_MSG     (4ull << 20)
@@ -49,12 +54,19 @@
 #define TCP_RXBUF               (64u << 10) /* header/small-frame buffer per ep */
 #define TCP_ERRMSG_MAX          256u
 #define TCP_MAX_PENDING         256u       /* incoming connections awaiting a match */
+#define TCP_DEFAULT_STAGING     (64ull << 20) /* pinned staging per ep moving GPU bytes */
+#define TCP_STAGING_MIN         (64ull << 10)
+#define TCP_STAGE_PIECES        64u        /* copies in flight per direction per ep */
+#define TCP_PIECE_MIN           (4u << 10)
+#define TCP_PIECE_MAX           (1u << 20)
+#define TCP_RX_DEFER            256u       /* frames received behind an unplaced GPU write */
 
 typedef struct tcp_tp tcp_tp_t;
 typedef struct tcp_ep tcp_ep_t;
 typedef struct tcp_cq tcp_cq_t;
 typedef struct tcp_mr tcp_mr_t;
 typedef struct tcp_conn tcp_conn_t;
+typedef struct tcp_stage tcp_stage_t;
 
 /* What an epoll event's data.ptr points at. */
 typedef enum tcp_poll_kind {
@@ -72,8 +84,10 @@ typedef struct tcp_pollable {
 
 typedef enum tcp_mem_kind {
     TCP_MEM_HOST = 0,
-    /* GPU memory (hip/, later): placement reads into a pinned staging buffer
-     * and the ack waits for the host-to-device copy; see tcp_mr_lookup(). */
+    /* GPU memory (PDX_TP_ACCESS_DEVICE): the CPU never touches its bytes; a
+     * WRITE from it is copied to pinned staging first, a WRITE into it is
+     * read into staging and copied over, and acknowledged after (stage.c). */
+    TCP_MEM_DEVICE = 1,
 } tcp_mem_kind_t;
 
 struct tcp_mr {
@@ -152,6 +166,61 @@ pdx_status_t tcp_cq_arm(pdx_tp_cq_t *cq);
 int tcp_cq_fd(pdx_tp_cq_t *cq);
 void tcp_cq_ack(pdx_tp_cq_t *cq);
 
+/* ------------------------------------------------------------------ stage */
+
+/* One copy between a staging ring and GPU memory. */
+typedef struct tcp_piece {
+    void     *done;      /* the copy's event, made with the stage */
+    tcp_mr_t *mr;        /* the GPU region it reads (tx) or writes (rx): one reference */
+    uint8_t  *buf;       /* its bytes in the ring */
+    uint8_t  *dev;       /* rx: where they go in GPU memory */
+    uint64_t  seq;       /* tx: SQ index of its WRITE; rx: its frame's seq */
+    uint64_t  off;       /* tx: offset in the WRITE's payload */
+    uint32_t  len;
+    uint32_t  fill;      /* rx: bytes read into it so far */
+    bool      copying;   /* issued, not yet seen finished */
+    bool      last;      /* rx: its frame's last piece */
+} tcp_piece_t;
+
+/* A byte ring and its pieces, both freed in the order they were taken.
+ * tx: pieces [p_tail, p_done) are copied and wait to be sent, [p_done,
+ * p_head) are copying. rx: pieces [p_tail, p_head) are copying, but the
+ * newest, while it is still being read into (open). */
+typedef struct tcp_ring {
+    uint8_t    *buf;
+    uint64_t    size;
+    uint64_t    head, tail;     /* bytes [tail, head) are taken */
+    uint64_t    p_head, p_done, p_tail;
+    tcp_piece_t piece[TCP_STAGE_PIECES];
+} tcp_ring_t;
+
+typedef enum tcp_rec_kind {
+    TCP_REC_WRITE = 0,
+    TCP_REC_ERR,         /* a rejected WRITE: its ERR goes out when it retires */
+    TCP_REC_RECV,        /* a SEND: its receive completes when it retires */
+} tcp_rec_kind_t;
+
+/* A frame received behind a WRITE into GPU memory whose copy still runs:
+ * frames retire (are acknowledged, their ERR sent, their receive completed)
+ * in order, once done. */
+typedef struct tcp_rec {
+    uint8_t  kind;       /* tcp_rec_kind_t */
+    bool     done;
+    int32_t  status;     /* ERR */
+    uint32_t byte_len;   /* RECV */
+} tcp_rec_t;
+
+/* An ep's staging: half of tp->stage_bytes for each direction. */
+struct tcp_stage {
+    uint8_t     *mem;        /* pinned */
+    uint32_t     piece_max;
+    uint32_t     ncopying;   /* pieces issued and not seen finished */
+    bool         lost;       /* a copy failed to start: it may run still, unseen */
+    tcp_ring_t   tx, rx;
+    tcp_rec_t    rec[TCP_RX_DEFER];
+    tcp_stage_t *next;       /* tp->orphans */
+};
+
 /* ------------------------------------------------------------------ ep */
 
 /* A send-queue entry: frame header and inline payload are contiguous so a
@@ -166,6 +235,7 @@ typedef struct tcp_wqe {
     uint32_t       frame_len;               /* bytes of hdr (+ SEND payload) */
     uint8_t        opcode;                  /* pdx_tp_opcode_t */
     bool           signaled;
+    bool           dev;                     /* src is GPU memory: sent from staging */
 } tcp_wqe_t;
 
 _Static_assert(offsetof(tcp_wqe_t, data) == sizeof(tcp_hdr_t),
@@ -189,6 +259,7 @@ typedef enum tcp_ep_state {
 typedef enum tcp_rx_kind {
     TCP_RX_NONE = 0,     /* between frames */
     TCP_RX_WRITE,        /* placing a WRITE */
+    TCP_RX_WRITE_DEV,    /* staging a WRITE into GPU memory */
     TCP_RX_DISCARD,      /* skipping a rejected WRITE's payload */
     TCP_RX_SEND,         /* placing a SEND into a receive buffer */
     TCP_RX_FAIL,         /* reading a FAIL frame's reason */
@@ -237,6 +308,15 @@ struct tcp_ep {
     tcp_ep_t        *work_next;
     tcp_ep_t        *next, *prev;   /* tp->eps */
 
+    /* GPU memory (stage.c): made by ep_create on a tp with GPU regions, else
+     * NULL until the ep first moves GPU bytes */
+    tcp_stage_t     *stage;
+    uint64_t         st_wr, st_off; /* tx: next WR (and payload byte) to stage */
+    uint64_t         copy_ns;       /* last copy finished (or first issued) */
+    bool             in_copy;       /* on tp->copying */
+    bool             rx_stalled;    /* rx waits for staging or retirement */
+    tcp_ep_t        *copy_next;
+
     /* tx: WRs [sq_acked, sq_seen) are outstanding; [sq_sent, sq_seen) not
      * fully written; tx_off bytes of frame sq_sent are */
     uint64_t         sq_seen;
@@ -259,6 +339,8 @@ struct tcp_ep {
     tcp_mr_t        *rx_mr;
     int32_t          rx_status;      /* DISCARD: the ERR to send; FAIL: its status */
     uint64_t         rx_seq;         /* next data frame expected */
+    uint64_t         rx_placed;      /* frames before it are placed (<= rx_seq; equal
+                                      * unless a GPU copy runs) */
     uint64_t         ack_queued;     /* frames before it are covered */
     uint64_t         rq_taken;       /* receives matched to SENDs */
     uint64_t         rq_done;        /* receives completed */
@@ -329,6 +411,42 @@ void tcp_tx_flush(tcp_ep_t *ep, pdx_status_t why, bool complete);
 /* rx.c, progress thread */
 void tcp_rx_progress(tcp_ep_t *ep);
 void tcp_rx_flush(tcp_ep_t *ep, pdx_status_t why, bool complete);
+/* Retire frames whose placement finished: ERRs, receive completions, ACK. */
+void tcp_rx_retire(tcp_ep_t *ep);
+/* Whether tcp_rx_retire() has something to do now. */
+bool tcp_rx_retire_ready(const tcp_ep_t *ep);
+
+/* stage.c. Setup calls (any thread but the progress thread): */
+/* The tp's first GPU region: its GPU, the copy streams. */
+pdx_status_t tcp_staging_init(tcp_tp_t *tp, const void *base, size_t len);
+void tcp_staging_fini(tcp_tp_t *tp);
+pdx_status_t tcp_stage_create(tcp_tp_t *tp, tcp_stage_t **stage_p);
+/* Wait (bounded) for its copies, then free it; past the deadline keep it
+ * on tp->orphans. */
+void tcp_stage_destroy(tcp_tp_t *tp, tcp_stage_t *stage);
+/* Free orphans whose copies finished; wait: for the others (bounded), then
+ * leak them with an error. */
+void tcp_stage_reap(tcp_tp_t *tp, bool wait);
+/* Progress thread: */
+/* Issue device-to-host copies for WRITEs from GPU memory posted on ep. */
+void tcp_stage_tx(tcp_ep_t *ep);
+/* Free tx pieces the socket took. */
+void tcp_stage_tx_sent(tcp_ep_t *ep);
+/* The piece the next payload bytes of a WRITE into GPU memory go to; NULL
+ * (rx_stalled set) while staging is full, or when the ep failed. */
+tcp_piece_t *tcp_stage_rx_open(tcp_ep_t *ep);
+/* n bytes were read into p: once it is full, its host-to-device copy starts. */
+void tcp_stage_rx_fill(tcp_ep_t *ep, tcp_piece_t *p, uint32_t n);
+/* The ep failed: drop what no copy uses (copies keep their pieces). */
+void tcp_stage_tx_reset(tcp_ep_t *ep);
+void tcp_stage_rx_reset(tcp_ep_t *ep);
+/* Poll the copies of every ep on tp->copying; true when any finished. */
+bool tcp_stage_poll(tcp_tp_t *tp);
+void tcp_stage_untrack(tcp_ep_t *ep);
+
+/* copier.c */
+extern const pdx_tcp_copier_t tcp_hip_copier;
+const pdx_tcp_copier_t *tcp_copier_current(void);
 
 /* ------------------------------------------------------------------ tp */
 
@@ -377,6 +495,15 @@ struct tcp_tp {
     tcp_cq_t         *cqs;
     tcp_mr_table_t    mrs;
 
+    /* GPU memory (stage.c); stage_lock covers the setup and the orphans */
+    const pdx_tcp_copier_t *copier;
+    uint64_t          stage_bytes;    /* per ep, both directions */
+    pthread_mutex_t   stage_lock;
+    _Atomic bool      staging;        /* a GPU region was registered: device, stream set */
+    int               device;
+    void             *stream[2];      /* by pdx_tcp_copy_dir_t */
+    tcp_stage_t      *orphans;        /* of destroyed eps, copies still running */
+
     /* progress thread only */
     alignas(PDX_CACHELINE) tcp_ep_t *eps;
     tcp_ep_t         *work;
@@ -384,6 +511,8 @@ struct tcp_tp {
     uint32_t          nconns;         /* incoming, not yet matched to an ep */
     bool              listen_paused;  /* out of fds: listener off until the sweep */
     bool              rx_paused;
+    tcp_ep_t         *copying;        /* eps with copies in flight */
+    uint64_t          copy_spin_until;
 };
 
 static inline tcp_tp_t *tcp_tp(pdx_tp_t *tp)

@@ -6,19 +6,22 @@
  *   the listener, every ep socket, pending incoming connections and an
  *   eventfd. It dials and accepts connections, writes frames from the eps'
  *   send queues, reads and places incoming frames, sends and handles acks,
- *   produces completions and fails eps whose deadline passed.
+ *   produces completions and fails eps whose deadline passed. With GPU
+ *   regions it also starts staging copies and polls them (stage.c).
  * - What feeds it: the eps' SQ/RQ rings (the poster publishes entries and
  *   rings tp->doorbell; it writes the eventfd only while the thread sleeps),
  *   a command list (ep add/connect/fail/destroy; the caller waits with a
  *   deadline), and the pause/stop flags.
  * - Locks: cmd_lock (command list), obj_lock (CQ list), the MR table lock,
- *   each CQ's ring lock. The thread never holds two at once and never blocks
+ *   each CQ's ring lock, stage_lock (staging setup and orphans; never taken
+ *   by this thread). The thread never holds two at once and never blocks
  *   while holding one; the post path takes none.
  * - Invariant: only this thread touches sockets and ep protocol state; a
  *   socket never blocks it (nonblocking, edge-triggered, partial I/O
  *   resumed, per-ep byte budgets), so one stalled peer never stalls others.
  * - Sleeping: in epoll_wait until the next deadline tick; after activity it
- *   polls for TCP_SPIN_NS first.
+ *   polls for TCP_SPIN_NS first. While GPU copies run (they signal no fd)
+ *   it polls them, sleeping at most TCP_COPY_SLEEP_MS at a time.
  */
 #include "tcp/tcp.h"
 #include "tcp/tcp_internal.h"
@@ -39,6 +42,7 @@
  * and waking a sleeping thread (on a VM, a halted vCPU) costs more than the
  * polling. Idle tps sleep. */
 #define TCP_SPIN_NS     50000u
+#define TCP_COPY_SLEEP_MS 1
 
 static void tp_wake(tcp_tp_t *tp)
 {
@@ -246,12 +250,20 @@ static void ep_progress(tcp_tp_t *tp, tcp_ep_t *ep)
 {
     if (ep->state != TCP_EP_UP)
         return;
-    if (ep->rx_ready && !tp->rx_paused)
+    if (PDX_UNLIKELY(atomic_load_explicit(&tp->staging, memory_order_relaxed)))
+        tcp_stage_tx(ep); /* WRITEs from GPU memory start their copies */
+    if (ep->state == TCP_EP_UP && ep->rx_ready && !tp->rx_paused && !ep->rx_stalled)
         tcp_rx_progress(ep);
+    if (PDX_UNLIKELY(ep->rx_placed != ep->rx_seq) && ep->state == TCP_EP_UP)
+        tcp_rx_retire(ep);
     if (ep->state == TCP_EP_UP && ep->writable && tcp_tx_pending(ep))
         tcp_tx_progress(ep);
+    if (ep->state != TCP_EP_UP)
+        return;
     /* rx stopped on its byte budget or a full control queue that tx drained */
-    if (ep->state == TCP_EP_UP && ep->rx_ready && !tp->rx_paused && tcp_ctrl_room(ep))
+    if (ep->rx_ready && !tp->rx_paused && !ep->rx_stalled && tcp_ctrl_room(ep))
+        tcp_work_add(ep);
+    else if (PDX_UNLIKELY(ep->rx_placed != ep->rx_seq) && tcp_rx_retire_ready(ep))
         tcp_work_add(ep);
 }
 
@@ -325,6 +337,8 @@ static void *progress_main(void *arg)
                 ep_scan(ep, now);
         }
 
+        if (PDX_UNLIKELY(tp->copying != NULL) && tcp_stage_poll(tp))
+            active = true;
         ep = tp->work;
         tp->work = NULL;
         for (; ep; ep = next) {
@@ -340,8 +354,10 @@ static void *progress_main(void *arg)
         }
         if (active)
             spin_until = now + TCP_SPIN_NS;
-        if (!tp->work && now >= spin_until) {
+        if (!tp->work && now >= spin_until && (!tp->copying || now >= tp->copy_spin_until)) {
             timeout = (int)((next_tick - now + 999999u) / 1000000u);
+            if (tp->copying)
+                timeout = PDX_MIN(timeout, TCP_COPY_SLEEP_MS);
             atomic_store(&tp->sleeping, 1);
             if (atomic_load(&tp->doorbell))
                 timeout = 0;
@@ -441,6 +457,8 @@ static void tp_free(tcp_tp_t *tp)
         tcp_ep_free(ep);
     }
     tcp_conn_close_all(tp);
+    tcp_stage_reap(tp, true);
+    tcp_staging_fini(tp);
     while (tp->cqs) {
         tcp_cq_t *cq = tp->cqs;
 
@@ -452,6 +470,7 @@ static void tp_free(tcp_tp_t *tp)
     close(tp->epfd);
     close(tp->listen_fd);
     pthread_cond_destroy(&tp->cmd_cond);
+    pthread_mutex_destroy(&tp->stage_lock);
     pthread_mutex_destroy(&tp->obj_lock);
     pthread_mutex_destroy(&tp->cmd_lock);
     free(tp);
@@ -460,6 +479,7 @@ static void tp_free(tcp_tp_t *tp)
 static pdx_status_t tcp_open(const pdx_tp_params_t *params, pdx_tp_t **tp_p)
 {
     const char *host = params && params->host && params->host[0] ? params->host : "127.0.0.1";
+    const pdx_config_t *cfg = params ? params->config : NULL;
     pthread_condattr_t cattr;
     pdx_status_t status;
     tcp_tp_t *tp;
@@ -477,9 +497,16 @@ static pdx_status_t tcp_open(const pdx_tp_params_t *params, pdx_tp_t **tp_p)
                                                            : TCP_DEFAULT_TIMEOUT_MS;
     tp->max_msg_size = params && params->max_msg_size ? params->max_msg_size
                                                       : TCP_DEFAULT_MAX_MSG;
+    tp->stage_bytes = cfg && (cfg->field_mask & PDX_CONFIG_FIELD_TCP_STAGING) &&
+                              cfg->tcp_staging_bytes ? cfg->tcp_staging_bytes
+                                                     : TCP_DEFAULT_STAGING;
+    tp->stage_bytes = PDX_MAX(tp->stage_bytes, TCP_STAGING_MIN);
+    tp->copier = tcp_copier_current();
+    tp->device = -1;
+    atomic_init(&tp->staging, false);
     status = PDX_ERR_IO;
     if (pthread_mutex_init(&tp->cmd_lock, NULL) || pthread_mutex_init(&tp->obj_lock, NULL) ||
-        pthread_condattr_init(&cattr)) {
+        pthread_mutex_init(&tp->stage_lock, NULL) || pthread_condattr_init(&cattr)) {
         pdx_error("tcp: cannot create locks");
         goto err_free;
     }
@@ -528,6 +555,7 @@ err_mrs:
 err_cond:
     pthread_cond_destroy(&tp->cmd_cond);
 err_locks:
+    pthread_mutex_destroy(&tp->stage_lock);
     pthread_mutex_destroy(&tp->obj_lock);
     pthread_mutex_destroy(&tp->cmd_lock);
 err_free:

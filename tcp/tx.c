@@ -5,8 +5,11 @@
  * ctrl_q and committed to tx_ctrl only at a data-frame boundary, and data
  * frames taken in order from the SQ: a WRITE is its header then the payload
  * straight from the registered source (one sendmsg gathers many frames); a
- * SEND is its header and inline bytes. Partial writes resume where they
- * stopped, so a peer that stops reading only leaves its own socket full.
+ * SEND is its header and inline bytes. A WRITE from GPU memory goes out of
+ * its staging pieces (stage.c): its header once the first piece is copied,
+ * then each piece once copied; later frames wait behind it. Partial writes
+ * resume where they stopped, so a peer that stops reading only leaves its
+ * own socket full.
  *
  * WRs complete when the peer acknowledges them (ACK: placed; ERR: this one
  * failed), which is after placement: signaled ones and failed ones get a
@@ -76,10 +79,46 @@ static uint64_t frame_bytes(const tcp_wqe_t *w)
     return w->frame_len + (w->opcode == PDX_TP_OP_WRITE ? w->len : 0);
 }
 
+/*
+ * A WRITE from GPU memory (SQ entry i, off bytes of its frame sent): its
+ * header once its first piece is copied, then its copied pieces from *pc
+ * on. False when the frame cannot be finished from what is copied: the
+ * frames after it wait.
+ */
+static bool tx_gather_dev(tcp_ep_t *ep, const tcp_wqe_t *w, uint64_t i, uint64_t off,
+                          struct iovec *iov, int *niov_p, size_t *total_p, uint64_t *pc)
+{
+    const tcp_ring_t *r = ep->stage ? &ep->stage->tx : NULL;
+    uint64_t upto = off > w->frame_len ? off - w->frame_len : 0; /* payload bytes sent */
+    int niov = *niov_p;
+
+    if (w->len && (!r || *pc == r->p_done || r->piece[*pc % TCP_STAGE_PIECES].seq != i))
+        return false;
+    if (off < w->frame_len) {
+        iov[niov].iov_base = (uint8_t *)&w->hdr + off;
+        iov[niov++].iov_len = w->frame_len - off;
+        *total_p += w->frame_len - off;
+    }
+    for (; r && *pc < r->p_done && niov < TCP_TX_IOV; (*pc)++) {
+        const tcp_piece_t *p = &r->piece[*pc % TCP_STAGE_PIECES];
+        uint64_t skip = upto - p->off; /* pieces are contiguous: the first may be partly sent */
+
+        if (p->seq != i)
+            break;
+        iov[niov].iov_base = p->buf + skip;
+        iov[niov++].iov_len = p->len - skip;
+        *total_p += p->len - skip;
+        upto = p->off + p->len;
+    }
+    *niov_p = niov;
+    return upto == w->len;
+}
+
 /* Gather the unsent stream into iov; returns the entry count, *total_p bytes. */
 static int tx_gather(tcp_ep_t *ep, struct iovec *iov, size_t *total_p)
 {
     uint64_t off = ep->tx_off;
+    uint64_t pc = ep->stage ? ep->stage->tx.p_tail : 0;
     size_t total = 0;
     int niov = 0;
 
@@ -98,6 +137,11 @@ static int tx_gather(tcp_ep_t *ep, struct iovec *iov, size_t *total_p)
                                    total < TCP_TX_BUDGET; i++, off = 0) {
         tcp_wqe_t *w = &ep->sq[i & ep->sq_mask];
 
+        if (PDX_UNLIKELY(w->dev)) {
+            if (!tx_gather_dev(ep, w, i, off, iov, &niov, &total, &pc))
+                break;
+            continue;
+        }
         if (off < w->frame_len) {
             iov[niov].iov_base = (uint8_t *)&w->hdr + off;
             iov[niov++].iov_len = w->frame_len - off;
@@ -148,6 +192,11 @@ void tcp_tx_progress(tcp_ep_t *ep)
         size_t total;
         ssize_t n;
 
+        if (PDX_UNLIKELY(ep->stage)) {
+            tcp_stage_tx(ep); /* into ring space the last sendmsg freed */
+            if (ep->state != TCP_EP_UP)
+                return;
+        }
         msg.msg_iovlen = (size_t)tx_gather(ep, iov, &total);
         if (msg.msg_iovlen == 0)
             return;
@@ -164,6 +213,8 @@ void tcp_tx_progress(tcp_ep_t *ep)
             return;
         }
         tx_advance(ep, (size_t)n);
+        if (PDX_UNLIKELY(ep->stage))
+            tcp_stage_tx_sent(ep);
         if ((size_t)n < total) {
             /* A short write means the socket buffer is full; the kernel then
              * flags it so EPOLLOUT fires once room frees up. */
@@ -219,4 +270,5 @@ void tcp_tx_flush(tcp_ep_t *ep, pdx_status_t why, bool complete)
     batch_flush(ep->cq, &b);
     ep->sq_acked = ep->sq_sent = ep->sq_seen = end;
     ep->tx_off = 0;
+    tcp_stage_tx_reset(ep);
 }
