@@ -44,6 +44,9 @@ static const struct {
     CU_ENTRY(cuStreamWriteValue64, stream_write_value64),
     CU_ENTRY(cuStreamWaitValue64, stream_wait_value64),
     CU_ENTRY(cuFlushGPUDirectRDMAWrites, flush_gpu_direct_rdma_writes),
+    CU_ENTRY(cuModuleLoadData, module_load_data),
+    CU_ENTRY(cuModuleGetFunction, module_get_function),
+    CU_ENTRY(cuLaunchKernel, launch_kernel),
 #undef CU_ENTRY
 };
 

@@ -104,6 +104,11 @@ typedef struct hipx_cu {
                                     unsigned int flags);
     CUresult (*flush_gpu_direct_rdma_writes)(CUflushGPUDirectRDMAWritesTarget target,
                                              CUflushGPUDirectRDMAWritesScope scope);
+    CUresult (*module_load_data)(CUmodule *module, const void *image);
+    CUresult (*module_get_function)(CUfunction *fn, CUmodule module, const char *name);
+    CUresult (*launch_kernel)(CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz,
+                              unsigned int bx, unsigned int by, unsigned int bz,
+                              unsigned int shared, CUstream stream, void **params, void **extra);
 } hipx_cu_t;
 
 /* The driver table; PDX_ERR_UNSUPPORTED (logged) when an entry is missing. */

@@ -176,6 +176,17 @@ void pdx_hip_device_free(void *ptr)
     (void)ptr;
 }
 
+pdx_status_t pdx_hip_fill64_async(void *stream, void *dst, uint64_t nwords, uint64_t base,
+                                  uint64_t step)
+{
+    (void)stream;
+    (void)dst;
+    (void)nwords;
+    (void)base;
+    (void)step;
+    return unsupported("fill64_async");
+}
+
 pdx_status_t pdx_hip_stream_create(void **stream_p)
 {
     (void)stream_p;

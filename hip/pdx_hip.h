@@ -168,6 +168,16 @@ void pdx_hip_host_free(void *ptr);
 pdx_status_t pdx_hip_device_alloc(size_t len, void **ptr_p);
 void pdx_hip_device_free(void *ptr);
 
+/*
+ * Enqueue on stream a kernel writing nwords 64-bit words at dst (device
+ * memory of the current device): word k = base + k * step. For tools and
+ * tests that need a GPU producer without a compiler of their own. nvidia: a
+ * PTX kernel loaded once per device through the driver; amd and none:
+ * PDX_ERR_UNSUPPORTED (no code object is built for the AMD targets).
+ */
+pdx_status_t pdx_hip_fill64_async(void *stream, void *dst, uint64_t nwords, uint64_t base,
+                                  uint64_t step);
+
 /* A pdx-owned non-blocking stream on the current device. Destroying a
  * stream with work in flight lets the work finish. */
 pdx_status_t pdx_hip_stream_create(void **stream_p);

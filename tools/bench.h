@@ -13,6 +13,9 @@
 
 #include <pdx/pdx.h>
 
+/* Word k of a page is its base + k * BENCH_WORD_STEP (bench_side.c). */
+#define BENCH_WORD_STEP 0x9e3779b97f4a7c15ull
+
 /* Exit statuses. */
 enum {
     BENCH_EXIT_OK    = 0, /* every request verified */

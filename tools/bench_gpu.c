@@ -2,10 +2,11 @@
  * pdx-bench --gpu N: the KV pool and the aux slots in memory of GPU N,
  * through hip/'s interface (hip/pdx_hip.h includes no GPU runtime header).
  *
- * Prefill: a chunk's pages are generated into pinned staging and copied
- * host-to-device on the side's stream, one copy per page and layer: a copy
- * engine writes the pages, not a kernel, since pdx-bench is plain C. The
- * last chunk's aux record follows from its pinned host mirror. Then
+ * Prefill: a kernel on the side's stream writes each page of the chunk
+ * (hip/'s fill kernel, one launch per page and layer). Where hip/ has no
+ * kernel (the amd platform) or pages are not whole 64-bit words, the pages
+ * are generated into pinned staging and copied host-to-device on the stream
+ * instead. The last chunk's aux record follows from its pinned host mirror. Then
  * pdx_gate_arm() enqueues the gate word behind those copies and the chunk
  * goes to pdx_send() with that gate: the engine posts nothing of a chunk
  * before the GPU has written it.
@@ -49,6 +50,9 @@ struct bench_gpu {
     void     *pool_dev;  /* the KV pool (s->pool) */
     void     *aux_dev;   /* the aux slots; s->aux is their pinned host mirror */
     int       idle;      /* nothing of ours is in flight on the stream */
+    int       kernel;    /* prefill writes pages with hip/'s fill kernel (1), with
+                          * copies (0: no kernel on this platform, or pages not
+                          * whole words), or does not know yet (-1) */
 };
 
 const char *bench_gpu_platform(void)
@@ -100,6 +104,7 @@ int bench_gpu_open(bench_side_t *s)
     s->gpu = g;
     g->device = o->gpu;
     g->idle = 1;
+    g->kernel = -1;
     half = o->bytes_per_request < HALF_MAX ? o->bytes_per_request : HALF_MAX;
     g->cap = half / bpp ? (uint32_t)(half / bpp) : 1;
     g->half = (uint64_t)g->cap * bpp;
@@ -238,7 +243,32 @@ int bench_gpu_write_chunk(bench_side_t *s, pdx_room_t room, const uint32_t *page
     bench_gpu_t *g = s->gpu;
     pdx_status_t st;
 
-    for (uint32_t l = 0; l < o->layers; l++)
+    if (g->kernel != 0 && o->bytes_per_page % 8 == 0) {
+        /* A kernel on the stream writes each page; the gate goes after them. */
+        for (uint32_t l = 0; l < o->layers && g->kernel != 0; l++)
+            for (uint32_t i = 0; i < n; i++) {
+                st = pdx_hip_fill64_async(g->stream, bench_page_at(s, l, pages[i]),
+                                          o->bytes_per_page / 8,
+                                          bench_pattern_base(room, l, pos + i), BENCH_WORD_STEP);
+                if (st == PDX_ERR_UNSUPPORTED && g->kernel < 0) {
+                    g->kernel = 0; /* nothing launched yet: copies from here on */
+                    break;
+                }
+                if (st != PDX_OK) {
+                    snprintf(why, len, "the fill kernel on GPU %d: %s", g->device,
+                             pdx_status_str(st));
+                    return -1;
+                }
+                if (g->kernel < 0)
+                    bench_err(s->role, "GPU %d: pages are written by hip/'s fill kernel",
+                              g->device);
+                g->kernel = 1;
+                g->idle = 0;
+            }
+    } else {
+        g->kernel = 0;
+    }
+    for (uint32_t l = 0; l < o->layers && g->kernel == 0; l++)
         for (uint32_t i = 0; i < n; i++) {
             uint8_t *p = stage_page(s, NULL, NULL, deadline_ns, why, len);
 

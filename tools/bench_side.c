@@ -21,7 +21,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#define WORD_STEP 0x9e3779b97f4a7c15ull
+#define WORD_STEP BENCH_WORD_STEP
 
 const char *bench_role_name(bench_role_t role)
 {

@@ -101,11 +101,11 @@ static void usage(FILE *out)
         "      --timeout-ms T        connect/accept, one room, one release;\n"
         "                            also the engine's bootstrap and transfer timeouts [30000]\n"
         "      --gpu N               KV pool and aux slots in memory of GPU N (PDX_GPU=N)\n"
-        "                            [host memory]. Prefill writes each chunk on the GPU\n"
-        "                            with host-to-device copies on a stream (a copy engine,\n"
-        "                            not a kernel: pdx-bench is plain C) and sends it behind\n"
-        "                            a pdx_gate_arm() gate on that stream; decode copies\n"
-        "                            every page back to the host to check it\n"
+        "                            [host memory]. Prefill writes each chunk with a kernel\n"
+        "                            on a stream (host-to-device copies where no kernel is\n"
+        "                            built: amd) and sends it behind a pdx_gate_arm() gate\n"
+        "                            on that stream; decode copies every page back to the\n"
+        "                            host to check it\n"
         "      --keep-going          count failures instead of stopping at the first\n"
         "      --json                one JSON object instead of the table\n"
         "Exit status: 0 all verified, 1 a mismatch or failure (--gpu: also no GPU, or GPU\n"
@@ -323,7 +323,7 @@ static void print_banner(const cli_t *c, const pdx_config_t *cfg)
         printf(" KV pool        : %" PRIu64 " MiB per side = %" PRIu64 " pages, on GPU %d (%s); "
                "aux slots too\n", o->pool_bytes >> 20, o->npages, o->gpu, bench_gpu_platform());
     if (o->gpu >= 0)
-        printf(" GPU writes     : prefill: host-to-device copies on a stream (copy engine), "
+        printf(" GPU writes     : prefill: a kernel on a stream (copies where none is built), "
                "each chunk sent behind\n"
                "                  a pdx_gate_arm() gate; decode: pages copied back to the host "
                "and checked\n");
