@@ -207,8 +207,12 @@ Test(hip, gpu_objects_need_a_gpu)
     cr_expect_eq(pdx_hip_host_alloc(4096, &p), NO_GPU_STATUS);
     cr_expect_eq(pdx_hip_stream_create(&p), NO_GPU_STATUS);
     cr_expect_eq(pdx_hip_event_create(&p), NO_GPU_STATUS);
+    cr_expect_eq(pdx_hip_device_alloc(4096, &p), NO_GPU_STATUS);
     cr_expect_eq(p, (void *)(uintptr_t)1, "the outputs are written only on success");
+    /* no fill kernel is built for amd; none has no GPU runtime */
+    cr_expect_eq(pdx_hip_fill64_async(NULL, p, 1, 0, 1), PDX_ERR_UNSUPPORTED);
     /* destroy functions accept NULL */
+    pdx_hip_device_free(NULL);
     pdx_hip_words_destroy(NULL);
     pdx_hip_host_free(NULL);
     pdx_hip_stream_destroy(NULL);
