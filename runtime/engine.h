@@ -225,6 +225,8 @@ typedef struct pdx_room_ext {
     _Atomic uint32_t fenced;           /* decode: nothing more can land */
     _Atomic bool     decode;           /* expected here (receiver); set once */
     _Atomic uint32_t flush;            /* decode: PDX_FLUSH_* before SUCCESS */
+    volatile uint64_t *end_word;       /* decode: pdx_room_stream_wait's word: 1 once the
+                                        * room ended, 2 once the stream passed (ext->lock) */
     pdx_peer_t *_Atomic gone_peer;     /* decode: a sender gone, the room fails once
                                         * what it sent before is polled */
     _Atomic uint32_t last_queued;      /* prefill: pdx_send had PDX_SEND_LAST */
@@ -465,6 +467,9 @@ void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notif
 void pdx_rooms_sweep(pdx_engine_t *e, uint64_t now_ns);
 /* The peer is gone: fail every room that needs it. */
 void pdx_rooms_peer_gone(pdx_engine_t *e, pdx_peer_t *peer);
+/* Under ext->lock, as the room becomes SUCCESS or FAILED: release a stream
+ * waiting for it (pdx_room_stream_wait). */
+void pdx_rooms_end_signal_locked(pdx_room_ext_t *ext);
 /* The gone peer's endpoints are in error (peer->reaped set first): decode
  * rooms stop waiting for its ABORT_ACK. Called once, after pdx_rooms_peer_gone. */
 void pdx_rooms_peer_fenced(pdx_engine_t *e, pdx_peer_t *peer);

@@ -254,6 +254,8 @@ bool pdx_flush_on_wc(pdx_shard_loop_t *L, const pdx_tp_wc_t *wc)
         ok = pdx_rooms_live(obj, s->flush_batch[i].room) &&
              pdx_room_state(obj) == PDX_ROOM_TRANSFERRING && ext->nsenders &&
              ext->ndone == ext->nsenders && pdx_room_advance(obj, PDX_ROOM_SUCCESS);
+        if (ok)
+            pdx_rooms_end_signal_locked(ext);
         pthread_mutex_unlock(&ext->lock);
         if (ok)
             atomic_fetch_add_explicit(&e->stats.rooms_success, 1, memory_order_relaxed);

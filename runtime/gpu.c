@@ -276,12 +276,52 @@ static bool word_reached(volatile uint64_t *word, uint64_t value)
 
 void pdx_gpu_gate_done(pdx_engine_t *e, const pdx_gate_t *gate)
 {
-    pdx_gpu_t *g = &e->gpu;
-    volatile uint64_t *word = (volatile uint64_t *)(uintptr_t)gate->word;
+    if (gate->kind == PDX_GATE_WORD)
+        pdx_gpu_word_done(e, (volatile uint64_t *)(uintptr_t)gate->word, gate->value);
+}
 
-    if (gate->kind != PDX_GATE_WORD || !g->words || !pdx_hip_word_owned(g->words, word))
+pdx_status_t pdx_gpu_stream_wait(pdx_engine_t *e, void *stream, volatile uint64_t **word_p)
+{
+    volatile uint64_t *word;
+    pdx_status_t st;
+
+    if (e->gpu.device < 0) {
+        pdx_error("pdx_room_stream_wait: no GPU (%s): stream waits need one",
+                  pdx_hip_no_device_reason()[0] ? pdx_hip_no_device_reason()
+                                                 : pdx_hip_platform_name());
+        return PDX_ERR_UNSUPPORTED;
+    }
+    st = pdx_hip_word_alloc(e->gpu.words, &word);
+    if (st == PDX_ERR_FULL) {
+        pdx_warn("pdx_room_stream_wait: all %d stream words are in use", PDX_GPU_WORDS);
+        return PDX_ERR_AGAIN;
+    }
+    if (st != PDX_OK)
+        return st;
+    st = pdx_hip_stream_wait_word(stream, word, 1);
+    if (st != PDX_OK) {
+        pdx_hip_word_free(e->gpu.words, word);
+        return st;
+    }
+    atomic_fetch_add_explicit(&e->gpu.armed, 1, memory_order_relaxed);
+    st = pdx_hip_stream_write_word(stream, word, 2);
+    if (st != PDX_OK) {
+        /* The wait is queued and nothing will say when the stream passed it:
+         * let it pass now; the word stays out of the pool. */
+        __atomic_store_n(word, 1, __ATOMIC_RELEASE);
+        return st;
+    }
+    *word_p = word;
+    return PDX_OK;
+}
+
+void pdx_gpu_word_done(pdx_engine_t *e, volatile uint64_t *word, uint64_t value)
+{
+    pdx_gpu_t *g = &e->gpu;
+
+    if (!g->words || !pdx_hip_word_owned(g->words, word))
         return; /* the caller's word */
-    if (word_reached(word, gate->value)) {
+    if (word_reached(word, value)) {
         pdx_hip_word_free(g->words, word);
         atomic_fetch_sub_explicit(&g->armed, 1, memory_order_relaxed);
         return;
@@ -289,7 +329,7 @@ void pdx_gpu_gate_done(pdx_engine_t *e, const pdx_gate_t *gate)
     pthread_mutex_lock(&g->lock);
     if (g->norphans < PDX_GPU_WORDS) { /* every word fits: at most that many are armed */
         g->orphans[g->norphans] = word;
-        g->orphan_value[g->norphans++] = gate->value;
+        g->orphan_value[g->norphans++] = value;
     }
     pthread_mutex_unlock(&g->lock);
 }

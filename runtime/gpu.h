@@ -58,6 +58,11 @@ pdx_status_t pdx_gpu_gate_check(const pdx_engine_t *e, const pdx_gate_t *gate);
 pdx_status_t pdx_gpu_gate_poll(const pdx_gate_t *gate, char *err, size_t len);
 /* The gate's chunk is done with it (opened, or its room ended). */
 void pdx_gpu_gate_done(pdx_engine_t *e, const pdx_gate_t *gate);
+/* Enqueue on stream a wait until a fresh word reaches 1, then a write of 2
+ * to it (the stream passed): pdx_room_stream_wait. */
+pdx_status_t pdx_gpu_stream_wait(pdx_engine_t *e, void *stream, volatile uint64_t **word_p);
+/* A pool word nobody will raise any more goes back once it reached value. */
+void pdx_gpu_word_done(pdx_engine_t *e, volatile uint64_t *word, uint64_t value);
 /* Control thread: return orphaned words the streams have written. */
 void pdx_gpu_sweep(pdx_engine_t *e);
 

@@ -29,6 +29,16 @@ static bool terminal(int32_t state)
     return state == PDX_ROOM_SUCCESS || state == PDX_ROOM_FAILED;
 }
 
+void pdx_rooms_end_signal_locked(pdx_room_ext_t *ext)
+{
+    uint64_t zero = 0;
+
+    /* 0 -> 1 only: a stream that passed already wrote 2 */
+    if (ext->end_word)
+        __atomic_compare_exchange_n(ext->end_word, &zero, 1, false, __ATOMIC_RELEASE,
+                                    __ATOMIC_RELAXED);
+}
+
 static bool fail_v(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id, pdx_status_t status,
                    const char *fmt, va_list ap)
 {
@@ -46,6 +56,7 @@ static bool fail_v(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id, pdx_status
         pthread_mutex_unlock(&ext->lock);
         return false;
     }
+    pdx_rooms_end_signal_locked(ext);
     decode = atomic_load(&ext->decode);
     if (decode) {
         for (uint32_t i = 0; i < ext->npeers; i++)
@@ -594,6 +605,7 @@ pdx_status_t pdx_rooms_remove(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id)
 {
     pdx_room_ext_t *ext = pdx_room_ext(e, obj);
     pdx_room_obj_t *got = obj;
+    volatile uint64_t *end_word;
     uint64_t acks, left;
     int32_t aux;
 
@@ -605,8 +617,12 @@ pdx_status_t pdx_rooms_remove(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id)
     pthread_mutex_lock(&ext->lock);
     acks = atomic_exchange(&ext->ack_mask, 0);
     aux = atomic_load(&ext->app) ? ext->aux_mem : -1;
+    pdx_rooms_end_signal_locked(ext); /* a stream still waiting goes on */
+    end_word = ext->end_word;
     ext_reset(ext);
     pthread_mutex_unlock(&ext->lock);
+    if (end_word)
+        pdx_gpu_word_done(e, end_word, 2); /* back to the pool once the stream passed */
     /* The ABORT_ACKs this room owes go out before its slot can be reused; a
      * peer whose control connection is full cannot be told: fail it. */
     left = pdx_rooms_send_acks(e, id, acks);
@@ -620,6 +636,39 @@ pdx_status_t pdx_rooms_remove(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id)
     aux_unpin(e, aux);
     pdx_room_free(&e->rooms, obj);
     return PDX_OK;
+}
+
+pdx_status_t pdx_room_stream_wait(pdx_engine_t *e, pdx_room_t room, void *hip_stream)
+{
+    volatile uint64_t *word = NULL;
+    pdx_room_obj_t *obj;
+    pdx_room_ext_t *ext;
+    pdx_status_t st;
+
+    if (!e)
+        return PDX_ERR_INVALID;
+    obj = pdx_room_lookup(&e->rooms, room);
+    if (!obj)
+        return PDX_ERR_NOT_FOUND;
+    ext = pdx_room_ext(e, obj);
+    pthread_mutex_lock(&ext->lock);
+    if (!pdx_rooms_live(obj, room) || !atomic_load(&ext->decode)) {
+        st = PDX_ERR_STATE;
+    } else if (ext->end_word) {
+        st = PDX_ERR_EXISTS;
+    } else {
+        st = pdx_gpu_stream_wait(e, hip_stream, &word);
+        if (st == PDX_OK) {
+            ext->end_word = word;
+            if (terminal(pdx_room_state(obj)))
+                pdx_rooms_end_signal_locked(ext);
+        }
+    }
+    pthread_mutex_unlock(&ext->lock);
+    if (st == PDX_ERR_STATE || st == PDX_ERR_EXISTS)
+        pdx_error("pdx_room_stream_wait: room %llu %s", (unsigned long long)room,
+                  st == PDX_ERR_STATE ? "is not expected here" : "has a stream wait already");
+    return st;
 }
 
 pdx_status_t pdx_release(pdx_engine_t *e, pdx_room_t room)

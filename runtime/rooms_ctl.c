@@ -365,6 +365,7 @@ void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notif
             else if (mode == PDX_FLUSH_HOST && (fail = pdx_gpu_flush_host(e)) != PDX_OK)
                 why = "the GPU runtime's flush of RDMA writes failed";
             else if (done && pdx_room_advance(obj, PDX_ROOM_SUCCESS)) {
+                pdx_rooms_end_signal_locked(ext);
                 atomic_fetch_add_explicit(&e->stats.rooms_success, 1, memory_order_relaxed);
                 PDX_MARKER_PUSH_ROOM("pdx room arrived", n->room);
                 PDX_MARKER_POP();

@@ -353,8 +353,13 @@ Test(engine, gates_without_a_gpu, .fini = fini, .timeout = 30)
     cr_expect_eq(pdx_send(pf.e, 7, pf.layout, &p, &gate, NULL, PDX_SEND_LAST), PDX_ERR_INVALID);
     cr_expect_neq(pdx_poll(pf.e, 7), PDX_ROOM_TRANSFERRING, "refused chunks queue nothing");
 
+    cr_expect_eq(pdx_room_stream_wait(dc.e, 7, (void *)0x1), PDX_ERR_UNSUPPORTED);
+    cr_expect_eq(pdx_room_stream_wait(dc.e, 8, (void *)0x1), PDX_ERR_NOT_FOUND);
+    cr_expect_eq(pdx_room_stream_wait(NULL, 7, (void *)0x1), PDX_ERR_INVALID);
+
     gate = (pdx_gate_t){.kind = PDX_GATE_WORD, .word = &flag, .value = 1};
     cr_assert_eq(pdx_send(pf.e, 7, pf.layout, &p, &gate, NULL, PDX_SEND_LAST), PDX_OK);
+    cr_expect_eq(pdx_room_stream_wait(pf.e, 7, (void *)0x1), PDX_ERR_STATE, "a prefill room");
     usleep(20000);
     cr_expect_eq(pdx_poll(dc.e, 7), PDX_ROOM_WAITING, "nothing before the flag");
     __atomic_store_n(&flag, 1, __ATOMIC_RELEASE);

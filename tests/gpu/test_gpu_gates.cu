@@ -401,6 +401,65 @@ static void test_gate_errors(side_t *pf, side_t *dc, uint32_t peer)
     cudaFreeHost(flag);
 }
 
+/*
+ * pdx_room_stream_wait: a decode stream waits for the room; an event
+ * recorded after the wait stays pending while prefill's gate holds the
+ * chunk, and completes once the room is SUCCESS. A room that fails lets its
+ * stream go on too.
+ */
+static void test_stream_wait(side_t *pf, side_t *dc, uint32_t peer)
+{
+    uint32_t pages[2] = {11, 12};
+    pdx_pages_t l = {pages, 2};
+    cudaStream_t ds;
+    cudaEvent_t after;
+    pdx_gate_t gate = {};
+    uint64_t t0;
+
+    progress("stream wait", 40000);
+    CUDA_OK(cudaStreamCreateWithFlags(&ds, cudaStreamNonBlocking));
+    CUDA_OK(cudaEventCreateWithFlags(&after, cudaEventDisableTiming));
+    *(volatile uint64_t *)stale_flag = 0;
+    CHECK(pdx_expect(dc->e, peer, 40000, dc->layout, &l, NULL, 1, 10000) == PDX_OK, "expect");
+    CHECK(pdx_room_stream_wait(dc->e, 40000, ds) == PDX_OK, "stream wait");
+    CHECK(pdx_room_stream_wait(dc->e, 40000, ds) == PDX_ERR_EXISTS, "a second wait");
+    CUDA_OK(cudaEventRecord(after, ds));
+    CUDA_OK(cudaMemcpyAsync(stale_pages, pages, sizeof(pages), cudaMemcpyHostToDevice,
+                            stale_stream));
+    produce<<<LAYERS * 2, 128, 0, stale_stream>>>(stale_flag, pf->pool, stale_pages, 2, 40000);
+    CHECK(pdx_gate_arm(pf->e, stale_stream, &gate) == PDX_OK, "gate_arm");
+    CHECK(pdx_send(pf->e, 40000, pf->layout, &l, &gate, NULL, PDX_SEND_LAST) == PDX_OK, "send");
+    usleep(20000);
+    CHECK(cudaEventQuery(after) == cudaErrorNotReady, "the decode stream went on before the "
+          "room ended (room state %d)", pdx_poll(dc->e, 40000));
+    __atomic_store_n(stale_flag, 1, __ATOMIC_RELEASE);
+    CHECK(wait_done(dc->e, 40000, 10000) == PDX_ROOM_SUCCESS, "the room");
+    t0 = now_ns();
+    while (cudaEventQuery(after) == cudaErrorNotReady && now_ns() - t0 < 2000000000ull)
+        ;
+    CHECK(cudaEventQuery(after) == cudaSuccess, "the decode stream never went on");
+    printf("stream wait: the decode stream went on %.1f us after pdx_poll saw SUCCESS\n",
+           (now_ns() - t0) / 1e3);
+    wait_done(pf->e, 40000, 10000);
+    release_room(dc->e, 40000);
+    release_room(pf->e, 40000);
+
+    /* a room that fails: its stream goes on as well */
+    CHECK(pdx_expect(dc->e, peer, 40001, dc->layout, &l, NULL, 1, 10000) == PDX_OK, "expect");
+    CHECK(pdx_room_stream_wait(dc->e, 40001, ds) == PDX_OK, "stream wait");
+    CUDA_OK(cudaEventRecord(after, ds));
+    CHECK(pdx_abort(dc->e, 40001) == PDX_OK, "abort");
+    t0 = now_ns();
+    while (cudaEventQuery(after) == cudaErrorNotReady && now_ns() - t0 < 2000000000ull)
+        ;
+    CHECK(cudaEventQuery(after) == cudaSuccess, "the stream of a failed room never went on");
+    CHECK(pdx_poll(dc->e, 40001) == PDX_ROOM_FAILED, "the aborted room");
+    release_room(dc->e, 40001);
+    CUDA_OK(cudaStreamSynchronize(ds));
+    cudaEventDestroy(after);
+    cudaStreamDestroy(ds);
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -577,6 +636,7 @@ int main(void)
     }
     test_stale_pages(&pf, &dc, peer);
     test_gate_errors(&pf, &dc, peer);
+    test_stream_wait(&pf, &dc, peer);
     test_latency(&pf, &dc, peer);
     progress("close", 0);
     side_close(&dc);

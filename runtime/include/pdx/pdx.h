@@ -394,6 +394,19 @@ PDX_API pdx_status_t pdx_send(pdx_engine_t *engine, pdx_room_t room, uint32_t la
                               const pdx_pages_t *src, const pdx_gate_t *gate,
                               const pdx_region_t *aux, unsigned flags);
 
+/*
+ * Decode: enqueue on hip_stream (a hipStream_t of the engine's GPU) a wait
+ * until `room` ends, SUCCESS or FAILED: kernels enqueued after it run once
+ * the room's pages are visible, without a host round trip. The stream also
+ * goes on when the room ended in failure, so such a kernel must not trust
+ * the pages without pdx_poll() saying SUCCESS (or it checks its own flag).
+ * One wait per room (PDX_ERR_EXISTS for another); PDX_ERR_STATE for a room
+ * not expected here; PDX_ERR_UNSUPPORTED without a GPU. pdx_release() of the
+ * room lets a stream still waiting go on.
+ */
+PDX_API pdx_status_t pdx_room_stream_wait(pdx_engine_t *engine, pdx_room_t room,
+                                          void *hip_stream);
+
 /* ------------------------------------------------------------------- both */
 
 /* A lookup and atomic loads: never blocks, never allocates. */
