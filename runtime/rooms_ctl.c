@@ -301,6 +301,15 @@ void pdx_rooms_apply_held(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id)
     free(mine);
 }
 
+/* Under ext->lock: whether sender's last chunk was counted. */
+static bool sender_done_locked(const pdx_room_ext_t *ext, uint64_t sender)
+{
+    for (uint32_t i = 0; i < ext->nseen; i++)
+        if (ext->senders[i] == sender)
+            return ext->last_left[i] == 0;
+    return false;
+}
+
 /* Count a LAST notify under ext->lock; true once every sender is done. */
 static bool count_last(pdx_room_ext_t *ext, const pdx_wire_notify_t *n, const char **why)
 {
@@ -405,6 +414,8 @@ static bool peer_drained(pdx_engine_t *e, pdx_peer_t *peer, uint64_t now)
         return false;
     if (now - gone > 1000000000ull)
         return true;
+    if (now - gone < 20000000ull)
+        return false; /* two passes poll a bounded batch each: a backlog takes longer */
     for (uint32_t i = 0; i < e->nshards; i++)
         if (atomic_load_explicit(&e->shards[i].passes, memory_order_acquire) <
             peer->gone_passes[i] + 2)
@@ -420,6 +431,8 @@ static void sweep_room(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_room_ext_t *ext
 
     if (atomic_load(&ext->ack_mask))
         flush_acks(e, obj, ext, id);
+    if (state == PDX_ROOM_FAILED && decode && atomic_load(&ext->gone_peer))
+        pdx_rooms_ack(e, obj, id, atomic_load(&ext->gone_peer)); /* its fence, held back */
     if (state == PDX_ROOM_SUCCESS || state == PDX_ROOM_FAILED) {
         /* A prefill room the app never used (only a ROOM message made it):
          * nobody here will release it. */
@@ -498,8 +511,10 @@ void pdx_rooms_peer_gone(pdx_engine_t *e, pdx_peer_t *peer)
             atomic_fetch_and(&ext->ack_mask, ~(1ull << peer->id));
             needs = room_has_peer(ext, peer);
             if (needs && atomic_load(&ext->decode)) {
-                needs = false; /* the sweep fails it once the shards drained */
-                if (!atomic_load(&ext->gone_peer))
+                needs = false;
+                /* the sweep fails it once the shards drained, unless the
+                 * peer's last chunk was counted already */
+                if (!sender_done_locked(ext, peer->remote_id) && !atomic_load(&ext->gone_peer))
                     atomic_store(&ext->gone_peer, peer);
             }
         }
@@ -516,9 +531,21 @@ void pdx_rooms_peer_fenced(pdx_engine_t *e, pdx_peer_t *peer)
 {
     for (uint32_t i = 0; i < e->rooms.capacity; i++) {
         pdx_room_obj_t *obj = &e->rooms.objs[i];
+        pdx_room_ext_t *ext = &e->ext[i];
         uint64_t id = atomic_load_explicit(&obj->id, memory_order_relaxed);
+        int32_t state;
 
-        if (pdx_rooms_live(obj, id))
-            pdx_rooms_ack(e, obj, id, peer); /* nothing of it can land any more */
+        if (!pdx_rooms_live(obj, id))
+            continue;
+        pthread_mutex_lock(&ext->lock);
+        state = pdx_room_state(obj);
+        /* Nothing of it can land any more. A room still waiting for the
+         * shards to poll what the peer sent (pdx_rooms_peer_gone) keeps the
+         * peer as a sender until the sweep decides; it is acked then. */
+        if (pdx_rooms_live(obj, id) && atomic_load(&ext->decode) &&
+            !(atomic_load(&ext->gone_peer) == peer && state != PDX_ROOM_SUCCESS &&
+              state != PDX_ROOM_FAILED))
+            pdx_rooms_ack_locked(ext, peer);
+        pthread_mutex_unlock(&ext->lock);
     }
 }

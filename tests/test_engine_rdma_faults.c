@@ -315,3 +315,44 @@ Test(rdma_faults, flush_read_before_decode_success, .fini = fini, .timeout = 60)
     cr_expect_eq(flushes(&dc2), 0, "PDX_FLUSH=off read anyway");
     expect_no_access_error();
 }
+
+/*
+ * A prefill engine that exits right after both of its rooms succeeded,
+ * while decode's shard is held with their last notifies in its CQ: once the
+ * shard goes on, both decode rooms end SUCCESS.
+ */
+Test(rdma_faults, prefill_exits_right_after_success, .fini = fini, .timeout = 30)
+{
+    static const char *const dcfg[] = {"PDX_SHARDS=1", "PDX_FLUSH=on", NULL};
+    geom_t g = {.layers = 2, .bytes_per_page = 256, .npages = 16};
+    uint32_t a[2] = {1, 2}, b[2] = {5, 6};
+    pdx_pages_t pa = {a, 2}, pb = {b, 2};
+    char err[256];
+
+    nic_setup(1);
+    side_open(&pf, &g, NULL);
+    side_open(&dc, &g, dcfg);
+    peer = side_connect(&dc, &pf);
+    cr_assert_eq(pdx_expect(dc.e, peer, 11, dc.layout, &pa, NULL, 1, 20000), PDX_OK);
+    cr_assert_eq(pdx_expect(dc.e, peer, 12, dc.layout, &pb, NULL, 1, 20000), PDX_OK);
+    side_fill(&pf, 11, a, 2, 0);
+    side_fill(&pf, 12, b, 2, 0);
+    /* decode's shard stops in pdx_flush_defer() of the first LAST notify */
+    pthread_mutex_lock(&dc.e->shards[0].flush_lock);
+    cr_assert_eq(pdx_send(pf.e, 11, pf.layout, &pa, NULL, NULL, PDX_SEND_LAST), PDX_OK);
+    cr_assert_eq(pdx_send(pf.e, 12, pf.layout, &pb, NULL, NULL, PDX_SEND_LAST), PDX_OK);
+    cr_assert_eq(wait_done(pf.e, 11, 5000), PDX_ROOM_SUCCESS);
+    cr_assert_eq(wait_done(pf.e, 12, 5000), PDX_ROOM_SUCCESS);
+    side_close(&pf);
+    usleep(200 * 1000); /* decode's control thread: gone, reap, fenced */
+    pthread_mutex_unlock(&dc.e->shards[0].flush_lock);
+    for (uint64_t r = 11; r <= 12; r++) {
+        pdx_room_state_t st = wait_done(dc.e, r, 5000);
+
+        err[0] = 0;
+        pdx_room_error(dc.e, r, err, sizeof(err));
+        cr_expect_eq(st, PDX_ROOM_SUCCESS, "decode room %llu: state %d: %s",
+                     (unsigned long long)r, st, err);
+        cr_expect_eq(side_check(&dc, r, r == 11 ? a : b, 2, 0), 0);
+    }
+}
