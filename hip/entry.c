@@ -46,6 +46,7 @@ static const struct {
     CU_ENTRY(cuFlushGPUDirectRDMAWrites, flush_gpu_direct_rdma_writes),
     CU_ENTRY(cuModuleLoadData, module_load_data),
     CU_ENTRY(cuModuleGetFunction, module_get_function),
+    CU_ENTRY(cuModuleUnload, module_unload),
     CU_ENTRY(cuLaunchKernel, launch_kernel),
 #undef CU_ENTRY
 };

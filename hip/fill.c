@@ -4,8 +4,9 @@
  * written by a kernel on the caller's stream.
  *
  * nvidia: the kernel is PTX text below, JIT-compiled by the driver for
- * whatever GPU is present (cuModuleLoadData), once per device, and launched
- * with cuLaunchKernel through the driver entry points (entry.c). amd: a
+ * whatever GPU is present (cuModuleLoadData), once per device in its primary
+ * context, and launched with cuLaunchKernel through the driver entry points
+ * (entry.c). The stream must belong to the calling thread's current device. amd: a
  * kernel needs a code object built for each gfx target, which this build
  * does not make: PDX_ERR_UNSUPPORTED, and callers write with copies.
  */
@@ -72,10 +73,16 @@ static pdx_status_t fill_function(const hipx_cu_t *cu, CUfunction *fn_p)
     pthread_mutex_lock(&fill_lock);
     if (!fill_fn[device]) {
         r = cu->module_load_data(&module, fill_ptx);
-        if (r == CUDA_SUCCESS)
-            r = cu->module_get_function(&fill_fn[device], module, "pdx_fill64");
-        if (r != CUDA_SUCCESS)
+        if (r != CUDA_SUCCESS) {
             st = hipx_cu_fail(r, "cuModuleLoadData", "the fill kernel");
+        } else {
+            r = cu->module_get_function(&fill_fn[device], module, "pdx_fill64");
+            if (r != CUDA_SUCCESS) {
+                st = hipx_cu_fail(r, "cuModuleGetFunction", "pdx_fill64");
+                fill_fn[device] = NULL;
+                cu->module_unload(module);
+            }
+        }
     }
     if (st == PDX_OK)
         *fn_p = fill_fn[device];

@@ -165,6 +165,11 @@ bool pdx_hip_word_owned(const pdx_hip_words_t *pool, const volatile uint64_t *wo
     return pool && word >= pool->words && word < pool->words + pool->count;
 }
 
+int64_t pdx_hip_word_index(const pdx_hip_words_t *pool, const volatile uint64_t *word)
+{
+    return pdx_hip_word_owned(pool, word) ? (int64_t)(word - pool->words) : -1;
+}
+
 void pdx_hip_word_free(pdx_hip_words_t *pool, volatile uint64_t *word)
 {
     ptrdiff_t idx = word - pool->words;

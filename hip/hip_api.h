@@ -106,6 +106,7 @@ typedef struct hipx_cu {
                                              CUflushGPUDirectRDMAWritesScope scope);
     CUresult (*module_load_data)(CUmodule *module, const void *image);
     CUresult (*module_get_function)(CUfunction *fn, CUmodule module, const char *name);
+    CUresult (*module_unload)(CUmodule module);
     CUresult (*launch_kernel)(CUfunction fn, unsigned int gx, unsigned int gy, unsigned int gz,
                               unsigned int bx, unsigned int by, unsigned int bz,
                               unsigned int shared, CUstream stream, void **params, void **extra);

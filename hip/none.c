@@ -125,6 +125,13 @@ bool pdx_hip_word_owned(const pdx_hip_words_t *pool, const volatile uint64_t *wo
     return false;
 }
 
+int64_t pdx_hip_word_index(const pdx_hip_words_t *pool, const volatile uint64_t *word)
+{
+    (void)pool;
+    (void)word;
+    return -1;
+}
+
 pdx_status_t pdx_hip_current_device(int *device_p)
 {
     (void)device_p;
@@ -233,6 +240,13 @@ pdx_status_t pdx_hip_rdma_write_ordering(int device, int *ordering_p)
     (void)device;
     (void)ordering_p;
     return unsupported("rdma_write_ordering");
+}
+
+pdx_status_t pdx_hip_rdma_host_flush_supported(int device, bool *yes_p)
+{
+    (void)device;
+    (void)yes_p;
+    return unsupported("rdma_host_flush_supported");
 }
 
 pdx_status_t pdx_hip_flush_rdma_writes(void)

@@ -146,6 +146,8 @@ pdx_status_t pdx_hip_word_alloc(pdx_hip_words_t *pool, volatile uint64_t **word_
 void pdx_hip_word_free(pdx_hip_words_t *pool, volatile uint64_t *word);
 /* Whether word is one of the pool's (a caller's own word is not). */
 bool pdx_hip_word_owned(const pdx_hip_words_t *pool, const volatile uint64_t *word);
+/* The index of a pool word in [0, count), or -1 for any other pointer. */
+int64_t pdx_hip_word_index(const pdx_hip_words_t *pool, const volatile uint64_t *word);
 
 /*
  * Enqueue on stream a write of value to word (pinned host memory the GPU can
@@ -223,6 +225,10 @@ pdx_status_t pdx_hip_rdma_write_ordering(int device, int *ordering_p);
  * device, owner scope; blocks until earlier RDMA writes are visible.
  * PDX_ERR_UNSUPPORTED on amd and on devices without the host flush. */
 pdx_status_t pdx_hip_flush_rdma_writes(void);
+
+/* Whether device offers that host-side flush (nvidia: the flush-writes
+ * options attribute); false on amd. */
+pdx_status_t pdx_hip_rdma_host_flush_supported(int device, bool *yes_p);
 
 /* -------------------------------------------------------- markers (marker.c) */
 

@@ -57,6 +57,21 @@ pdx_status_t pdx_hip_rdma_flush_needed(int device, bool *needed_p)
     return PDX_OK;
 }
 
+pdx_status_t pdx_hip_rdma_host_flush_supported(int device, bool *yes_p)
+{
+    int options = 0;
+    pdx_status_t st;
+
+    if (!yes_p)
+        return PDX_ERR_INVALID;
+    st = hipx_cu_attribute(device, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS,
+                           "CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_FLUSH_WRITES_OPTIONS", &options);
+    if (st != PDX_OK)
+        return st;
+    *yes_p = (options & CU_FLUSH_GPU_DIRECT_RDMA_WRITES_OPTION_HOST) != 0;
+    return PDX_OK;
+}
+
 pdx_status_t pdx_hip_flush_rdma_writes(void)
 {
     const hipx_cu_t *cu;
@@ -120,6 +135,15 @@ pdx_status_t pdx_hip_flush_rdma_writes(void)
     pdx_error("hip: flush_rdma_writes: the amd platform has no host-side RDMA flush; the engine "
               "flushes with a loopback RDMA READ");
     return PDX_ERR_UNSUPPORTED;
+}
+
+pdx_status_t pdx_hip_rdma_host_flush_supported(int device, bool *yes_p)
+{
+    (void)device;
+    if (!yes_p)
+        return PDX_ERR_INVALID;
+    *yes_p = false;
+    return PDX_OK;
 }
 
 #endif

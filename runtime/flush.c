@@ -147,21 +147,27 @@ bool pdx_flush_defer(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t room)
 /*
  * The READ's target: 8 bytes of a region this engine registered, pinned
  * (users) while the READ is in flight so pdx_mem_deregister refuses it.
- * With one GPU per engine any of its GPU regions orders the writes; until
- * hip/ tells them apart, the first region serves.
+ * A READ of GPU memory orders the NIC's earlier writes into that GPU: with
+ * one GPU per engine any of its GPU regions serves. Without one (PDX_FLUSH=on
+ * over host memory) the first region serves.
  */
 static bool flush_target(pdx_engine_t *e, pdx_shard_t *s, pdx_tp_rkey_t *rkey_p)
 {
     bool found = false;
 
     pthread_mutex_lock(&e->lock);
-    for (uint32_t i = 0; i < PDX_MAX_MEMS && !found; i++)
-        if (e->mems[i].used && e->mems[i].len >= 8) {
-            atomic_fetch_add(&e->mems[i].users, 1);
-            s->flush_target = (int32_t)i;
-            *rkey_p = e->mems[i].rkey;
-            found = true;
+    for (int pass = 0; pass < 2 && !found; pass++) { /* GPU regions first */
+        for (uint32_t i = 0; i < PDX_MAX_MEMS && !found; i++) {
+            pdx_mem_t *m = &e->mems[i];
+
+            if (m->used && m->len >= 8 && (pass || m->gpu)) {
+                atomic_fetch_add(&m->users, 1);
+                s->flush_target = (int32_t)i;
+                *rkey_p = m->rkey;
+                found = true;
+            }
         }
+    }
     pthread_mutex_unlock(&e->lock);
     return found;
 }

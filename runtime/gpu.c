@@ -29,7 +29,7 @@
 pdx_status_t pdx_gpu_open(pdx_engine_t *e)
 {
     pdx_gpu_t *g = &e->gpu;
-    bool needed = false;
+    bool needed = false, host = false;
     int count = 0, device = e->cfg.gpu;
     pdx_status_t st;
 
@@ -65,7 +65,9 @@ pdx_status_t pdx_gpu_open(pdx_engine_t *e)
     if (e->ops->post_read == pdx_tp_unsupported_post_read || e->cfg.flush == PDX_MODE_OFF)
         needed = false; /* tcp: bytes are placed by the host before the notify */
     g->flush = needed;
-    g->flush_host = needed && !strcmp(pdx_hip_platform_name(), "nvidia");
+    /* the runtime's flush where the device has it, else the READ */
+    if (needed && pdx_hip_rdma_host_flush_supported(device, &host) == PDX_OK)
+        g->flush_host = host;
     pdx_info("GPU %d (%s); GPU destinations %s", device, pdx_hip_platform_name(),
              !needed ? "need no flush" : g->flush_host ? "are flushed by the host call"
                                                         : "are flushed by an RDMA READ");
@@ -193,6 +195,21 @@ pdx_status_t pdx_gpu_mem_reg(pdx_engine_t *e, void *base, size_t len, unsigned a
 
 /* ------------------------------------------------------------------- gates */
 
+enum { WORD_FREE = 0, WORD_ARMED = 1, WORD_HELD = 2 };
+
+/* The state of word if it is a pool word, else NULL. */
+static _Atomic uint8_t *word_state(pdx_engine_t *e, const volatile uint64_t *word)
+{
+    int64_t i = e->gpu.words ? pdx_hip_word_index(e->gpu.words, word) : -1;
+
+    return i >= 0 && i < PDX_GPU_WORDS ? &e->gpu.word_state[i] : NULL;
+}
+
+static bool word_move(_Atomic uint8_t *st, uint8_t from, uint8_t to)
+{
+    return atomic_compare_exchange_strong(st, &from, to);
+}
+
 pdx_status_t pdx_gpu_gate_arm(pdx_engine_t *e, void *stream, pdx_gate_t *gate_p)
 {
     volatile uint64_t *word;
@@ -204,6 +221,9 @@ pdx_status_t pdx_gpu_gate_arm(pdx_engine_t *e, void *stream, pdx_gate_t *gate_p)
                                                  : pdx_hip_platform_name());
         return PDX_ERR_UNSUPPORTED;
     }
+    _Atomic uint8_t *state;
+    uint64_t gen;
+
     st = pdx_hip_word_alloc(e->gpu.words, &word);
     if (st == PDX_ERR_FULL) {
         pdx_warn("pdx_gate_arm: all %d stream-gate words are armed", PDX_GPU_WORDS);
@@ -211,14 +231,49 @@ pdx_status_t pdx_gpu_gate_arm(pdx_engine_t *e, void *stream, pdx_gate_t *gate_p)
     }
     if (st != PDX_OK)
         return st;
-    st = pdx_hip_stream_write_word(stream, word, 1);
+    state = word_state(e, word);
+    /* the word starts at 0; this gate opens at a value of its own */
+    gen = atomic_fetch_add(&e->gpu.word_gen[state - e->gpu.word_state], 1) + 1;
+    st = pdx_hip_stream_write_word(stream, word, gen);
     if (st != PDX_OK) {
         pdx_hip_word_free(e->gpu.words, word);
         return st;
     }
     atomic_fetch_add_explicit(&e->gpu.armed, 1, memory_order_relaxed);
-    *gate_p = (pdx_gate_t){.kind = PDX_GATE_WORD, .word = word, .value = 1};
+    atomic_store(state, WORD_ARMED);
+    *gate_p = (pdx_gate_t){.kind = PDX_GATE_WORD, .word = word, .value = gen};
     return PDX_OK;
+}
+
+pdx_status_t pdx_gpu_gate_claim(pdx_engine_t *e, const pdx_gate_t *gate)
+{
+    _Atomic uint8_t *st;
+
+    if (!gate || gate->kind != PDX_GATE_WORD || !(st = word_state(e, gate->word)))
+        return PDX_OK; /* not a pdx_gate_arm() gate */
+    if (gate->value == atomic_load(&e->gpu.word_gen[st - e->gpu.word_state]) &&
+        word_move(st, WORD_ARMED, WORD_HELD))
+        return PDX_OK;
+    pdx_error("pdx_send: this gate of pdx_gate_arm() was sent or released already: arm one "
+              "gate per chunk");
+    return PDX_ERR_INVALID;
+}
+
+void pdx_gpu_gate_unclaim(pdx_engine_t *e, const pdx_gate_t *gate)
+{
+    _Atomic uint8_t *st;
+
+    if (gate && gate->kind == PDX_GATE_WORD && (st = word_state(e, gate->word)))
+        word_move(st, WORD_HELD, WORD_ARMED);
+}
+
+pdx_status_t pdx_gpu_gate_release(pdx_engine_t *e, const pdx_gate_t *gate)
+{
+    pdx_status_t st = pdx_gpu_gate_claim(e, gate);
+
+    if (st == PDX_OK)
+        pdx_gpu_gate_done(e, gate);
+    return st;
 }
 
 pdx_status_t pdx_gpu_gate_check(const pdx_engine_t *e, const pdx_gate_t *gate)
@@ -304,6 +359,7 @@ pdx_status_t pdx_gpu_stream_wait(pdx_engine_t *e, void *stream, volatile uint64_
         return st;
     }
     atomic_fetch_add_explicit(&e->gpu.armed, 1, memory_order_relaxed);
+    atomic_store(word_state(e, word), WORD_HELD);
     st = pdx_hip_stream_write_word(stream, word, 2);
     if (st != PDX_OK) {
         /* The wait is queued and nothing will say when the stream passed it:
@@ -318,9 +374,12 @@ pdx_status_t pdx_gpu_stream_wait(pdx_engine_t *e, void *stream, volatile uint64_
 void pdx_gpu_word_done(pdx_engine_t *e, volatile uint64_t *word, uint64_t value)
 {
     pdx_gpu_t *g = &e->gpu;
+    _Atomic uint8_t *st = word_state(e, word);
 
-    if (!g->words || !pdx_hip_word_owned(g->words, word))
-        return; /* the caller's word */
+    /* the caller's word; or one done already (a gate copied into two
+     * chunks cannot be: pdx_send claims it once) */
+    if (!st || !word_move(st, WORD_HELD, WORD_FREE))
+        return;
     if (word_reached(word, value)) {
         pdx_hip_word_free(g->words, word);
         atomic_fetch_sub_explicit(&g->armed, 1, memory_order_relaxed);

@@ -36,6 +36,12 @@ typedef struct pdx_gpu {
     uint64_t            orphan_value[PDX_GPU_WORDS];
     uint32_t            norphans;
     _Atomic uint32_t    armed;       /* words out of the pool */
+    /* per pool word: WORD_FREE, WORD_ARMED (the caller holds the gate),
+     * WORD_HELD (a chunk or a stream wait holds it); one transition frees it */
+    _Atomic uint8_t     word_state[PDX_GPU_WORDS];
+    /* per pool word: the value its latest gate waits for; a stale copy of an
+     * older gate of the same word is refused */
+    _Atomic uint64_t    word_gen[PDX_GPU_WORDS];
 } pdx_gpu_t;
 
 /* At engine create, before the transport's regions and the shards. */
@@ -51,6 +57,12 @@ pdx_status_t pdx_gpu_mem_reg(pdx_engine_t *e, void *base, size_t len, unsigned a
                              pdx_tp_mr_t **mr_p, bool *gpu_p);
 
 pdx_status_t pdx_gpu_gate_arm(pdx_engine_t *e, void *stream, pdx_gate_t *gate_p);
+/* pdx_send: take an armed gate for one chunk (PDX_ERR_INVALID when it was
+ * sent or released already); give it back to the caller after AGAIN. */
+pdx_status_t pdx_gpu_gate_claim(pdx_engine_t *e, const pdx_gate_t *gate);
+void pdx_gpu_gate_unclaim(pdx_engine_t *e, const pdx_gate_t *gate);
+/* pdx_gate_release: an armed gate that will not be sent. */
+pdx_status_t pdx_gpu_gate_release(pdx_engine_t *e, const pdx_gate_t *gate);
 /* pdx_send's check of a gate before it is queued. */
 pdx_status_t pdx_gpu_gate_check(const pdx_engine_t *e, const pdx_gate_t *gate);
 /* Shard: PDX_OK when the gate is open, PDX_INPROGRESS while closed, else

@@ -6,12 +6,13 @@
  * rkey its peers write with, and the transport registration it lies in at
  * offset mr_off. Registrations are cached by the identity of the
  * allocation they cover, not by address alone:
- *   - GPU memory and pinned host memory: the runtime knows the allocation
- *     (base, size, buffer id; hip/ pdx_hip_classify). The first region of an
- *     allocation registers the whole allocation once; later regions inside
- *     it (a KV buffer per layer inside one pool, say) share that
+ *   - GPU memory and pinned host memory whose allocation the runtime names
+ *     with a buffer id (hip/ pdx_hip_classify, id_unique): the first region
+ *     of an allocation registers the whole allocation once; later regions
+ *     inside it (a KV buffer per layer inside one pool, say) share that
  *     registration. An allocation freed and allocated again at the same
  *     address has another id, so a stale registration is never reused.
+ *     Without a buffer id, only a region of the same range shares.
  *   - Pageable host memory: no allocation is known; only a region of the
  *     same base and length shares a registration.
  *   - A registration the transport must make in pieces (longer than its
@@ -44,10 +45,12 @@ static pdx_status_t mem_key(pdx_engine_t *e, void *base, size_t len, mem_key_t *
         if (st != PDX_OK)
             return st;
     }
-    /* Whole allocations, when the transport registers them at once. */
-    if (p.kind != PDX_HIP_MEM_PAGEABLE_HOST && p.size &&
+    /* Whole allocations, when the runtime names them uniquely (a range freed
+     * and allocated again gets a new id) and the transport registers them
+     * at once; else the region's own range. */
+    if (p.kind != PDX_HIP_MEM_PAGEABLE_HOST && p.size && p.id_unique && p.alloc_id &&
         (!e->tp->mr_piece || p.size <= e->tp->mr_piece))
-        k = (mem_key_t){p.base, p.size, p.alloc_id ? p.alloc_id : (uint64_t)p.base};
+        k = (mem_key_t){p.base, p.size, p.alloc_id};
     *key_p = k;
     return PDX_OK;
 }

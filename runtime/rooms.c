@@ -258,9 +258,42 @@ static pdx_status_t send_room(pdx_engine_t *e, pdx_room_t room, pdx_room_obj_t *
     return PDX_OK;
 }
 
+static pdx_status_t send_chunk(pdx_engine_t *e, pdx_room_t room, uint32_t layout_id,
+                               const pdx_pages_t *src, const pdx_gate_t *gate,
+                               const pdx_region_t *aux, unsigned flags);
+
+/* A gate of pdx_gate_arm() gates one chunk: taken here, it goes with the
+ * chunk, back to the caller on AGAIN, or back to the pool on any other
+ * failure (gpu.c). */
 pdx_status_t pdx_send(pdx_engine_t *e, pdx_room_t room, uint32_t layout_id,
                       const pdx_pages_t *src, const pdx_gate_t *gate, const pdx_region_t *aux,
                       unsigned flags)
+{
+    pdx_status_t st;
+
+    if (!e)
+        return PDX_ERR_INVALID;
+    st = pdx_gpu_gate_claim(e, gate);
+    if (st != PDX_OK)
+        return st;
+    st = send_chunk(e, room, layout_id, src, gate, aux, flags);
+    if (st == PDX_ERR_AGAIN)
+        pdx_gpu_gate_unclaim(e, gate);
+    else if (st != PDX_OK && gate)
+        pdx_gpu_gate_done(e, gate);
+    return st;
+}
+
+pdx_status_t pdx_gate_release(pdx_engine_t *e, const pdx_gate_t *gate)
+{
+    if (!e || !gate)
+        return PDX_ERR_INVALID;
+    return pdx_gpu_gate_release(e, gate);
+}
+
+static pdx_status_t send_chunk(pdx_engine_t *e, pdx_room_t room, uint32_t layout_id,
+                               const pdx_pages_t *src, const pdx_gate_t *gate,
+                               const pdx_region_t *aux, unsigned flags)
 {
     const pdx_layout_t *layout;
     pdx_chunk_t chunk = {0};

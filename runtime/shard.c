@@ -205,6 +205,11 @@ void pdx_shard_fini(pdx_shard_t *s)
         atomic_store_explicit(&s->deps[i], NULL, memory_order_relaxed);
     }
     atomic_store_explicit(&s->ndeps, 0, memory_order_relaxed);
+    /* Chunks never taken by the worker give their gate words back. */
+    for (pdx_ring_cell_t *cell; (cell = pdx_ring_pop(&s->ring));) {
+        pdx_gpu_gate_done(e, &cell->chunk.gate);
+        pdx_ring_done(&s->ring, cell);
+    }
     pdx_flush_fini(s);
     close(s->epfd);
     e->ops->cq_destroy(s->cq);

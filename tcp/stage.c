@@ -181,7 +181,11 @@ static bool stage_drain(tcp_tp_t *tp, tcp_stage_t *s)
         for (uint32_t i = 0; i < TCP_STAGE_PIECES; i++) {
             tcp_piece_t *p = &rings[r]->piece[i];
 
-            if (!p->copying || tp->copier->query(tp->device, p->done) == PDX_INPROGRESS)
+            /* Only a query that says done frees the piece: an error (a failed
+             * copy, or no way to ask) may leave the DMA running, and the
+             * staging is kept (the drain's deadline reports it) rather than
+             * freed under it. */
+            if (!p->copying || tp->copier->query(tp->device, p->done) != PDX_OK)
                 continue;
             p->copying = false;
             tcp_mr_unref(p->mr, 1);

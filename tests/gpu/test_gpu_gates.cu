@@ -460,6 +460,71 @@ static void test_stream_wait(side_t *pf, side_t *dc, uint32_t peer)
     cudaStreamDestroy(ds);
 }
 
+/* Arm, on `stream`, retrying while every word is armed (released words
+ * come back once the stream wrote them and the engine's sweep ran). */
+static pdx_status_t arm_retry(side_t *pf, cudaStream_t stream, pdx_gate_t *g)
+{
+    pdx_status_t st;
+    uint64_t t0 = now_ns();
+
+    while ((st = pdx_gate_arm(pf->e, stream, g)) == PDX_ERR_AGAIN && now_ns() - t0 < 2000000000ull)
+        usleep(1000);
+    return st;
+}
+
+/*
+ * A gate of pdx_gate_arm() gates one chunk: a second pdx_send() with a copy
+ * of it is refused, a released gate cannot be sent, and gates handed to
+ * failing pdx_send() calls or released go back to the pool (more than the
+ * pool's 4096 words go through without running out). Gating still works
+ * afterwards.
+ */
+static void test_gate_ownership(side_t *pf, side_t *dc, uint32_t peer)
+{
+    uint32_t pages[1] = {20};
+    pdx_pages_t l = {pages, 1};
+    pdx_gate_t g = {}, copy;
+    int lost = 0, ok;
+    uint64_t stale;
+
+    progress("gate ownership", 60000);
+    *(volatile uint64_t *)stale_flag = 1;
+    CHECK(pdx_expect(dc->e, peer, 60000, dc->layout, &l, NULL, 1, 10000) == PDX_OK, "expect");
+    CHECK(pdx_expect(dc->e, peer, 60001, dc->layout, &l, NULL, 1, 10000) == PDX_OK, "expect");
+    CHECK(arm_retry(pf, stale_stream, &g) == PDX_OK, "arm");
+    copy = g;
+    CHECK(pdx_send(pf->e, 60000, pf->layout, &l, &g, NULL, PDX_SEND_LAST) == PDX_OK, "send");
+    CHECK(pdx_send(pf->e, 60001, pf->layout, &l, &copy, NULL, PDX_SEND_LAST) == PDX_ERR_INVALID,
+          "a second pdx_send of one armed gate");
+    CHECK(wait_done(dc->e, 60000, 10000) == PDX_ROOM_SUCCESS, "the gated room");
+    CHECK(arm_retry(pf, stale_stream, &g) == PDX_OK, "arm");
+    CHECK(pdx_gate_release(pf->e, &g) == PDX_OK, "release");
+    CHECK(pdx_gate_release(pf->e, &g) == PDX_ERR_INVALID, "a second release");
+    CHECK(pdx_send(pf->e, 60001, pf->layout, &l, &g, NULL, PDX_SEND_LAST) == PDX_ERR_INVALID,
+          "a released gate");
+    for (int i = 0; i < 6000; i++) {
+        progress("gate ownership: words back to the pool", (uint64_t)i);
+        if (arm_retry(pf, stale_stream, &g) != PDX_OK) {
+            lost++;
+            break;
+        }
+        if (i % 2)
+            pdx_gate_release(pf->e, &g);
+        else /* a layout that does not exist: the send fails and frees the gate */
+            pdx_send(pf->e, 60002, 4242, &l, &g, NULL, PDX_SEND_LAST);
+    }
+    CHECK(lost == 0, "the word pool ran out: released or refused gates leaked");
+    printf("gate ownership: 6000 gates armed and released or refused, no word lost\n");
+    pdx_abort(dc->e, 60001);
+    release_room(dc->e, 60000);
+    release_room(dc->e, 60001);
+    release_room(pf->e, 60000);
+    release_room(pf->e, 60001);
+    stale = stale_rooms(pf, dc, peer, 61000, 8, GATE_STREAM, &ok);
+    CHECK(ok == 8 && stale == 0, "gating afterwards: %d/8 rooms, %llu stale bytes", ok,
+          (unsigned long long)stale);
+}
+
 static int cmp_u64(const void *a, const void *b)
 {
     uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
@@ -489,6 +554,7 @@ static void test_latency(side_t *pf, side_t *dc, uint32_t peer)
     pdx_stats_t st;
     double cpu0, cpu1;
     uint64_t t0, gated_ns = 0;
+    int arrived = 0;
 
     CUDA_OK(cudaHostAlloc((void **)&flag, sizeof(*flag), cudaHostAllocMapped));
     CUDA_OK(cudaMalloc((void **)&dpages, sizeof(pages)));
@@ -519,7 +585,7 @@ static void test_latency(side_t *pf, side_t *dc, uint32_t peer)
         while (st.writes_posted == before && now_ns() - t0 < 1000000000ull);
         lat[r] = now_ns() - t0;
         own[r] = lat[r] - gpu[r];
-        wait_done(dc->e, room, 10000);
+        arrived += wait_done(dc->e, room, 10000) == PDX_ROOM_SUCCESS;
         wait_done(pf->e, room, 10000);
         release_room(dc->e, room);
         release_room(pf->e, room);
@@ -536,6 +602,7 @@ static void test_latency(side_t *pf, side_t *dc, uint32_t peer)
     printf("  of which pdx (word written -> first write posted): p50 %.1f us, p99 %.1f us\n",
            own[ROOMS / 2] / 1e3, own[ROOMS * 99 / 100] / 1e3);
     CHECK(lat[ROOMS - 1] < 1000000000ull, "every gate opened");
+    CHECK(arrived == ROOMS, "%d of %d latency rooms arrived", arrived, ROOMS);
 
     /* CPU while a gate is pending: one room gated for 500 ms */
     progress("gate CPU", 20000);
@@ -637,6 +704,7 @@ int main(void)
     test_stale_pages(&pf, &dc, peer);
     test_gate_errors(&pf, &dc, peer);
     test_stream_wait(&pf, &dc, peer);
+    test_gate_ownership(&pf, &dc, peer);
     test_latency(&pf, &dc, peer);
     progress("close", 0);
     side_close(&dc);

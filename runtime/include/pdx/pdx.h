@@ -368,10 +368,18 @@ typedef struct pdx_gate {
 /*
  * Enqueue on hip_stream (a hipStream_t) a write of a pdx-owned pinned word
  * and return the gate that opens when the stream reaches it: for chunks
- * queued before their forward pass is launched. The word is recycled once
- * the gated chunk has passed its gate.
+ * queued before their forward pass is launched. Such a gate gates one chunk:
+ * pdx_send() takes it (a second pdx_send() with a copy of it is
+ * PDX_ERR_INVALID: arm one gate per chunk), hands it back on PDX_ERR_AGAIN,
+ * and frees it on any other failure. The word is recycled once the stream
+ * has written it and its chunk is done with it. PDX_ERR_AGAIN when every
+ * word is armed; PDX_ERR_UNSUPPORTED without a GPU.
  */
 PDX_API pdx_status_t pdx_gate_arm(pdx_engine_t *engine, void *hip_stream, pdx_gate_t *gate_p);
+
+/* Give back a gate of pdx_gate_arm() that will not be sent. PDX_ERR_INVALID
+ * for one sent or released already. */
+PDX_API pdx_status_t pdx_gate_release(pdx_engine_t *engine, const pdx_gate_t *gate);
 
 /* ------------------------------------------------------------------- send */
 
