@@ -352,6 +352,29 @@ pdx_status_t rdma_post_send(pdx_tp_ep_t *pep, uint64_t wr_id, const void *data, 
     return PDX_OK;
 }
 
+/* A buffer the NIC writes locally (a READ's target, a receive): inside one
+ * piece of a region of this tp with LOCAL_WRITE. */
+static bool local_target_ok(const rdma_ep_t *ep, const rdma_mr_t *mr, uint64_t offset,
+                            uint32_t len)
+{
+    return mr && mr->tp == ep->tp && (mr->access & PDX_TP_ACCESS_LOCAL_WRITE) &&
+           offset <= mr->len && len <= mr->len - offset &&
+           (!len || rdma_mr_one_piece(mr, offset, len));
+}
+
+/* Its ring entry (a free slot) and SGE. */
+static void local_target_fill(rdma_wqe_t *q, struct ibv_sge *sge, uint64_t wr_id,
+                              pdx_tp_opcode_t opcode, rdma_mr_t *mr, uint64_t offset,
+                              uint32_t len)
+{
+    q->wr_id = wr_id;
+    q->mr = mr;
+    q->opcode = opcode;
+    sge->addr = (uint64_t)(uintptr_t)mr->base + offset;
+    sge->length = len;
+    sge->lkey = rdma_mr_lkey(mr, offset);
+}
+
 pdx_status_t rdma_post_read(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t *pmr,
                             uint64_t offset, uint32_t len, uint64_t remote_addr, uint32_t rkey)
 {
@@ -365,25 +388,17 @@ pdx_status_t rdma_post_read(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t 
 
     if (PDX_UNLIKELY(ep_failed(ep)))
         return PDX_ERR_PEER;
-    if (PDX_UNLIKELY(!mr || mr->tp != ep->tp || !(mr->access & PDX_TP_ACCESS_LOCAL_WRITE) ||
-                     offset > mr->len || len > mr->len - offset ||
-                     len > ep->tp->max_msg_size || (len && !rdma_mr_one_piece(mr, offset, len)))) {
+    if (PDX_UNLIKELY(len > ep->tp->max_msg_size || !local_target_ok(ep, mr, offset, len))) {
         pdx_error("rdma: READ of %u bytes into offset %llu is outside its region (or one "
                   "piece of it), beyond the message limit, or the region lacks local write "
-                  "access", len,
-                  (unsigned long long)offset);
+                  "access", len, (unsigned long long)offset);
         return PDX_ERR_INVALID;
     }
     if (PDX_UNLIKELY(!atomic_load_explicit(&ep->connected, memory_order_acquire)))
         return not_connected(ep);
     if (sq_free(ep, head) < 1)
         return PDX_ERR_AGAIN;
-    q->wr_id = wr_id;
-    q->mr = mr;
-    q->opcode = PDX_TP_OP_READ;
-    sge.addr = (uint64_t)(uintptr_t)mr->base + offset;
-    sge.length = len;
-    sge.lkey = rdma_mr_lkey(mr, offset);
+    local_target_fill(q, &sge, wr_id, PDX_TP_OP_READ, mr, offset, len);
     w.wr_id = rdma_wr_id(ep, false, head);
     w.sg_list = &sge;
     w.num_sge = 1;
@@ -414,9 +429,7 @@ pdx_status_t rdma_post_recv(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t 
 
     if (PDX_UNLIKELY(ep_failed(ep)))
         return PDX_ERR_PEER;
-    if (PDX_UNLIKELY(!mr || mr->tp != ep->tp || !(mr->access & PDX_TP_ACCESS_LOCAL_WRITE) ||
-                     offset > mr->len || len > mr->len - offset ||
-                     (len && !rdma_mr_one_piece(mr, offset, len)))) {
+    if (PDX_UNLIKELY(!local_target_ok(ep, mr, offset, len))) {
         pdx_error("rdma: receive buffer of %u bytes at offset %llu is outside its region (or "
                   "one piece of it) or the region lacks local write access", len,
                   (unsigned long long)offset);
@@ -424,12 +437,7 @@ pdx_status_t rdma_post_recv(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t 
     }
     if (head + 1 - atomic_load_explicit(&ep->rq_done, memory_order_acquire) > ep->rq_depth)
         return PDX_ERR_AGAIN;
-    q->wr_id = wr_id;
-    q->mr = mr;
-    q->opcode = PDX_TP_OP_RECV;
-    sge.addr = (uint64_t)(uintptr_t)mr->base + offset;
-    sge.length = len;
-    sge.lkey = rdma_mr_lkey(mr, offset);
+    local_target_fill(q, &sge, wr_id, PDX_TP_OP_RECV, mr, offset, len);
     w.wr_id = rdma_wr_id(ep, true, head);
     w.sg_list = &sge;
     w.num_sge = 1;

@@ -72,7 +72,6 @@ typedef struct pdx_reg {
 
 typedef struct pdx_mem {
     bool             used;
-    bool             gpu;         /* GPU memory (gpu.c) */
     void            *base;
     size_t           len;
     pdx_reg_t       *reg;

@@ -160,7 +160,7 @@ static bool flush_target(pdx_engine_t *e, pdx_shard_t *s, pdx_tp_rkey_t *rkey_p)
         for (uint32_t i = 0; i < PDX_MAX_MEMS && !found; i++) {
             pdx_mem_t *m = &e->mems[i];
 
-            if (m->used && m->len >= 8 && (pass || m->gpu)) {
+            if (m->used && m->len >= 8 && (pass || m->reg->gpu)) {
                 atomic_fetch_add(&m->users, 1);
                 s->flush_target = (int32_t)i;
                 *rkey_p = m->rkey;

@@ -26,6 +26,14 @@
 #include <string.h>
 #include <unistd.h>
 
+/* Why the engine has no GPU, for messages. */
+static const char *no_gpu_why(void)
+{
+    const char *why = pdx_hip_no_device_reason();
+
+    return why[0] ? why : pdx_hip_platform_name();
+}
+
 pdx_status_t pdx_gpu_open(pdx_engine_t *e)
 {
     pdx_gpu_t *g = &e->gpu;
@@ -213,16 +221,14 @@ static bool word_move(_Atomic uint8_t *st, uint8_t from, uint8_t to)
 pdx_status_t pdx_gpu_gate_arm(pdx_engine_t *e, void *stream, pdx_gate_t *gate_p)
 {
     volatile uint64_t *word;
+    _Atomic uint8_t *state;
+    uint64_t gen;
     pdx_status_t st;
 
     if (e->gpu.device < 0) {
-        pdx_error("pdx_gate_arm: no GPU (%s): stream gates need one",
-                  pdx_hip_no_device_reason()[0] ? pdx_hip_no_device_reason()
-                                                 : pdx_hip_platform_name());
+        pdx_error("pdx_gate_arm: no GPU (%s): stream gates need one", no_gpu_why());
         return PDX_ERR_UNSUPPORTED;
     }
-    _Atomic uint8_t *state;
-    uint64_t gen;
 
     st = pdx_hip_word_alloc(e->gpu.words, &word);
     if (st == PDX_ERR_FULL) {
@@ -293,9 +299,7 @@ pdx_status_t pdx_gpu_gate_check(const pdx_engine_t *e, const pdx_gate_t *gate)
         }
         if (e->gpu.device >= 0)
             return PDX_OK;
-        pdx_error("pdx_send: no GPU (%s): event gates need one",
-                  pdx_hip_no_device_reason()[0] ? pdx_hip_no_device_reason()
-                                                 : pdx_hip_platform_name());
+        pdx_error("pdx_send: no GPU (%s): event gates need one", no_gpu_why());
         return PDX_ERR_UNSUPPORTED;
     }
     pdx_error("pdx_send: unknown gate kind %d", (int)gate->kind);
@@ -341,9 +345,7 @@ pdx_status_t pdx_gpu_stream_wait(pdx_engine_t *e, void *stream, volatile uint64_
     pdx_status_t st;
 
     if (e->gpu.device < 0) {
-        pdx_error("pdx_room_stream_wait: no GPU (%s): stream waits need one",
-                  pdx_hip_no_device_reason()[0] ? pdx_hip_no_device_reason()
-                                                 : pdx_hip_platform_name());
+        pdx_error("pdx_room_stream_wait: no GPU (%s): stream waits need one", no_gpu_why());
         return PDX_ERR_UNSUPPORTED;
     }
     st = pdx_hip_word_alloc(e->gpu.words, &word);
@@ -426,7 +428,7 @@ uint32_t pdx_gpu_flush_mode(pdx_engine_t *e, const pdx_layout_t *layout)
         for (uint32_t b = 0; b < layout->groups[g].nbuffers; b++) {
             uint32_t mem = layout->groups[g].buffers[b].mem;
 
-            if (mem < PDX_MAX_MEMS && e->mems[mem].gpu)
+            if (mem < PDX_MAX_MEMS && e->mems[mem].used && e->mems[mem].reg->gpu)
                 return e->gpu.flush_host ? PDX_FLUSH_HOST : PDX_FLUSH_READ;
         }
     return PDX_FLUSH_NONE;

@@ -154,7 +154,6 @@ pdx_status_t pdx_mem_register(pdx_engine_t *e, void *base, size_t len, uint32_t 
     m = &e->mems[id];
     m->reg = reg;
     m->mr = reg->mr;
-    m->gpu = reg->gpu;
     m->mr_off = (uintptr_t)base - reg->base;
     e->ops->mr_remote(reg->mr, &m->rkey);
     if (m->rkey.npieces == 1) { /* one key covers the registration: this region's window */

@@ -214,16 +214,6 @@ pdx_status_t pdx_plan_init(pdx_plan_t *plan, const pdx_layout_t *src, const pdx_
     return PDX_OK;
 }
 
-/* The longest run from src offset so and dst offset d: the cap, and no
- * piece boundary crossed on either side. */
-static inline uint64_t run_cap(uint64_t cap, uint64_t piece, uint64_t so, uint64_t d)
-{
-    if (PDX_LIKELY(piece == 0))
-        return cap;
-    cap = PDX_MIN(cap, piece - (so & (piece - 1)));
-    return PDX_MIN(cap, piece - (d & (piece - 1)));
-}
-
 /*
  * Runs of one buffer pair from the cursor (plan->page, plan->page_done) into
  * out[0, max); moves the cursor. The buffer is done when plan->page == count.
@@ -251,7 +241,7 @@ static inline uint32_t plan_buffer_runs(pdx_plan_t *plan, const pdx_buffer_t *sb
         uint64_t pos = (uint64_t)i * bpp + done;
 
         while (n < max && pos < total) {
-            uint64_t len = PDX_MIN(run_cap(msg_max, piece, sbase + pos, dbase + pos), total - pos);
+            uint64_t len = PDX_MIN(pdx_plan_run_cap(msg_max, piece, sbase + pos, dbase + pos), total - pos);
 
             out[n].src_mem = smem;
             out[n].dst_mem = dmem;
@@ -274,7 +264,7 @@ static inline uint32_t plan_buffer_runs(pdx_plan_t *plan, const pdx_buffer_t *sb
         o->dst_mem = dmem;
         o->src_offset = soff + (uint64_t)s * bpp + done;
         o->dst_offset = doff + (uint64_t)d * bpp + done;
-        cap = run_cap(msg_max, piece, o->src_offset, o->dst_offset);
+        cap = pdx_plan_run_cap(msg_max, piece, o->src_offset, o->dst_offset);
         if (len > cap) {
             /* The rest of this page alone exceeds the cap. */
             len = cap;

@@ -21,6 +21,7 @@
 #define PDX_PLAN_H
 
 #include "layout.h"
+#include "util.h"
 
 typedef struct pdx_run {
     uint32_t src_mem;    /* src layout's buffer.mem */
@@ -58,6 +59,16 @@ typedef struct pdx_plan {
     uint32_t            planned;    /* bit g: group g yields runs */
     uint32_t            contiguous; /* bit g: group g's lists are one segment */
 } pdx_plan_t;
+
+/* The longest run from src offset so and dst offset d: cap bytes, and no
+ * multiple of piece (a power of two; 0: none) crossed on either side. */
+static inline uint64_t pdx_plan_run_cap(uint64_t cap, uint64_t piece, uint64_t so, uint64_t d)
+{
+    if (PDX_LIKELY(piece == 0))
+        return cap;
+    cap = PDX_MIN(cap, piece - (so & (piece - 1)));
+    return PDX_MIN(cap, piece - (d & (piece - 1)));
+}
 
 pdx_status_t pdx_plan_init(pdx_plan_t *plan, const pdx_layout_t *src, const pdx_layout_t *dst,
                            const pdx_pages_t *src_pages, const pdx_pages_t *dst_pages,

@@ -370,15 +370,11 @@ static step_t aux_check(send_ctx_t *c, const pdx_dest_t *dest, uint32_t *n_p)
                          (unsigned long long)dest->aux.len);
     for (uint64_t off = 0; off < a->len; n++) {
         const uint64_t so = a->offset + off, d = dest->aux.offset + off;
-        uint64_t len = PDX_MIN(max, a->len - off);
+        const uint64_t len = PDX_MIN(pdx_plan_run_cap(max, piece, so, d), a->len - off);
 
         if (n == PDX_SHARD_BATCH)
             return room_fail(c, PDX_ERR_INVALID, "aux of %llu bytes needs more than %u writes "
                              "of PDX_MAX_MSG_SIZE", (unsigned long long)a->len, PDX_SHARD_BATCH);
-        if (piece) {
-            len = PDX_MIN(len, piece - (so & (piece - 1)));
-            len = PDX_MIN(len, piece - (d & (piece - 1)));
-        }
         c->L->runs[n] = (pdx_run_t){.src_mem = a->mem, .dst_mem = dest->aux.mem,
                                     .src_offset = so, .dst_offset = d, .len = len};
         off += len;
