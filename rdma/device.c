@@ -263,6 +263,18 @@ static bool next_name(const char **pos, char *name, size_t len)
     return true;
 }
 
+/* Whether name is in the list before the entry that ends at end. */
+static bool named_before(const char *list, const char *end, const char *name)
+{
+    const char *pos = list;
+    char seen[RDMA_DEVNAME_MAX];
+
+    while (next_name(&pos, seen, sizeof(seen)) && pos < end)
+        if (strcmp(seen, name) == 0)
+            return true;
+    return false;
+}
+
 /* order[] = the devices nearest the engine's GPU first; the list's order
  * without a GPU or a sysfs tree that says more. */
 static void nearest_first(const rdma_knobs_t *knobs, struct ibv_device **list, int n, int *order)
@@ -288,9 +300,27 @@ static void nearest_first(const rdma_knobs_t *knobs, struct ibv_device **list, i
     free(names);
 }
 
-pdx_status_t rdma_device_open(const rdma_knobs_t *knobs, bool quiet, struct ibv_device ***list_p,
-                              struct ibv_context **ctx_p, rdma_dev_info_t *info_p)
+/* Try one device as the next candidate: false to go on (unusable, or one of
+ * the first `skip` usable ones, which another tp of the engine serves). */
+static bool take_device(struct ibv_device *dev, const rdma_knobs_t *knobs, uint32_t *skip,
+                        struct ibv_context **ctx_p, rdma_dev_info_t *info, char *why)
 {
+    if (!try_device(dev, knobs, ctx_p, info, why))
+        return false;
+    if (*skip == 0)
+        return true;
+    (*skip)--;
+    ibv_close_device(*ctx_p);
+    *ctx_p = NULL;
+    return false;
+}
+
+pdx_status_t rdma_device_open(const rdma_knobs_t *knobs, uint32_t nic, bool quiet,
+                              struct ibv_device ***list_p, struct ibv_context **ctx_p,
+                              rdma_dev_info_t *info_p)
+{
+    uint32_t skip = nic;
+
     pdx_log_level_t level = quiet ? PDX_LOG_INFO : PDX_LOG_ERROR;
     char why[RDMA_WHY_MAX] = "";
     struct ibv_device **list;
@@ -315,12 +345,14 @@ pdx_status_t rdma_device_open(const rdma_knobs_t *knobs, bool quiet, struct ibv_
         while (!ctx && next_name(&pos, name, sizeof(name))) {
             int i;
 
+            if (named_before(knobs->devices, pos, name))
+                continue; /* one device is one NIC, however often it is named */
             for (i = 0; i < ndev; i++)
                 if (strcmp(ibv_get_device_name(list[i]), name) == 0)
                     break;
             if (i == ndev)
                 why_add(why, "PDX_IB_DEVICES names %s, which is not present", name);
-            else if (try_device(list[i], knobs, &ctx, &info, why))
+            else if (take_device(list[i], knobs, &skip, &ctx, &info, why))
                 break;
         }
         if (!ctx && !why[0])
@@ -335,9 +367,15 @@ pdx_status_t rdma_device_open(const rdma_knobs_t *knobs, bool quiet, struct ibv_
         }
         nearest_first(knobs, list, ndev, order);
         for (int i = 0; i < ndev && !ctx; i++)
-            if (try_device(list[order[i]], knobs, &ctx, &info, why))
+            if (take_device(list[order[i]], knobs, &skip, &ctx, &info, why))
                 break;
         free(order);
+    }
+    if (!ctx && nic > skip) {
+        ibv_free_device_list(list);
+        pdx_log(level, "no RDMA device for NIC %u: %u usable device%s before it%s%s", nic,
+                nic - skip, nic - skip == 1 ? "" : "s", why[0] ? "; " : "", why);
+        return PDX_ERR_NO_DEVICE;
     }
     if (!ctx) {
         ibv_free_device_list(list);

@@ -149,13 +149,15 @@ typedef struct rdma_knobs {
 
 void rdma_knobs_read(const pdx_config_t *cfg, rdma_knobs_t *knobs_p);
 /*
- * Open the first device (in the order of knobs->devices, else the list's)
- * with an ACTIVE port and a usable GID. PDX_ERR_NO_DEVICE when there is
- * none, logged with the reason (at info when quiet, else as an error). On
- * success *list_p (to free at close) and *ctx_p are set.
+ * Open the usable device (ACTIVE port, usable GID) number nic (0: the
+ * first) in the order of knobs->devices, else nearest the GPU first, else
+ * the list's. PDX_ERR_NO_DEVICE when there is none, logged with the reason
+ * (at info when quiet, else as an error). On success *list_p (to free at
+ * close) and *ctx_p are set.
  */
-pdx_status_t rdma_device_open(const rdma_knobs_t *knobs, bool quiet, struct ibv_device ***list_p,
-                              struct ibv_context **ctx_p, rdma_dev_info_t *info_p);
+pdx_status_t rdma_device_open(const rdma_knobs_t *knobs, uint32_t nic, bool quiet,
+                              struct ibv_device ***list_p, struct ibv_context **ctx_p,
+                              rdma_dev_info_t *info_p);
 const char *rdma_mtu_str(uint8_t mtu);
 
 /* ::ffff:a.b.c.d, the GID of RoCEv2 over IPv4 */

@@ -88,8 +88,8 @@ static pdx_status_t rdma_open(const pdx_tp_params_t *params, pdx_tp_t **tp_p)
         status = PDX_ERR_IO;
         goto err_free;
     }
-    status = rdma_device_open(&tp->knobs, params && params->quiet_no_device, &tp->devices,
-                              &tp->ctx, &tp->dev);
+    status = rdma_device_open(&tp->knobs, params ? params->nic : 0,
+                              params && params->quiet_no_device, &tp->devices, &tp->ctx, &tp->dev);
     if (status != PDX_OK)
         goto err_mutex; /* it said why */
 

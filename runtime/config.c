@@ -58,8 +58,10 @@ static const pdx_config_row_t config_table[] = {
             HEARTBEAT, heartbeat_ms, 10, 600000),
     ROW_INT("PDX_GATE_BACKOFF_US", "20", "Longest sleep of a shard while gates are pending",
             GATE_BACKOFF, gate_backoff_us, 0, 100000),
-    ROW_INT("PDX_QPS_PER_PEER", "2", "Endpoints (QPs) per shard and peer; a room's runs are striped over them",
-            QPS_PER_PEER, qps_per_peer, 1, 64),
+    ROW_INT("PDX_QPS_PER_PEER", "2", "Endpoints (QPs) per shard, peer and NIC lane; a room's runs "
+            "are striped over them", QPS_PER_PEER, qps_per_peer, 1, 64),
+    ROW_INT("PDX_NICS", "1", "NICs the engine uses: the first usable ones of PDX_IB_DEVICES, else "
+            "those nearest its GPU", NICS, nics, 1, 4),
     ROW_INT("PDX_SQ_DEPTH", "256", "Send-queue depth per endpoint", SQ_DEPTH, sq_depth, 4, 32768),
     ROW_INT("PDX_SIGNAL_EVERY", "16", "Signal every K-th write (K <= PDX_SQ_DEPTH / 2)",
             SIGNAL_EVERY, signal_every, 1, 16384),
@@ -73,8 +75,8 @@ static const pdx_config_row_t config_table[] = {
     ROW_WORD("PDX_MARKERS", "off", "roctx / NVTX ranges around gates, posts and notifies",
              MARKERS, markers, parse_mode, "on|off"),
     ROW_WORD("PDX_IB_DEVICES", "",
-             "RDMA devices to try in order, comma-separated; the first usable one serves "
-             "(empty: all)", IB_DEVICES, ib_devices, parse_text, NULL),
+             "RDMA devices to try in order, comma-separated; the first PDX_NICS usable ones "
+             "serve (empty: all)", IB_DEVICES, ib_devices, parse_text, NULL),
     ROW_INT("PDX_IB_GID_INDEX", "-1", "GID index; -1 picks a RoCEv2 GID", IB_GID_INDEX,
             ib_gid_index, -1, 255),
     ROW_INT("PDX_IB_TRAFFIC_CLASS", "0", "Traffic class (DSCP << 2) of RoCE packets",

@@ -11,8 +11,9 @@
 
 #include "engine.h"
 
-/* Endpoints per (pair, peer) that a peer may ask for: the PDX_QPS_PER_PEER bound. */
-#define PDX_PEER_MAX_QPS 64u
+/* Endpoints per (pair, peer) that a peer may ask for: the PDX_QPS_PER_PEER
+ * bound times the most lanes (PDX_PEER_SHARD_DEPS bounds them further). */
+#define PDX_PEER_MAX_QPS (64u * PDX_MAX_NICS)
 
 /* Shards a peer may have (HELLO nshards): the PDX_SHARDS bound. */
 #define PDX_PEER_MAX_SHARDS 64u

@@ -13,9 +13,11 @@
  *                                           A is READY)
  *   C: on each EP, connect that dep; on READY, C is READY.
  *
- * npairs = max(both shard counts); qps is the connector's PDX_QPS_PER_PEER.
- * The acceptor holds the EPs until READY, so it learns qps before it sizes
- * its deps (npairs x qps on both sides). A HELLO of another protocol
+ * npairs = max(both shard counts); qps = lanes x the connector's
+ * PDX_QPS_PER_PEER, lanes = max(both NIC counts): endpoint q of a pair is on
+ * lane q % lanes, which joins NIC lane % nics of each side. The acceptor
+ * holds the EPs until READY, so it learns qps before it sizes its deps
+ * (npairs x qps on both sides). A HELLO of another protocol
  * version, or of another transport, is answered with our HELLO and an
  * ERROR (room 0) and fails the peer with PDX_ERR_VERSION (resp.
  * PDX_ERR_UNSUPPORTED), on both sides.
@@ -99,6 +101,11 @@ static bool alloc_deps(pdx_engine_t *e, pdx_peer_t *peer, uint32_t qps)
     uint32_t per_shard = (peer->npairs + e->nshards - 1) / e->nshards * qps;
     pdx_dep_t *deps;
 
+    if (qps % peer->lanes) {
+        pdx_ctrl_fail(peer, PDX_ERR_PROTO, "%u endpoints per pair from %s do not spread over "
+                      "%u NIC lanes", qps, peer->addr, peer->lanes);
+        return false;
+    }
     if (qps == 0 || qps > PDX_PEER_MAX_QPS || per_shard > PDX_PEER_SHARD_DEPS) {
         pdx_ctrl_fail(peer, PDX_ERR_FULL, "%u pairs x %u endpoints with %s put %u endpoints "
                       "on one of our %u shards; a peer may have %u there", peer->npairs, qps,
@@ -126,6 +133,8 @@ static bool make_dep(pdx_engine_t *e, pdx_peer_t *peer, uint32_t k, uint32_t q,
     dep->peer = peer;
     dep->pair = k;
     dep->index = q;
+    dep->nic = q % peer->lanes % e->ntps;
+    dep->rnic = q % peer->lanes % peer->remote_nics;
     st = pdx_shard_add_dep(&e->shards[k % e->nshards], dep);
     if (st == PDX_OK && remote)
         st = pdx_dep_connect(dep, remote);
@@ -161,13 +170,20 @@ static void on_hello(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_hello_t *
                       h->nshards, PDX_PEER_MAX_SHARDS);
         return;
     }
+    if (h->nics == 0 || h->nics > PDX_MAX_NICS) {
+        pdx_ctrl_fail(peer, PDX_ERR_UNSUPPORTED, "HELLO from %s has %u NICs (limit %u)",
+                      peer->addr, h->nics, PDX_MAX_NICS);
+        return;
+    }
     for (int i = 7; i >= 0; i--)
         id = id << 8 | h->id[i];
     peer->remote_id = id;
     peer->remote_shards = h->nshards;
+    peer->remote_nics = h->nics;
     peer->npairs = PDX_MAX(e->nshards, h->nshards);
-    pdx_debug("HELLO from %s: engine %016llx on %s, %u shards", peer->addr,
-              (unsigned long long)id, h->host, h->nshards);
+    peer->lanes = PDX_MAX(e->ntps, h->nics);
+    pdx_debug("HELLO from %s: engine %016llx on %s, %u shards, %u NICs", peer->addr,
+              (unsigned long long)id, h->host, h->nshards, h->nics);
 
     if (!peer->outgoing) {
         /* Acceptor: answer, then wait for the connector's EPs and READY. */
@@ -177,7 +193,7 @@ static void on_hello(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_hello_t *
     }
     /* Connector: descriptors, one EP per data endpoint, READY. */
     if (!hs_sent(peer, pdx_peer_send_descs(peer), "descriptors") ||
-        !alloc_deps(e, peer, e->cfg.qps_per_peer))
+        !alloc_deps(e, peer, e->cfg.qps_per_peer * peer->lanes))
         return;
     for (uint32_t k = 0; k < peer->npairs; k++)
         for (uint32_t q = 0; q < peer->qps; q++)
@@ -322,21 +338,32 @@ static void on_mem(pdx_peer_t *peer, const pdx_wire_mem_t *m)
         const pdx_wire_mem_entry_t *ent = &m->entries[i];
         uint64_t piece = atomic_load_explicit(&peer->mem_piece, memory_order_relaxed);
         pdx_remote_mem_t *rm;
-        uint32_t *keys = NULL;
+        uint32_t *keys = NULL, valid;
 
-        if (ent->mem >= PDX_MAX_MEMS) {
-            pdx_ctrl_fail(peer, PDX_ERR_PROTO, "MEM from %s names region %u (limit %u)",
-                          peer->addr, ent->mem, PDX_MAX_MEMS);
+        if (ent->mem >= PDX_MAX_MEMS || ent->nic >= peer->remote_nics) {
+            pdx_ctrl_fail(peer, PDX_ERR_PROTO, "MEM from %s names region %u of NIC %u (limits "
+                          "%u, %u)", peer->addr, ent->mem, ent->nic, PDX_MAX_MEMS,
+                          peer->remote_nics);
             return;
         }
         rm = &peer->mems[ent->mem];
-        if (atomic_load_explicit(&rm->valid, memory_order_relaxed)) {
-            if (rkey_equal(&rm->rkey, &ent->rkey))
+        valid = atomic_load_explicit(&rm->valid, memory_order_relaxed);
+        if (valid >> ent->nic & 1) {
+            if (rkey_equal(&rm->rkey[ent->nic], &ent->rkey))
                 continue; /* sent twice around our snapshot: the same */
             /* Never replaced: a shard may be reading it without a lock. */
             pdx_ctrl_fail(peer, PDX_ERR_PROTO, "memory %u described twice by %s", ent->mem,
                           peer->addr);
             return;
+        }
+        if (valid) { /* another NIC's key of the region: the same bytes */
+            const pdx_tp_rkey_t *other = &rm->rkey[__builtin_ctz(valid)];
+
+            if (other->addr != ent->rkey.addr || other->len != ent->rkey.len) {
+                pdx_ctrl_fail(peer, PDX_ERR_PROTO, "memory %u of %s differs between its NICs",
+                              ent->mem, peer->addr);
+                return;
+            }
         }
         if (ent->rkey.npieces > 1) {
             keys = malloc(ent->rkey.npieces * sizeof(*keys));
@@ -350,10 +377,10 @@ static void on_mem(pdx_peer_t *peer, const pdx_wire_mem_t *m)
             if (!piece || ent->rkey.piece < piece)
                 atomic_store_explicit(&peer->mem_piece, ent->rkey.piece, memory_order_relaxed);
         }
-        free((void *)(uintptr_t)rm->rkey.rkeys);
-        rm->rkey = ent->rkey;
-        rm->rkey.rkeys = keys;
-        atomic_store_explicit(&rm->valid, 1, memory_order_release);
+        free((void *)(uintptr_t)rm->rkey[ent->nic].rkeys);
+        rm->rkey[ent->nic] = ent->rkey;
+        rm->rkey[ent->nic].rkeys = keys;
+        atomic_store_explicit(&rm->valid, valid | 1u << ent->nic, memory_order_release);
     }
 }
 

@@ -22,6 +22,7 @@
 /*
  * PDX_TRANSPORT: rdma opens the RDMA device or fails; auto tries rdma and,
  * when no device is usable, serves over tcp and says why; tcp is tcp.
+ * This opens the first NIC; open_nics() the others.
  */
 static pdx_status_t open_transport(pdx_engine_t *e, pdx_tp_params_t *params)
 {
@@ -33,7 +34,7 @@ static pdx_status_t open_transport(pdx_engine_t *e, pdx_tp_params_t *params)
         pdx_status_t st;
 
         params->quiet_no_device = !want_rdma;
-        st = pdx_rdma_ops.open(params, &e->tp);
+        st = pdx_rdma_ops.open(params, &e->tps[0]);
         if (st == PDX_OK) {
             e->ops = &pdx_rdma_ops;
             return PDX_OK;
@@ -50,7 +51,42 @@ static pdx_status_t open_transport(pdx_engine_t *e, pdx_tp_params_t *params)
 #endif
     }
     e->ops = &pdx_tcp_ops;
-    return e->ops->open(params, &e->tp);
+    return e->ops->open(params, &e->tps[0]);
+}
+
+/* PDX_NICS: one tp per NIC, the first open already. Fewer usable devices
+ * than asked for is a warning: the engine serves with those it has. */
+static pdx_status_t open_nics(pdx_engine_t *e, pdx_tp_params_t *params)
+{
+    e->ntps = 1;
+    e->mr_piece = e->tps[0]->mr_piece;
+    params->quiet_no_device = true;
+    for (uint32_t k = 1; k < e->cfg.nics; k++) {
+        pdx_status_t st;
+
+        params->nic = k;
+        st = e->ops->open(params, &e->tps[k]);
+        if (st == PDX_ERR_NO_DEVICE) {
+            pdx_warn("PDX_NICS=%u: %u usable %s device%s: serving with %u", e->cfg.nics, k,
+                     e->ops->name, k == 1 ? "" : "s", k);
+            break;
+        }
+        if (st != PDX_OK)
+            return st; /* the transport said why; close_nics() closes the others */
+        e->ntps++;
+        if (e->tps[k]->mr_piece && (!e->mr_piece || e->tps[k]->mr_piece < e->mr_piece))
+            e->mr_piece = e->tps[k]->mr_piece;
+    }
+    return PDX_OK;
+}
+
+static void close_nics(pdx_engine_t *e)
+{
+    for (uint32_t k = PDX_MAX_NICS; k-- > 0;)
+        if (e->tps[k]) {
+            e->ops->close(e->tps[k]);
+            e->tps[k] = NULL;
+        }
 }
 
 /* The host part of PDX_LISTEN, as peers should reach this engine. */
@@ -184,6 +220,9 @@ pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p)
     st = open_transport(e, &params);
     if (st != PDX_OK)
         goto err_lock;
+    st = open_nics(e, &params);
+    if (st != PDX_OK)
+        goto err_close_tp;
     st = pdx_gpu_open(e);
     if (st != PDX_OK)
         goto err_close_tp;
@@ -221,8 +260,9 @@ pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p)
         if (st != PDX_OK)
             goto err_stop;
     }
-    pdx_info("engine %016llx listening on %s (transport %s, %u shards)",
-             (unsigned long long)e->sender_id, e->address, e->ops->name, e->nshards);
+    pdx_info("engine %016llx listening on %s (transport %s, %u NIC%s, %u shards)",
+             (unsigned long long)e->sender_id, e->address, e->ops->name, e->ntps,
+             e->ntps == 1 ? "" : "s", e->nshards);
     *engine_p = e;
     return PDX_OK;
 
@@ -242,7 +282,7 @@ err_rooms:
 err_close_gpu:
     pdx_gpu_close(e);
 err_close_tp:
-    e->ops->close(e->tp);
+    close_nics(e);
 err_lock:
     pthread_cond_destroy(&e->accept_cond);
     pthread_mutex_destroy(&e->accept_lock);
@@ -273,7 +313,7 @@ void pdx_engine_destroy(pdx_engine_t *e)
     for (uint32_t i = 0; i < PDX_MAX_LAYOUTS; i++)
         pdx_layout_free(e->layouts[i]);
     pdx_mem_fini(e);
-    e->ops->close(e->tp);
+    close_nics(e);
     rooms_fini(e);
     pdx_gpu_close(e);
     free(e->shards);
@@ -391,6 +431,7 @@ pdx_status_t pdx_engine_stats(pdx_engine_t *e, pdx_stats_t *stats_p)
     s.rooms_failed = atomic_load_explicit(&e->stats.rooms_failed, memory_order_relaxed);
     s.send_again = atomic_load_explicit(&e->stats.send_again, memory_order_relaxed);
     s.registrations = atomic_load_explicit(&e->nregs, memory_order_relaxed);
+    s.nics = e->ntps;
     *stats_p = s;
     return PDX_OK;
 }

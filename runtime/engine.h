@@ -39,6 +39,7 @@
 #define PDX_MAX_SHARDS      64     /* PDX_SHARDS at most (config.c) */
 #define PDX_MAX_LAYOUTS     64
 #define PDX_MAX_DESTS       8      /* decode ranks one prefill room sends to */
+#define PDX_MAX_NICS        4      /* PDX_NICS at most (config.c) */
 #define PDX_NOTIFY_RQ       64     /* receive buffers per data endpoint */
 #define PDX_CREDIT_BATCH    16     /* reposts returned per CREDIT message */
 #define PDX_SWEEP_MS        10     /* control thread tick: deadlines, heartbeats */
@@ -67,7 +68,7 @@ typedef struct pdx_reg {
     uintptr_t        base;        /* the registered range */
     size_t           len;
     uint64_t         id;          /* the allocation's identity; 0: host memory by range */
-    pdx_tp_mr_t     *mr;
+    pdx_tp_mr_t     *mr[PDX_MAX_NICS]; /* one per NIC (engine->ntps) */
 } pdx_reg_t;
 
 typedef struct pdx_mem {
@@ -75,17 +76,18 @@ typedef struct pdx_mem {
     void            *base;
     size_t           len;
     pdx_reg_t       *reg;
-    pdx_tp_mr_t     *mr;          /* reg's */
+    pdx_tp_mr_t     *mr[PDX_MAX_NICS];   /* reg's */
     uint64_t         mr_off;      /* base - reg->base: WRs address the registration */
-    pdx_tp_rkey_t    rkey;
+    pdx_tp_rkey_t    rkey[PDX_MAX_NICS]; /* what peers write with, per NIC */
     _Atomic uint32_t users;       /* layouts and rooms referring to it */
 } pdx_mem_t;
 
 /* A peer's memory and layouts, written by the control thread, read by shards:
- * an entry is filled, then published with a release store of `valid`. */
+ * the rkey of the peer's NIC k is filled, then published with a release store
+ * of bit k of `valid`. Every NIC's rkey describes the same addr and len. */
 typedef struct pdx_remote_mem {
     _Atomic uint32_t valid;
-    pdx_tp_rkey_t    rkey;         /* rkeys (a region in pieces): owned by the entry */
+    pdx_tp_rkey_t    rkey[PDX_MAX_NICS]; /* rkeys (in pieces): owned by the entry */
 } pdx_remote_mem_t;
 
 /* ------------------------------------------------------------ data endpoints */
@@ -98,7 +100,8 @@ typedef struct pdx_ledger_entry {
 
 /*
  * A data endpoint: one RC connection of pair `pair`, queue `index`, owned by
- * one shard. wr_id = (uint64_t)local index in the shard's dep table << 48 |
+ * one shard. Queue index runs over lane index % lanes: lane k joins our NIC
+ * k % ntps to the peer's NIC k % its NICs. wr_id = (uint64_t)local index in the shard's dep table << 48 |
  * seq (WRITE/SEND, low 47 bits) or 1 << 47 | receive slot (RECV).
  */
 struct pdx_dep {
@@ -106,6 +109,7 @@ struct pdx_dep {
     pdx_peer_t         *peer;
     pdx_shard_t        *shard;
     uint32_t            pair, index;
+    uint32_t            nic, rnic;     /* ours (engine->tps, shard->cq), the peer's */
     uint32_t            slot;          /* index in shard->deps */
     _Atomic uint32_t    connected;     /* both addresses known, ep_connect done */
     _Atomic uint32_t    failed;
@@ -166,12 +170,14 @@ struct pdx_peer {
     /* the peer's HELLO */
     uint64_t            remote_id;     /* its sender identity */
     uint32_t            remote_shards;
+    uint32_t            remote_nics;
     /* its memory and layouts (control thread writes, shards read) */
     pdx_remote_mem_t    mems[PDX_MAX_MEMS];
     _Atomic uint64_t    mem_piece;     /* smallest piece of its regions in pieces; 0: none */
     pdx_layout_t *_Atomic layouts[PDX_MAX_LAYOUTS];
-    /* data endpoints: npairs x qps; pair k is our shard k % nshards */
-    uint32_t            npairs, qps;
+    /* data endpoints: npairs x qps; pair k is our shard k % nshards; the qps
+     * of a pair run over `lanes` = max(both NIC counts) (pdx_dep) */
+    uint32_t            npairs, qps, lanes;
     pdx_dep_t          *deps;          /* npairs * qps, NULL until HELLO */
     /* control thread only */
     uint8_t            *in;            /* PDX_WIRE_MAX_FRAME */
@@ -295,7 +301,7 @@ struct pdx_shard {
     _Atomic uint32_t   sleeping;
     _Atomic uint64_t   passes;         /* worker passes done (pdx_rooms_peer_gone) */
     int                epfd;
-    pdx_tp_cq_t       *cq;
+    pdx_tp_cq_t       *cq[PDX_MAX_NICS]; /* one per NIC */
     /* data endpoints this shard owns (control thread adds, shard reads) */
     pdx_dep_t *_Atomic deps[PDX_MAX_PEERS * 8];
     _Atomic uint32_t   ndeps;
@@ -306,13 +312,16 @@ struct pdx_shard {
     pdx_flush_entry_t *flush_q;        /* under flush_lock */
     uint32_t           flush_n, flush_cap;
     _Atomic uint32_t   flush_pending;
-    pdx_tp_ep_t       *flush_ep[2];    /* loopback pair: [0] reads through [1] */
-    pdx_tp_mr_t       *flush_mr;
-    uint64_t          *flush_buf;
-    pdx_flush_entry_t *flush_batch;    /* shard only: what the READ in flight covers */
+    pdx_tp_ep_t       *flush_ep[PDX_MAX_NICS][2]; /* a loopback pair per NIC: [0]
+                                                    * reads through [1] */
+    pdx_tp_mr_t       *flush_mr[PDX_MAX_NICS];
+    uint64_t          *flush_buf;      /* 8 bytes per NIC */
+    pdx_flush_entry_t *flush_batch;    /* shard only: what the READs in flight cover */
     uint32_t           flush_nbatch;
-    bool               flush_busy;
-    int32_t            flush_target;   /* mem pinned by the READ in flight, -1: none */
+    uint32_t           flush_reads;    /* READs in flight: one per NIC */
+    pdx_status_t       flush_status;   /* the first that failed, PDX_OK: none */
+    char               flush_err[PDX_ERRMSG_MAX];
+    int32_t            flush_target;   /* mem pinned by the READs in flight, -1: none */
     char               flush_broken[PDX_ERRMSG_MAX]; /* why no pair could be made */
     /* shard only: rooms with queued chunks */
     uint32_t           active_head;    /* room obj index, UINT32_MAX: none; */
@@ -329,7 +338,9 @@ typedef struct pdx_engine_stats_acc {
 struct pdx_engine {
     pdx_config_t               cfg;
     const pdx_transport_ops_t *ops;
-    pdx_tp_t                  *tp;
+    pdx_tp_t                  *tps[PDX_MAX_NICS]; /* one per NIC */
+    uint32_t                   ntps;
+    uint64_t                   mr_piece;    /* the smallest of the tps' (0: none) */
     bool                       flush;       /* shards keep a loopback pair for flush reads */
     pdx_gpu_t                  gpu;
     uint8_t                    id[PDX_WIRE_ID_SIZE];

@@ -1,20 +1,23 @@
 /*
  * Decode visibility (DESIGN.md §5): before a decode room whose data all
- * arrived becomes SUCCESS, one RDMA READ over a loopback QP pair of the
- * room's shard reads 8 bytes of this engine's registered memory. The READ
- * completes after the writes the NIC placed before it are visible (the
- * PCIe ordering recipe of RCCL/NCCL), so kernels launched after SUCCESS see
- * every byte. One READ covers every room queued since the last one.
+ * arrived becomes SUCCESS, one RDMA READ per NIC, each over a loopback QP
+ * pair of the room's shard on that NIC, reads 8 bytes of this engine's
+ * registered memory. A READ completes after the writes its NIC placed
+ * before it are visible (the PCIe ordering recipe of RCCL/NCCL); the data
+ * of a room may come through any NIC, so kernels launched after SUCCESS
+ * see every byte once every NIC's READ completed. One round of READs
+ * covers every room queued since the last one.
  *
  * Who does what:
  * - Any thread that counts a room's last notify (a shard, or an API thread
  *   applying held notifies) queues the room on its shard (flush_lock) and
  *   wakes the shard, instead of marking it SUCCESS.
- * - The shard takes the whole queue as a batch, posts the READ, and on its
- *   completion moves each live room of the batch from TRANSFERRING to
- *   SUCCESS (a room aborted or failed meanwhile stays FAILED); a READ that
- *   fails fails the batch's rooms with the reason, and the pair is made
- *   anew for the next batch (if that fails too, later rooms fail with it).
+ * - The shard takes the whole queue as a batch, posts the READs, and when
+ *   the last completes moves each live room of the batch from TRANSFERRING
+ *   to SUCCESS (a room aborted or failed meanwhile stays FAILED); a READ
+ *   that fails fails the batch's rooms with the reason, and its pair is
+ *   made anew for the next batch (if that fails too, later rooms fail with
+ *   it).
  *
  * Which rooms (gpu.c, pdx_gpu_flush_mode): with PDX_FLUSH=on every decode
  * room over rdma; with auto the rooms whose destinations include GPU memory
@@ -38,39 +41,40 @@ uint32_t pdx_flush_cq_depth(const pdx_engine_t *e)
     return e->flush ? 2 * (FLUSH_SQ + 1) : 0;
 }
 
-/* The loopback pair, made anew (the old one, if any, destroyed first). */
-static pdx_status_t pair_make(pdx_shard_t *s)
+/* The loopback pair of NIC k, made anew (the old one, if any, destroyed first). */
+static pdx_status_t pair_make(pdx_shard_t *s, uint32_t k)
 {
     pdx_engine_t *e = s->engine;
     const pdx_tp_ep_attr_t attr = {.sq_depth = FLUSH_SQ, .rq_depth = 1};
+    pdx_tp_ep_t **ep = s->flush_ep[k];
     pdx_tp_addr_t addr[2];
     pdx_status_t st = PDX_OK;
 
     for (int i = 0; i < 2; i++)
-        if (s->flush_ep[i]) {
-            e->ops->ep_destroy(s->flush_ep[i]);
-            s->flush_ep[i] = NULL;
+        if (ep[i]) {
+            e->ops->ep_destroy(ep[i]);
+            ep[i] = NULL;
         }
     for (int i = 0; i < 2 && st == PDX_OK; i++)
-        st = e->ops->ep_create(e->tp, s->cq, &attr, &s->flush_ep[i]);
+        st = e->ops->ep_create(e->tps[k], s->cq[k], &attr, &ep[i]);
     if (st != PDX_OK)
         return st; /* the transport said why */
-    e->ops->ep_address(s->flush_ep[0], &addr[0]);
-    e->ops->ep_address(s->flush_ep[1], &addr[1]);
-    st = e->ops->ep_connect(s->flush_ep[0], &addr[1]);
+    e->ops->ep_address(ep[0], &addr[0]);
+    e->ops->ep_address(ep[1], &addr[1]);
+    st = e->ops->ep_connect(ep[0], &addr[1]);
     if (st == PDX_OK)
-        st = e->ops->ep_connect(s->flush_ep[1], &addr[0]);
+        st = e->ops->ep_connect(ep[1], &addr[0]);
     return st;
 }
 
 /* After an error: a fresh pair for the next batch, or why there is none. */
-static void pair_rebuild(pdx_shard_t *s)
+static void pair_rebuild(pdx_shard_t *s, uint32_t k)
 {
-    pdx_status_t st = pair_make(s);
+    pdx_status_t st = pair_make(s, k);
 
     if (st != PDX_OK)
-        snprintf(s->flush_broken, sizeof(s->flush_broken), "no new flush endpoints: %s",
-                 pdx_status_str(st));
+        snprintf(s->flush_broken, sizeof(s->flush_broken), "no new flush endpoints on NIC %u: "
+                 "%s", k, pdx_status_str(st));
 }
 
 pdx_status_t pdx_flush_init(pdx_shard_t *s)
@@ -91,10 +95,16 @@ pdx_status_t pdx_flush_init(pdx_shard_t *s)
         return PDX_ERR_NOMEM;
     }
     s->flush_buf = memset(buf, 0, PDX_CACHELINE);
-    st = e->ops->mr_reg(e->tp, s->flush_buf, PDX_CACHELINE, PDX_TP_ACCESS_LOCAL_WRITE,
-                        &s->flush_mr);
     /* On failure pdx_flush_fini undoes the rest; the transport said why. */
-    return st == PDX_OK ? pair_make(s) : st;
+    for (uint32_t k = 0; k < e->ntps; k++) {
+        st = e->ops->mr_reg(e->tps[k], s->flush_buf, PDX_CACHELINE, PDX_TP_ACCESS_LOCAL_WRITE,
+                            &s->flush_mr[k]);
+        if (st == PDX_OK)
+            st = pair_make(s, k);
+        if (st != PDX_OK)
+            return st;
+    }
+    return PDX_OK;
 }
 
 static void flush_unpin(pdx_engine_t *e, pdx_shard_t *s);
@@ -104,14 +114,16 @@ void pdx_flush_fini(pdx_shard_t *s)
     pdx_engine_t *e = s->engine;
 
     flush_unpin(e, s); /* a READ still in flight at teardown */
-    for (int i = 0; i < 2; i++)
-        if (s->flush_ep[i]) {
-            e->ops->ep_destroy(s->flush_ep[i]);
-            s->flush_ep[i] = NULL;
-        }
-    if (s->flush_mr && e->ops->mr_dereg(s->flush_mr) != PDX_OK)
-        pdx_warn("shard %u: the flush buffer could not be deregistered", s->index);
-    s->flush_mr = NULL;
+    for (uint32_t k = 0; k < PDX_MAX_NICS; k++) {
+        for (int i = 0; i < 2; i++)
+            if (s->flush_ep[k][i]) {
+                e->ops->ep_destroy(s->flush_ep[k][i]);
+                s->flush_ep[k][i] = NULL;
+            }
+        if (s->flush_mr[k] && e->ops->mr_dereg(s->flush_mr[k]) != PDX_OK)
+            pdx_warn("shard %u: the flush buffer could not be deregistered", s->index);
+        s->flush_mr[k] = NULL;
+    }
     free(s->flush_buf);
     free(s->flush_q);
     free(s->flush_batch);
@@ -145,15 +157,15 @@ bool pdx_flush_defer(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t room)
 }
 
 /*
- * The READ's target: 8 bytes of a region this engine registered, pinned
- * (users) while the READ is in flight so pdx_mem_deregister refuses it.
+ * The READs' target: 8 bytes of a region this engine registered, pinned
+ * (users) while the READs are in flight so pdx_mem_deregister refuses it.
  * A READ of GPU memory orders the NIC's earlier writes into that GPU: with
  * one GPU per engine any of its GPU regions serves. Without one (PDX_FLUSH=on
  * over host memory) the first region serves.
  */
-static bool flush_target(pdx_engine_t *e, pdx_shard_t *s, pdx_tp_rkey_t *rkey_p)
+static const pdx_mem_t *flush_target(pdx_engine_t *e, pdx_shard_t *s)
 {
-    bool found = false;
+    const pdx_mem_t *found = NULL;
 
     pthread_mutex_lock(&e->lock);
     for (int pass = 0; pass < 2 && !found; pass++) { /* GPU regions first */
@@ -163,8 +175,7 @@ static bool flush_target(pdx_engine_t *e, pdx_shard_t *s, pdx_tp_rkey_t *rkey_p)
             if (m->used && m->len >= 8 && (pass || m->reg->gpu)) {
                 atomic_fetch_add(&m->users, 1);
                 s->flush_target = (int32_t)i;
-                *rkey_p = m->rkey;
-                found = true;
+                found = m;
             }
         }
     }
@@ -189,65 +200,38 @@ static void fail_batch(pdx_shard_loop_t *L, pdx_status_t status, const char *why
     s->flush_nbatch = 0;
 }
 
-void pdx_flush_run(pdx_shard_loop_t *L)
+/* NIC k's READ failed (status, the ep's reason): the batch will fail with
+ * the first reason; the pair is made anew for the next batch. */
+static void read_failed(pdx_shard_t *s, uint32_t k, pdx_status_t status)
 {
-    pdx_shard_t *s = L->s;
-    pdx_engine_t *e = L->e;
-    pdx_tp_rkey_t target;
-    pdx_status_t st;
+    pdx_engine_t *e = s->engine;
+    const char *why = e->ops->ep_error(s->flush_ep[k][0]);
 
-    if (s->flush_busy || !atomic_load_explicit(&s->flush_pending, memory_order_acquire))
-        return;
-    pthread_mutex_lock(&s->flush_lock);
-    memcpy(s->flush_batch, s->flush_q, s->flush_n * sizeof(*s->flush_q));
-    s->flush_nbatch = s->flush_n;
-    s->flush_n = 0;
-    atomic_store_explicit(&s->flush_pending, 0, memory_order_relaxed);
-    pthread_mutex_unlock(&s->flush_lock);
-    L->progress = true;
-    if (s->flush_broken[0]) {
-        fail_batch(L, PDX_ERR_IO, s->flush_broken);
-        return;
+    if (!why[0])
+        why = pdx_status_str(status);
+    pdx_error("shard %u: the flush read on NIC %u failed: %s", s->index, k, why);
+    if (s->flush_status == PDX_OK) {
+        s->flush_status = status;
+        if (e->ntps > 1)
+            snprintf(s->flush_err, sizeof(s->flush_err), "NIC %u: %s", k, why);
+        else
+            snprintf(s->flush_err, sizeof(s->flush_err), "%s", why);
     }
-    if (!flush_target(e, s, &target)) {
-        fail_batch(L, PDX_ERR_STATE, "no registered memory to read");
-        return;
-    }
-    st = e->ops->post_read(s->flush_ep[0], 0, s->flush_mr, 0, 8, target.addr, target.rkey);
-    if (st != PDX_OK) {
-        const char *why = e->ops->ep_error(s->flush_ep[0]);
-        char msg[PDX_ERRMSG_MAX];
-
-        snprintf(msg, sizeof(msg), "%s", why[0] ? why : pdx_status_str(st));
-        flush_unpin(e, s);
-        fail_batch(L, st, msg);
-        pair_rebuild(s);
-        return;
-    }
-    s->flush_busy = true;
+    pair_rebuild(s, k); /* why is the old ep's: used up */
 }
 
-bool pdx_flush_on_wc(pdx_shard_loop_t *L, const pdx_tp_wc_t *wc)
+/* Every READ of the round is back: the batch's rooms succeed or fail. */
+static void round_done(pdx_shard_loop_t *L)
 {
     pdx_shard_t *s = L->s;
     pdx_engine_t *e = L->e;
 
-    if (wc->ep != s->flush_ep[0] && wc->ep != s->flush_ep[1])
-        return false;
-    if (wc->ep != s->flush_ep[0])
-        return true; /* only READs are posted, on [0] */
-    s->flush_busy = false;
     L->progress = true;
     flush_unpin(e, s);
-    if (wc->status != PDX_OK) {
-        const char *why = e->ops->ep_error(s->flush_ep[0]);
-        char msg[PDX_ERRMSG_MAX];
-
-        snprintf(msg, sizeof(msg), "%s", why[0] ? why : pdx_status_str(wc->status));
-        pdx_error("shard %u: the flush read failed: %s", s->index, msg);
-        fail_batch(L, wc->status, msg);
-        pair_rebuild(s); /* the next batch reads through a fresh pair */
-        return true;
+    if (s->flush_status != PDX_OK) {
+        fail_batch(L, s->flush_status, s->flush_err);
+        s->flush_status = PDX_OK;
+        return;
     }
     for (uint32_t i = 0; i < s->flush_nbatch; i++) {
         pdx_room_obj_t *obj = s->flush_batch[i].obj;
@@ -268,5 +252,62 @@ bool pdx_flush_on_wc(pdx_shard_loop_t *L, const pdx_tp_wc_t *wc)
     }
     atomic_fetch_add_explicit(&s->stats.flushes, 1, memory_order_relaxed);
     s->flush_nbatch = 0;
+}
+
+void pdx_flush_run(pdx_shard_loop_t *L)
+{
+    pdx_shard_t *s = L->s;
+    pdx_engine_t *e = L->e;
+    const pdx_mem_t *target;
+
+    if (s->flush_reads || !atomic_load_explicit(&s->flush_pending, memory_order_acquire))
+        return;
+    pthread_mutex_lock(&s->flush_lock);
+    memcpy(s->flush_batch, s->flush_q, s->flush_n * sizeof(*s->flush_q));
+    s->flush_nbatch = s->flush_n;
+    s->flush_n = 0;
+    atomic_store_explicit(&s->flush_pending, 0, memory_order_relaxed);
+    pthread_mutex_unlock(&s->flush_lock);
+    L->progress = true;
+    if (s->flush_broken[0]) {
+        fail_batch(L, PDX_ERR_IO, s->flush_broken);
+        return;
+    }
+    target = flush_target(e, s);
+    if (!target) {
+        fail_batch(L, PDX_ERR_STATE, "no registered memory to read");
+        return;
+    }
+    s->flush_status = PDX_OK;
+    for (uint32_t k = 0; k < e->ntps; k++) {
+        const pdx_tp_rkey_t *t = &target->rkey[k];
+        pdx_status_t st = e->ops->post_read(s->flush_ep[k][0], k, s->flush_mr[k], 8u * k, 8,
+                                            t->addr, t->rkey);
+
+        if (st != PDX_OK)
+            read_failed(s, k, st);
+        else
+            s->flush_reads++;
+    }
+    if (s->flush_reads == 0)
+        round_done(L);
+}
+
+bool pdx_flush_on_wc(pdx_shard_loop_t *L, const pdx_tp_wc_t *wc)
+{
+    pdx_shard_t *s = L->s;
+    uint32_t k;
+
+    for (k = 0; k < L->e->ntps; k++)
+        if (wc->ep == s->flush_ep[k][0] || wc->ep == s->flush_ep[k][1])
+            break;
+    if (k == L->e->ntps)
+        return false;
+    if (wc->ep != s->flush_ep[k][0])
+        return true; /* only READs are posted, on [0] */
+    if (wc->status != PDX_OK)
+        read_failed(s, k, wc->status);
+    if (--s->flush_reads == 0)
+        round_done(L);
     return true;
 }

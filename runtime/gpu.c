@@ -115,10 +115,10 @@ void pdx_gpu_thread_init(pdx_engine_t *e)
 
 /* tcp reaches GPU memory through pinned staging and copies on the GPU that
  * owns it (the engine's); the transport never touches the bytes. */
-static pdx_status_t reg_staged(pdx_engine_t *e, void *base, size_t len, unsigned access,
-                               pdx_tp_mr_t **mr_p)
+static pdx_status_t reg_staged(pdx_engine_t *e, pdx_tp_t *tp, void *base, size_t len,
+                               unsigned access, pdx_tp_mr_t **mr_p)
 {
-    pdx_status_t st = e->ops->mr_reg(e->tp, base, len, access | PDX_TP_ACCESS_DEVICE, mr_p);
+    pdx_status_t st = e->ops->mr_reg(tp, base, len, access | PDX_TP_ACCESS_DEVICE, mr_p);
 
     if (st == PDX_OK)
         pdx_debug("GPU memory at %p (%zu bytes) registered with %s: staged through pinned "
@@ -126,8 +126,8 @@ static pdx_status_t reg_staged(pdx_engine_t *e, void *base, size_t len, unsigned
     return st;
 }
 
-static pdx_status_t reg_device(pdx_engine_t *e, void *base, size_t len, unsigned access,
-                               const pdx_hip_ptr_t *p, pdx_tp_mr_t **mr_p)
+static pdx_status_t reg_device(pdx_engine_t *e, pdx_tp_t *tp, void *base, size_t len,
+                               unsigned access, const pdx_hip_ptr_t *p, pdx_tp_mr_t **mr_p)
 {
     char dmabuf_why[128] = "PDX_DMABUF=off";
     pdx_status_t st;
@@ -140,11 +140,11 @@ static pdx_status_t reg_device(pdx_engine_t *e, void *base, size_t len, unsigned
         return PDX_ERR_INVALID;
     }
     if (e->ops == &pdx_tcp_ops)
-        return reg_staged(e, base, len, access, mr_p);
+        return reg_staged(e, tp, base, len, access, mr_p);
     if (e->cfg.dmabuf != PDX_MODE_OFF) {
         st = pdx_hip_export_dmabuf(base, len, &fd, &offset);
         if (st == PDX_OK) {
-            st = e->ops->mr_reg_dmabuf(e->tp, base, len, fd, offset, access, mr_p);
+            st = e->ops->mr_reg_dmabuf(tp, base, len, fd, offset, access, mr_p);
             close(fd);
             if (st == PDX_OK)
                 return PDX_OK;
@@ -156,7 +156,7 @@ static pdx_status_t reg_device(pdx_engine_t *e, void *base, size_t len, unsigned
         }
     }
     /* A peer-memory client (amdgpu's, nvidia-peermem) lets ibv_reg_mr pin GPU pages. */
-    st = e->ops->mr_reg(e->tp, base, len, access, mr_p);
+    st = e->ops->mr_reg(tp, base, len, access, mr_p);
     if (st == PDX_OK) {
         pdx_info("GPU memory at %p registered through a peer-memory client (%s)", base,
                  dmabuf_why);
@@ -170,8 +170,8 @@ static pdx_status_t reg_device(pdx_engine_t *e, void *base, size_t len, unsigned
     return PDX_ERR_UNSUPPORTED;
 }
 
-pdx_status_t pdx_gpu_mem_reg(pdx_engine_t *e, void *base, size_t len, unsigned access,
-                             pdx_tp_mr_t **mr_p, bool *gpu_p)
+pdx_status_t pdx_gpu_mem_reg(pdx_engine_t *e, uint32_t nic, void *base, size_t len,
+                             unsigned access, pdx_tp_mr_t **mr_p, bool *gpu_p)
 {
     pdx_hip_ptr_t p = {.kind = PDX_HIP_MEM_PAGEABLE_HOST};
     pdx_status_t st;
@@ -184,12 +184,12 @@ pdx_status_t pdx_gpu_mem_reg(pdx_engine_t *e, void *base, size_t len, unsigned a
     switch (p.kind) {
     case PDX_HIP_MEM_PAGEABLE_HOST:
     case PDX_HIP_MEM_PINNED_HOST:
-        st = e->ops->mr_reg(e->tp, base, len, access, mr_p);
+        st = e->ops->mr_reg(e->tps[nic], base, len, access, mr_p);
         if (st == PDX_OK)
             *gpu_p = false;
         return st;
     case PDX_HIP_MEM_DEVICE:
-        st = reg_device(e, base, len, access, &p, mr_p);
+        st = reg_device(e, e->tps[nic], base, len, access, &p, mr_p);
         if (st == PDX_OK)
             *gpu_p = true;
         return st;

@@ -51,10 +51,10 @@ void pdx_gpu_close(pdx_engine_t *e);
 /* A thread of the engine that calls into the GPU runtime (shards). */
 void pdx_gpu_thread_init(pdx_engine_t *e);
 
-/* Register [base, base + len) on the engine's transport by what it is;
+/* Register [base, base + len) on the engine's NIC nic by what it is;
  * *gpu_p says whether it is GPU memory. Logs why on failure. */
-pdx_status_t pdx_gpu_mem_reg(pdx_engine_t *e, void *base, size_t len, unsigned access,
-                             pdx_tp_mr_t **mr_p, bool *gpu_p);
+pdx_status_t pdx_gpu_mem_reg(pdx_engine_t *e, uint32_t nic, void *base, size_t len,
+                             unsigned access, pdx_tp_mr_t **mr_p, bool *gpu_p);
 
 pdx_status_t pdx_gpu_gate_arm(pdx_engine_t *e, void *stream, pdx_gate_t *gate_p);
 /* pdx_send: take an armed gate for one chunk (PDX_ERR_INVALID when it was

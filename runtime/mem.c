@@ -18,8 +18,9 @@
  *   - A registration the transport must make in pieces (longer than its
  *     mr_piece) covers exactly its region and is not shared: the region's
  *     rkeys then follow the pieces.
- * A registration lives while a region uses it (refs); everything here runs
- * under engine->lock, on setup calls only.
+ * A registration is made on every NIC of the engine (each has its own keys)
+ * and lives while a region uses it (refs); everything here runs under
+ * engine->lock, on setup calls only.
  */
 #include "engine.h"
 
@@ -49,7 +50,7 @@ static pdx_status_t mem_key(pdx_engine_t *e, void *base, size_t len, mem_key_t *
      * and allocated again gets a new id) and the transport registers them
      * at once; else the region's own range. */
     if (p.kind != PDX_HIP_MEM_PAGEABLE_HOST && p.size && p.id_unique && p.alloc_id &&
-        (!e->tp->mr_piece || p.size <= e->tp->mr_piece))
+        (!e->mr_piece || p.size <= e->mr_piece))
         k = (mem_key_t){p.base, p.size, p.alloc_id};
     *key_p = k;
     return PDX_OK;
@@ -91,9 +92,15 @@ static pdx_status_t reg_get(pdx_engine_t *e, void *base, size_t len, pdx_reg_t *
         ;
     if (r == e->regs + PDX_MAX_MEMS) /* never: a region holds at most one */
         return PDX_ERR_FULL;
-    st = pdx_gpu_mem_reg(e, (void *)k.base, k.len, access, &r->mr, &r->gpu);
-    if (st != PDX_OK)
-        return st;
+    for (uint32_t nic = 0; nic < e->ntps; nic++) {
+        st = pdx_gpu_mem_reg(e, nic, (void *)k.base, k.len, access, &r->mr[nic], &r->gpu);
+        if (st != PDX_OK) {
+            while (nic-- > 0)
+                e->ops->mr_dereg(r->mr[nic]); /* nothing posted on it yet */
+            memset(r, 0, sizeof(*r));
+            return st;
+        }
+    }
     r->base = k.base;
     r->len = k.len;
     r->id = k.id;
@@ -103,7 +110,10 @@ static pdx_status_t reg_get(pdx_engine_t *e, void *base, size_t len, pdx_reg_t *
     return PDX_OK;
 }
 
-static pdx_status_t reg_put(pdx_engine_t *e, pdx_reg_t *r)
+/* The last region of a registration lets go: m's view of each NIC's part
+ * goes with it (a later part still busy leaves the region usable on the
+ * NICs that kept theirs). */
+static pdx_status_t reg_put(pdx_engine_t *e, pdx_reg_t *r, pdx_mem_t *m)
 {
     pdx_status_t st;
 
@@ -111,9 +121,15 @@ static pdx_status_t reg_put(pdx_engine_t *e, pdx_reg_t *r)
         r->refs--;
         return PDX_OK;
     }
-    st = e->ops->mr_dereg(r->mr);
-    if (st != PDX_OK)
-        return st; /* WRs still use it: the region stays */
+    for (uint32_t nic = 0; nic < e->ntps; nic++) {
+        if (!r->mr[nic])
+            continue;
+        st = e->ops->mr_dereg(r->mr[nic]);
+        if (st != PDX_OK)
+            return st; /* WRs still use it, or the device failed: kept */
+        r->mr[nic] = NULL;
+        m->mr[nic] = NULL; /* the send path fails a room that meets it */
+    }
     memset(r, 0, sizeof(*r));
     atomic_fetch_sub_explicit(&e->nregs, 1, memory_order_relaxed);
     return PDX_OK;
@@ -132,7 +148,7 @@ pdx_status_t pdx_mem_register(pdx_engine_t *e, void *base, size_t len, uint32_t 
     /* Peers never let a region id change its description (shards read it
      * without a lock): an id described before is taken only when no fresh
      * one is left, and peers that knew the old region then fail. */
-    for (id = 0; id < PDX_MAX_MEMS && (e->mems[id].used || e->mems[id].rkey.len); id++)
+    for (id = 0; id < PDX_MAX_MEMS && (e->mems[id].used || e->mems[id].rkey[0].len); id++)
         ;
     if (id == PDX_MAX_MEMS) {
         for (id = 0; id < PDX_MAX_MEMS && e->mems[id].used; id++)
@@ -153,12 +169,16 @@ pdx_status_t pdx_mem_register(pdx_engine_t *e, void *base, size_t len, uint32_t 
     }
     m = &e->mems[id];
     m->reg = reg;
-    m->mr = reg->mr;
     m->mr_off = (uintptr_t)base - reg->base;
-    e->ops->mr_remote(reg->mr, &m->rkey);
-    if (m->rkey.npieces == 1) { /* one key covers the registration: this region's window */
-        m->rkey.addr = (uintptr_t)base;
-        m->rkey.len = len;
+    for (uint32_t nic = 0; nic < e->ntps; nic++) {
+        pdx_tp_rkey_t *k = &m->rkey[nic];
+
+        m->mr[nic] = reg->mr[nic];
+        e->ops->mr_remote(reg->mr[nic], k);
+        if (k->npieces == 1) { /* one key covers the registration: this region's window */
+            k->addr = (uintptr_t)base;
+            k->len = len;
+        }
     }
     m->base = base;
     m->len = len;
@@ -185,13 +205,13 @@ pdx_status_t pdx_mem_deregister(pdx_engine_t *e, uint32_t mem)
         pdx_error("pdx_mem_deregister: region %u is still used by a layout", mem);
         st = PDX_ERR_STATE;
     } else {
-        st = reg_put(e, m->reg);
+        st = reg_put(e, m->reg, m);
         if (st == PDX_OK) {
-            pdx_tp_rkey_t described = m->rkey; /* kept: the id is not fresh */
+            pdx_tp_rkey_t described = m->rkey[0]; /* kept: the id is not fresh */
 
             memset(m, 0, sizeof(*m));
             described.rkeys = NULL; /* the transport's, gone with the registration */
-            m->rkey = described;
+            m->rkey[0] = described;
         }
     }
     pthread_mutex_unlock(&e->lock);
@@ -209,6 +229,7 @@ pdx_status_t pdx_engine_mem_lookup(pdx_engine_t *e, uint32_t mem, pdx_mem_t **me
 void pdx_mem_fini(pdx_engine_t *e)
 {
     for (uint32_t i = 0; i < PDX_MAX_MEMS; i++)
-        if (e->regs[i].refs)
-            e->ops->mr_dereg(e->regs[i].mr);
+        for (uint32_t nic = 0; nic < e->ntps && e->regs[i].refs; nic++)
+            if (e->regs[i].mr[nic])
+                e->ops->mr_dereg(e->regs[i].mr[nic]);
 }

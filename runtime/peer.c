@@ -43,7 +43,8 @@ static void peer_free(pdx_peer_t *peer)
     for (uint32_t i = 0; i < PDX_MAX_LAYOUTS; i++)
         pdx_layout_free(atomic_load_explicit(&peer->layouts[i], memory_order_relaxed));
     for (uint32_t i = 0; i < PDX_MAX_MEMS; i++)
-        free((void *)(uintptr_t)peer->mems[i].rkey.rkeys);
+        for (uint32_t k = 0; k < PDX_MAX_NICS; k++)
+            free((void *)(uintptr_t)peer->mems[i].rkey[k].rkeys);
     free(peer->deps);
     free(peer->eps_in);
     pthread_cond_destroy(&peer->wait_cond);
@@ -99,7 +100,8 @@ static void peer_reset(pdx_peer_t *peer, pdx_engine_t *e, int fd, bool outgoing,
         pdx_layout_free(atomic_exchange_explicit(&peer->layouts[i], NULL, memory_order_relaxed));
     for (uint32_t i = 0; i < PDX_MAX_MEMS; i++) {
         atomic_store_explicit(&peer->mems[i].valid, 0, memory_order_relaxed);
-        free((void *)(uintptr_t)peer->mems[i].rkey.rkeys);
+        for (uint32_t k = 0; k < PDX_MAX_NICS; k++)
+            free((void *)(uintptr_t)peer->mems[i].rkey[k].rkeys);
         memset(&peer->mems[i].rkey, 0, sizeof(peer->mems[i].rkey));
     }
     atomic_store_explicit(&peer->mem_piece, 0, memory_order_relaxed);
@@ -327,7 +329,8 @@ pdx_status_t pdx_peer_send_credit(pdx_peer_t *peer, uint32_t pair, uint32_t inde
 pdx_status_t pdx_peer_send_hello(pdx_peer_t *peer, bool last)
 {
     pdx_engine_t *e = peer->engine;
-    pdx_wire_hello_t m = {.version = e->protocol_version, .caps = 0, .nshards = e->nshards};
+    pdx_wire_hello_t m = {.version = e->protocol_version, .caps = 0, .nshards = e->nshards,
+                          .nics = e->ntps};
     uint8_t frame[PDX_WIRE_HEADER_SIZE + 64 + PDX_WIRE_HOST_MAX + PDX_WIRE_TRANSPORT_MAX];
     pdx_status_t st;
     size_t len;
@@ -387,7 +390,7 @@ pdx_status_t pdx_peer_send_descs(pdx_peer_t *peer)
     uint8_t *buf;
 
     buf = malloc(PDX_WIRE_MAX_FRAME);
-    entries = calloc(PDX_MAX_MEMS, sizeof(*entries));
+    entries = calloc((size_t)PDX_MAX_MEMS * PDX_MAX_NICS, sizeof(*entries));
     if (!buf || !entries)
         goto err_nomem;
     /* Regions and layouts added after this snapshot are broadcast to the
@@ -396,8 +399,9 @@ pdx_status_t pdx_peer_send_descs(pdx_peer_t *peer)
      * of regions in pieces are copied: a region may go once the lock drops. */
     pthread_mutex_lock(&e->lock);
     for (uint32_t i = 0; i < PDX_MAX_MEMS; i++)
-        if (e->mems[i].used && e->mems[i].rkey.npieces > 1)
-            nkeys += e->mems[i].rkey.npieces;
+        for (uint32_t nic = 0; nic < e->ntps; nic++)
+            if (e->mems[i].used && e->mems[i].rkey[nic].npieces > 1)
+                nkeys += e->mems[i].rkey[nic].npieces;
     if (nkeys && !(keys = malloc(nkeys * sizeof(*keys)))) {
         pthread_mutex_unlock(&e->lock);
         goto err_nomem;
@@ -405,16 +409,16 @@ pdx_status_t pdx_peer_send_descs(pdx_peer_t *peer)
     peer->desc_sent = true;
     nkeys = 0;
     for (uint32_t i = 0; i < PDX_MAX_MEMS; i++) {
-        pdx_tp_rkey_t k = e->mems[i].rkey;
+        for (uint32_t nic = 0; nic < e->ntps && e->mems[i].used; nic++) {
+            pdx_tp_rkey_t k = e->mems[i].rkey[nic];
 
-        if (!e->mems[i].used)
-            continue;
-        if (k.npieces > 1) {
-            memcpy(keys + nkeys, k.rkeys, k.npieces * sizeof(*keys));
-            k.rkeys = keys + nkeys;
-            nkeys += k.npieces;
+            if (k.npieces > 1) {
+                memcpy(keys + nkeys, k.rkeys, k.npieces * sizeof(*keys));
+                k.rkeys = keys + nkeys;
+                nkeys += k.npieces;
+            }
+            entries[count++] = (pdx_wire_mem_entry_t){.mem = i, .nic = nic, .rkey = k};
         }
-        entries[count++] = (pdx_wire_mem_entry_t){.mem = i, .rkey = k};
     }
     for (uint32_t i = 0; i < PDX_MAX_LAYOUTS; i++) {
         if (e->layouts[i]) {
@@ -471,12 +475,11 @@ static uint32_t desc_peers(pdx_engine_t *e, pdx_peer_t **to)
 
 void pdx_peer_broadcast_mem(pdx_engine_t *e, uint32_t mem)
 {
-    uint32_t keys[PDX_TP_PIECES_MAX];
-    pdx_wire_mem_entry_t entry;
-    pdx_wire_mem_t m = {.count = 1, .entries = &entry};
+    uint32_t keys[PDX_MAX_NICS][PDX_TP_PIECES_MAX];
+    pdx_wire_mem_entry_t entries[PDX_MAX_NICS];
     uint8_t frame[PDX_WIRE_MEM_ONE_MAX];
     pdx_peer_t *to[PDX_MAX_PEERS];
-    uint32_t n;
+    uint32_t n, nics;
     pdx_status_t st;
     size_t len;
 
@@ -487,22 +490,29 @@ void pdx_peer_broadcast_mem(pdx_engine_t *e, uint32_t mem)
         pthread_mutex_unlock(&e->lock);
         return;
     }
-    entry = (pdx_wire_mem_entry_t){.mem = mem, .rkey = e->mems[mem].rkey};
-    if (entry.rkey.npieces > 1) { /* copied: the region may go once the lock drops */
-        memcpy(keys, entry.rkey.rkeys, entry.rkey.npieces * sizeof(keys[0]));
-        entry.rkey.rkeys = keys;
+    nics = e->ntps;
+    for (uint32_t nic = 0; nic < nics; nic++) {
+        pdx_wire_mem_entry_t *ent = &entries[nic];
+
+        *ent = (pdx_wire_mem_entry_t){.mem = mem, .nic = nic, .rkey = e->mems[mem].rkey[nic]};
+        if (ent->rkey.npieces > 1) { /* copied: the region may go once the lock drops */
+            memcpy(keys[nic], ent->rkey.rkeys, ent->rkey.npieces * sizeof(keys[0][0]));
+            ent->rkey.rkeys = keys[nic];
+        }
     }
     n = desc_peers(e, to);
     pthread_mutex_unlock(&e->lock);
-    if (n == 0)
-        return;
-    st = pdx_wire_encode_mem(&m, frame, sizeof(frame), &len);
-    if (st != PDX_OK) {
-        pdx_error("cannot encode region %u for the peers: %s", mem, pdx_status_str(st));
-        return;
+    /* A frame per NIC: each fits PDX_WIRE_MEM_ONE_MAX. */
+    for (uint32_t nic = 0; nic < nics && n; nic++) {
+        st = pdx_wire_encode_mem(&(pdx_wire_mem_t){.count = 1, .entries = &entries[nic]}, frame,
+                                 sizeof(frame), &len);
+        if (st != PDX_OK) {
+            pdx_error("cannot encode region %u for the peers: %s", mem, pdx_status_str(st));
+            return;
+        }
+        for (uint32_t i = 0; i < n; i++)
+            send_desc(to[i], frame, len, "region", mem);
     }
-    for (uint32_t i = 0; i < n; i++)
-        send_desc(to[i], frame, len, "region", mem);
 }
 
 void pdx_peer_broadcast_layout(pdx_engine_t *e, uint32_t layout)

@@ -404,7 +404,9 @@ void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notif
  * its control connection closes (a prefill engine that exits right after its
  * rooms succeeded): its decode rooms fail only once every shard has made two
  * passes since (each pass polls its CQ), or after a second, so a room whose
- * data all arrived still becomes SUCCESS. Prefill rooms fail at once.
+ * data all arrived still becomes SUCCESS. A room whose last notifies from
+ * the peer were all counted (it waits for its flush read) does not fail
+ * for the peer: the flush decides. Prefill rooms fail at once.
  */
 static bool peer_drained(pdx_engine_t *e, pdx_peer_t *peer, uint64_t now)
 {
@@ -421,6 +423,16 @@ static bool peer_drained(pdx_engine_t *e, pdx_peer_t *peer, uint64_t now)
             peer->gone_passes[i] + 2)
             return false;
     return true;
+}
+
+static bool gone_sender_done(pdx_room_ext_t *ext, const pdx_peer_t *gone)
+{
+    bool done;
+
+    pthread_mutex_lock(&ext->lock);
+    done = sender_done_locked(ext, gone->remote_id);
+    pthread_mutex_unlock(&ext->lock);
+    return done;
 }
 
 static void sweep_room(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_room_ext_t *ext, uint64_t id,
@@ -446,7 +458,7 @@ static void sweep_room(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_room_ext_t *ext
         if (dl && now > dl)
             pdx_rooms_fail_id(e, obj, id, PDX_ERR_TIMEOUT, "the transfer did not complete by "
                               "the pdx_expect deadline");
-        else if (gone && peer_drained(e, gone, now))
+        else if (gone && peer_drained(e, gone, now) && !gone_sender_done(ext, gone))
             pdx_rooms_fail_id(e, obj, id, PDX_ERR_PEER, "peer %s is gone: %s", gone->addr,
                               gone->err);
     } else if (state == PDX_ROOM_BOOTSTRAPPING && dl && now > dl) {

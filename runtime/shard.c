@@ -50,22 +50,26 @@
 #include "log.h"
 
 /*
- * The CQ takes every completion its endpoints can have outstanding: an
- * endpoint holds sq_depth + PDX_NOTIFY_RQ of it, and ep_create refuses one
- * that no longer fits (PDX_ERR_FULL). It is sized for PDX_MAX_PEERS peers of
- * qps_per_peer endpoints each, capped at PDX_SHARD_CQ_MAX (a transport may
- * clamp further to its device). So a shard serves
+ * A shard has a CQ per NIC, for the endpoints on that NIC. A CQ takes
+ * every completion its endpoints can have outstanding: an endpoint holds
+ * sq_depth + PDX_NOTIFY_RQ of it, and ep_create refuses one that no longer
+ * fits (PDX_ERR_FULL). It is sized for PDX_MAX_PEERS peers of qps_per_peer
+ * endpoints each, capped at PDX_SHARD_CQ_MAX (a transport may clamp further
+ * to its device). So a shard serves
  *     min(PDX_MAX_PEERS, depth / (endpoints per peer * (sq_depth + PDX_NOTIFY_RQ)))
- * peers, where endpoints per peer is qps_per_peer times the pairs that map
- * to the shard, and at most PDX_SHARD_MAX_DEPS endpoints in all. With the
- * defaults (2 x (256 + 64) x 64 = 40960) every peer fits.
+ * peers, where endpoints per peer (on one NIC) is qps_per_peer times the
+ * pairs that map to the shard times the lanes that map to the NIC (one,
+ * unless the peer has more NICs than this engine), and at most
+ * PDX_SHARD_MAX_DEPS endpoints in all. With the defaults
+ * (2 x (256 + 64) x 64 = 40960) every peer fits.
  */
 #define PDX_SHARD_CQ_MAX   (1u << 18)
 #define PDX_SHARD_SPIN_NS  20000u     /* poll this long after activity before sleeping */
 #define PDX_SHARD_RETRY_US 1000u      /* sleep while a credit waits for the control buffer */
 #define PDX_SHARD_JOIN_MS  10000u
 
-enum { EV_WAKE = 0, EV_CQ = 1 };
+enum { EV_WAKE = 0, EV_CQ = 1 }; /* EV_CQ + k: the CQ of NIC k */
+#define EV_MAX (1 + PDX_MAX_NICS)
 
 static uint32_t shard_cq_depth(const pdx_config_t *cfg)
 {
@@ -124,18 +128,23 @@ pdx_status_t pdx_shard_init(pdx_engine_t *e, pdx_shard_t *s, uint32_t index)
         pdx_error("shard %u: eventfd: %s", index, strerror(errno));
         goto err_links;
     }
-    status = e->ops->cq_create(e->tp, shard_cq_depth(cfg) + pdx_flush_cq_depth(e), &s->cq);
-    if (status != PDX_OK)
-        goto err_wake; /* the transport said why */
+    for (uint32_t k = 0; k < e->ntps; k++) {
+        status = e->ops->cq_create(e->tps[k], shard_cq_depth(cfg) + pdx_flush_cq_depth(e),
+                                   &s->cq[k]);
+        if (status != PDX_OK)
+            goto err_cq; /* the transport said why */
+    }
     status = PDX_ERR_IO;
     s->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (s->epfd < 0) {
         pdx_error("shard %u: epoll_create1: %s", index, strerror(errno));
         goto err_cq;
     }
-    if (shard_epoll_add(s, s->wake_fd, EV_WAKE) != PDX_OK ||
-        shard_epoll_add(s, e->ops->cq_fd(s->cq), EV_CQ) != PDX_OK)
+    if (shard_epoll_add(s, s->wake_fd, EV_WAKE) != PDX_OK)
         goto err_epoll;
+    for (uint32_t k = 0; k < e->ntps; k++)
+        if (shard_epoll_add(s, e->ops->cq_fd(s->cq[k]), EV_CQ + k) != PDX_OK)
+            goto err_epoll;
     status = pdx_flush_init(s);
     if (status != PDX_OK)
         goto err_flush;
@@ -147,9 +156,11 @@ err_epoll:
     close(s->epfd);
     s->epfd = -1;
 err_cq:
-    e->ops->cq_destroy(s->cq);
-    s->cq = NULL;
-err_wake:
+    for (uint32_t k = 0; k < e->ntps; k++)
+        if (s->cq[k]) {
+            e->ops->cq_destroy(s->cq[k]);
+            s->cq[k] = NULL;
+        }
     close(s->wake_fd);
     s->wake_fd = -1;
 err_links:
@@ -212,11 +223,13 @@ void pdx_shard_fini(pdx_shard_t *s)
     }
     pdx_flush_fini(s);
     close(s->epfd);
-    e->ops->cq_destroy(s->cq);
+    for (uint32_t k = 0; k < e->ntps; k++) {
+        e->ops->cq_destroy(s->cq[k]);
+        s->cq[k] = NULL;
+    }
     close(s->wake_fd);
     free(s->cell_next);
     pdx_ring_fini(&s->ring);
-    s->cq = NULL;
     s->cell_next = NULL;
     s->epfd = s->wake_fd = -1;
     s->engine = NULL;
@@ -280,7 +293,11 @@ pdx_status_t pdx_shard_add_dep(pdx_shard_t *s, pdx_dep_t *dep)
     dep->rebuilt = dep->ep_sent = dep->up_local = dep->have_remote = dep->peer_up = false;
     pthread_mutex_init(&dep->lock, NULL);
 
-    status = e->ops->ep_create(e->tp, s->cq, &attr, &dep->ep);
+    if (dep->nic >= e->ntps) {
+        pdx_error("shard %u: data endpoint on NIC %u of %u", s->index, dep->nic, e->ntps);
+        return PDX_ERR_INVALID;
+    }
+    status = e->ops->ep_create(e->tps[dep->nic], s->cq[dep->nic], &attr, &dep->ep);
     if (status != PDX_OK)
         return status; /* the transport said why (PDX_ERR_FULL: the CQ is full) */
     dep->ledger = calloc(dep->sq_depth, sizeof(*dep->ledger));
@@ -296,7 +313,8 @@ pdx_status_t pdx_shard_add_dep(pdx_shard_t *s, pdx_dep_t *dep)
         goto err_ledger;
     }
     dep->rx_buf = memset(buf, 0, rx_len);
-    status = e->ops->mr_reg(e->tp, dep->rx_buf, rx_len, PDX_TP_ACCESS_LOCAL_WRITE, &dep->rx_mr);
+    status = e->ops->mr_reg(e->tps[dep->nic], dep->rx_buf, rx_len, PDX_TP_ACCESS_LOCAL_WRITE,
+                            &dep->rx_mr);
     if (status != PDX_OK)
         goto err_buf;
 
@@ -520,7 +538,7 @@ static int shard_wait(pdx_shard_loop_t *L)
 {
     pdx_shard_t *s = L->s;
     pdx_engine_t *e = L->e;
-    struct epoll_event ev[2];
+    struct epoll_event ev[EV_MAX];
     uint64_t us = UINT64_MAX;
     int n;
 
@@ -530,7 +548,7 @@ static int shard_wait(pdx_shard_loop_t *L)
         us = PDX_MIN(us, (uint64_t)PDX_SHARD_RETRY_US);
 
     if (us == UINT64_MAX) {
-        n = epoll_wait(s->epfd, ev, 2, -1);
+        n = epoll_wait(s->epfd, ev, EV_MAX, -1);
     } else {
         n = -1;
         errno = ENOSYS;
@@ -539,12 +557,12 @@ static int shard_wait(pdx_shard_loop_t *L)
             struct timespec ts = {.tv_sec = (time_t)(us / 1000000u),
                                   .tv_nsec = (long)(us % 1000000u) * 1000};
 
-            n = epoll_pwait2(s->epfd, ev, 2, &ts, NULL);
+            n = epoll_pwait2(s->epfd, ev, EV_MAX, &ts, NULL);
         }
 #endif
         if (n < 0 && errno == ENOSYS) {
             L->no_pwait2 = true;
-            n = epoll_wait(s->epfd, ev, 2, (int)((us + 999) / 1000));
+            n = epoll_wait(s->epfd, ev, EV_MAX, (int)((us + 999) / 1000));
         }
     }
     atomic_store_explicit(&s->sleeping, 0, memory_order_relaxed);
@@ -562,8 +580,8 @@ static int shard_wait(pdx_shard_loop_t *L)
 
             if (read(s->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
                 pdx_error("shard %u: eventfd read: %s", s->index, strerror(errno));
-        } else {
-            e->ops->cq_ack(s->cq);
+        } else if (ev[i].data.u32 - EV_CQ < e->ntps) {
+            e->ops->cq_ack(s->cq[ev[i].data.u32 - EV_CQ]);
         }
     }
     return n;
@@ -610,11 +628,12 @@ static void *shard_main(void *arg)
             }
             /* Arm, announce the sleep, then one more pass sees whatever a
              * waker published before it read `sleeping`. */
-            if (e->ops->cq_arm(s->cq) != PDX_OK && !L->arm_failed) {
-                pdx_error("shard %u: cannot arm its CQ: sleeps are bounded from now on",
-                          s->index);
-                L->arm_failed = true; /* no CQ event may come: never sleep unbounded */
-            }
+            for (uint32_t k = 0; k < e->ntps; k++)
+                if (e->ops->cq_arm(s->cq[k]) != PDX_OK && !L->arm_failed) {
+                    pdx_error("shard %u: cannot arm its CQ of NIC %u: sleeps are bounded from "
+                              "now on", s->index, k);
+                    L->arm_failed = true; /* no CQ event may come: never sleep unbounded */
+                }
             atomic_exchange_explicit(&s->sleeping, 1, memory_order_acq_rel);
             armed = true;
             continue;

@@ -182,14 +182,13 @@ static void on_recv(pdx_shard_loop_t *L, pdx_dep_t *dep, const pdx_tp_wc_t *wc)
         credit_return(L, dep);
 }
 
-void pdx_shard_poll(pdx_shard_loop_t *L)
+static void poll_cq(pdx_shard_loop_t *L, pdx_tp_cq_t *cq)
 {
     pdx_shard_t *s = L->s;
     pdx_engine_t *e = L->e;
 
-    /* A few batches, then the send path gets its turn. */
     for (int round = 0; round < 4; round++) {
-        int n = e->ops->cq_poll(s->cq, L->wc, PDX_SHARD_WC_BATCH);
+        int n = e->ops->cq_poll(cq, L->wc, PDX_SHARD_WC_BATCH);
         uint32_t ndeps;
 
         if (n <= 0)
@@ -217,6 +216,16 @@ void pdx_shard_poll(pdx_shard_loop_t *L)
         if (n < PDX_SHARD_WC_BATCH)
             return;
     }
+}
+
+void pdx_shard_poll(pdx_shard_loop_t *L)
+{
+    pdx_shard_t *s = L->s;
+    pdx_engine_t *e = L->e;
+
+    /* A few batches of each NIC's CQ, then the send path gets its turn. */
+    for (uint32_t k = 0; k < e->ntps; k++)
+        poll_cq(L, s->cq[k]);
 }
 
 void pdx_shard_credit_retry(pdx_shard_loop_t *L)

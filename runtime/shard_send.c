@@ -146,15 +146,16 @@ static bool build_writes(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
             const pdx_remote_mem_t *rm = r->dst_mem < PDX_MAX_MEMS ? &peer->mems[r->dst_mem]
                                                                    : NULL;
 
-            if (PDX_UNLIKELY(!m || !m->used || !m->mr))
+            if (PDX_UNLIKELY(!m || !m->used || !m->mr[dep->nic]))
                 goto err_src;
             src_len = m->len;
             src_off = m->mr_off;
-            if (PDX_UNLIKELY(!rm || !atomic_load_explicit(&rm->valid, memory_order_acquire)))
+            if (PDX_UNLIKELY(!rm || !(atomic_load_explicit(&rm->valid, memory_order_acquire) >>
+                                      dep->rnic & 1)))
                 goto err_unknown;
             mems = key;
-            mr = m->mr;
-            dst = &rm->rkey;
+            mr = m->mr[dep->nic];
+            dst = &rm->rkey[dep->rnic];
             dst_len = dst->len;
             dst_addr = dst->addr;
             rkey = dst->rkey;
@@ -189,7 +190,8 @@ static bool build_writes(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
 err_unknown:
     if (r->src_offset > src_len || r->len > src_len - r->src_offset)
         goto err_src; /* the source is checked first */
-    room_fail(c, PDX_ERR_RANGE, "memory %u of peer %s is unknown", r->dst_mem, peer->addr);
+    room_fail(c, PDX_ERR_RANGE, "memory %u of peer %s is unknown (on its NIC %u)", r->dst_mem,
+              peer->addr, dep->rnic);
     return false;
 err_src:
     room_fail(c, PDX_ERR_RANGE, "%llu bytes at offset %llu are outside local memory %u",
@@ -344,7 +346,7 @@ static inline bool dep_can_notify(const pdx_dep_t *dep, uint32_t extra)
  * piece (both powers of two), 0: none. */
 static uint64_t plan_piece(const pdx_engine_t *e, const pdx_peer_t *peer)
 {
-    uint64_t mine = e->tp->mr_piece;
+    uint64_t mine = e->mr_piece;
     uint64_t theirs = atomic_load_explicit(&peer->mem_piece, memory_order_relaxed);
 
     return !mine ? theirs : !theirs ? mine : PDX_MIN(mine, theirs);

@@ -31,7 +31,7 @@
 
 #include <stdbool.h>
 
-typedef struct pdx_tp    pdx_tp_t;    /* one per engine: device context, "NIC" */
+typedef struct pdx_tp    pdx_tp_t;    /* one per NIC of an engine: device context */
 typedef struct pdx_tp_cq pdx_tp_cq_t; /* completion queue: one per (shard, NIC) */
 typedef struct pdx_tp_ep pdx_tp_ep_t; /* endpoint: one RC connection */
 typedef struct pdx_tp_mr pdx_tp_mr_t; /* registered memory region */
@@ -57,6 +57,11 @@ typedef struct pdx_tp_params {
     const pdx_config_t *config;  /* transport-specific knobs (PDX_IB_*, ...) */
     bool        quiet_no_device; /* finding no device is not an error (the
                                   * engine falls back): log why at info */
+    uint32_t    nic;             /* an engine of several NICs opens one tp per
+                                  * NIC: the nic-th usable device (0: the first)
+                                  * in the transport's order of preference;
+                                  * PDX_ERR_NO_DEVICE when there are fewer.
+                                  * tcp: every tp is the host's stack */
 } pdx_tp_params_t;
 
 /* An ep's address, exchanged over the control channel before ep_connect. */

@@ -180,13 +180,14 @@ static void put_hello(pdx_wire_wr_t *w, const void *arg, const void *extra)
     pdx_wire_wr_u32(w, m->nshards);
     wr_str(w, m->host);
     wr_str(w, m->transport);
+    pdx_wire_wr_u32(w, m->nics);
 }
 
 pdx_status_t pdx_wire_encode_hello(const pdx_wire_hello_t *m, void *buf, size_t cap,
                                    size_t *size_p)
 {
-    if (!m || m->nshards == 0 || m->nshards > PDX_WIRE_MAX_SHARDS ||
-        !str_fits(m->host, PDX_WIRE_HOST_MAX) || !str_fits(m->transport, PDX_WIRE_TRANSPORT_MAX))
+    if (!m || m->nshards == 0 || m->nshards > PDX_WIRE_MAX_SHARDS || m->nics == 0 ||
+        m->nics > PDX_WIRE_MAX_NICS || !str_fits(m->host, PDX_WIRE_HOST_MAX) || !str_fits(m->transport, PDX_WIRE_TRANSPORT_MAX))
         return PDX_ERR_INVALID;
     return pdx_wire_encode_frame(PDX_WIRE_HELLO, put_hello, m, NULL, buf, cap, size_p);
 }
@@ -212,8 +213,22 @@ static pdx_status_t get_hello(pdx_wire_rd_t *r, pdx_wire_hello_t *m, const char 
         st = rd_str(r, m->transport, PDX_WIRE_TRANSPORT_MAX, why);
     if (st != PDX_OK)
         return st;
-    /* This version's HELLO is exact; another version's may carry more. */
-    if (m->version == PDX_PROTOCOL_VERSION && pdx_wire_rd_left(r)) {
+    /* Another version is decoded only as far as the handshake needs to
+     * refuse it (PDX_ERR_VERSION): its NIC count, if any, is not checked. */
+    m->nics = 1;
+    if (m->version != PDX_PROTOCOL_VERSION)
+        return PDX_OK;
+    m->nics = pdx_wire_rd_u32(r);
+    if (r->short_read) {
+        *why = "truncated HELLO";
+        return PDX_ERR_PROTO;
+    }
+    if (m->nics == 0 || m->nics > PDX_WIRE_MAX_NICS) {
+        *why = "HELLO NIC count outside 1..PDX_WIRE_MAX_NICS";
+        return PDX_ERR_PROTO;
+    }
+    /* This version's HELLO is exact. */
+    if (pdx_wire_rd_left(r)) {
         *why = "bytes after the HELLO fields";
         return PDX_ERR_PROTO;
     }

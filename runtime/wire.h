@@ -41,10 +41,11 @@
 #define PDX_WIRE_REASON_MAX     256        /* ABORT reason, ERROR message, bytes */
 #define PDX_WIRE_ID_SIZE        16         /* engine identity, random bytes */
 #define PDX_WIRE_MAX_SHARDS     1024       /* HELLO nshards, EP shard */
+#define PDX_WIRE_MAX_NICS       16         /* HELLO nics, MEM nic */
 #define PDX_WIRE_MAX_MEMS       4096       /* MEM entries per message */
 #define PDX_WIRE_MAX_MEM_KEYS   65536      /* MEM rkeys of pieces after the first, per message */
 /* The largest MEM frame of one region (header included). */
-#define PDX_WIRE_MEM_ONE_MAX    (PDX_WIRE_HEADER_SIZE + 4u + 28u + 8u + 4u * PDX_TP_PIECES_MAX)
+#define PDX_WIRE_MEM_ONE_MAX    (PDX_WIRE_HEADER_SIZE + 4u + 32u + 8u + 4u * PDX_TP_PIECES_MAX)
 #define PDX_WIRE_MAX_SENDERS    PDX_MAX_SENDERS    /* ROOM nsenders */
 #define PDX_WIRE_MAX_ROOM_PAGES PDX_MAX_ROOM_PAGES /* ROOM page indices, all groups */
 
@@ -81,12 +82,16 @@ typedef struct pdx_wire_hello {
     uint32_t nshards;                        /* 1..PDX_WIRE_MAX_SHARDS */
     char     host[PDX_WIRE_HOST_MAX + 1];
     char     transport[PDX_WIRE_TRANSPORT_MAX + 1];
+    uint32_t nics;                           /* 1..PDX_WIRE_MAX_NICS (version 4; 1 in a
+                                              * HELLO of an earlier version) */
 } pdx_wire_hello_t;
 
-/* MEM: regions the peer may write into. A region in pieces carries the
- * piece size and every piece's rkey (pdx_tp_rkey_t). */
+/* MEM: regions the peer may write into, an entry per region and NIC of the
+ * sender. A region in pieces carries the piece size and every piece's rkey
+ * (pdx_tp_rkey_t). */
 typedef struct pdx_wire_mem_entry {
     uint32_t      mem;
+    uint32_t      nic;                       /* 0..PDX_WIRE_MAX_NICS - 1 */
     pdx_tp_rkey_t rkey;                      /* len >= 1, addr + len does not wrap;
                                               * decode: rkeys point into the entries'
                                               * allocation */

@@ -19,9 +19,10 @@
 #include <string.h>
 
 /* Fixed parts of the bodies. */
-#define PDX_WIRE_HELLO_FIXED   (4u + 8u + PDX_WIRE_ID_SIZE + 4u + 2u + 2u)
+#define PDX_WIRE_HELLO_FIXED   (4u + 8u + PDX_WIRE_ID_SIZE + 4u + 2u + 2u + 4u)
 #define PDX_WIRE_MEM_HEAD      4u
-#define PDX_WIRE_MEM_ENTRY     (4u + 8u + 8u + 4u + 4u) /* + piece u64 and rkeys when pieces */
+#define PDX_WIRE_MEM_ENTRY     (4u + 4u + 8u + 8u + 4u + 4u) /* + piece u64 and rkeys when
+                                                            * pieces */
 #define PDX_WIRE_MEM_PIECES    8u                       /* the piece size of an entry in pieces */
 #define PDX_WIRE_LAYOUT_HEAD   (4u + 4u + 4u + 4u)
 #define PDX_WIRE_LAYOUT_GROUP  (4u + 4u + 4u + 8u)

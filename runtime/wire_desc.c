@@ -39,6 +39,7 @@ static void put_mem(pdx_wire_wr_t *w, const void *arg, const void *extra)
         const pdx_tp_rkey_t *k = &m->entries[i].rkey;
 
         pdx_wire_wr_u32(w, m->entries[i].mem);
+        pdx_wire_wr_u32(w, m->entries[i].nic);
         pdx_wire_wr_u64(w, k->addr);
         pdx_wire_wr_u64(w, k->len);
         pdx_wire_wr_u32(w, k->rkey);
@@ -61,7 +62,8 @@ pdx_status_t pdx_wire_encode_mem(const pdx_wire_mem_t *m, void *buf, size_t cap,
     for (uint32_t i = 0; i < m->count; i++) {
         const pdx_tp_rkey_t *k = &m->entries[i].rkey;
 
-        if (!rkey_valid(k) || (k->npieces > 1 && (!k->rkeys || k->rkeys[0] != k->rkey)))
+        if (!rkey_valid(k) || (k->npieces > 1 && (!k->rkeys || k->rkeys[0] != k->rkey)) ||
+            m->entries[i].nic >= PDX_WIRE_MAX_NICS)
             return PDX_ERR_INVALID;
         keys += k->npieces - 1;
     }
@@ -111,6 +113,7 @@ pdx_status_t pdx_wire_get_mem(pdx_wire_rd_t *r, pdx_wire_mem_t *m, const char **
         pdx_tp_rkey_t *k = &e[i].rkey;
 
         e[i].mem = pdx_wire_rd_u32(r);
+        e[i].nic = pdx_wire_rd_u32(r);
         *k = (pdx_tp_rkey_t){.addr = pdx_wire_rd_u64(r), .len = pdx_wire_rd_u64(r),
                              .rkey = pdx_wire_rd_u32(r), .npieces = pdx_wire_rd_u32(r)};
         if (k->npieces > 1 && !r->short_read) {
@@ -137,6 +140,10 @@ pdx_status_t pdx_wire_get_mem(pdx_wire_rd_t *r, pdx_wire_mem_t *m, const char **
         }
         if (!rkey_valid(k)) {
             *why = "MEM region empty, wrapping the address space, or its pieces inconsistent";
+            goto err;
+        }
+        if (e[i].nic >= PDX_WIRE_MAX_NICS) {
+            *why = "MEM NIC outside 0..PDX_WIRE_MAX_NICS - 1";
             goto err;
         }
     }

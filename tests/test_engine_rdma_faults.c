@@ -168,7 +168,7 @@ Test(rdma_faults, regions_in_pieces, .fini = fini, .timeout = 60)
     softnic_stats_reset();
     side_open(&pf, &g, cfg);
     side_open(&dc, &g, cfg);
-    cr_assert_eq(pf.e->mems[pf.mem].rkey.npieces, (4u * 1000 * 512 + 65535) / 65536);
+    cr_assert_eq(pf.e->mems[pf.mem].rkey[0].npieces, (4u * 1000 * 512 + 65535) / 65536);
     peer = side_connect(&dc, &pf);
     start_rooms(&dc, peer, 100, 8, 64, dst);
     cr_expect_eq(settle_rooms(&dc, 100, 8, 64, dst), 8);

@@ -27,6 +27,7 @@ Test(wire, hello_round_trip)
     cr_assert_eq(msg.u.hello.caps, want.caps);
     cr_assert_arr_eq(msg.u.hello.id, want.id, PDX_WIRE_ID_SIZE);
     cr_assert_eq(msg.u.hello.nshards, 8);
+    cr_assert_eq(msg.u.hello.nics, 3);
     cr_assert_str_eq(msg.u.hello.host, want.host);
     cr_assert_str_eq(msg.u.hello.transport, "rdma");
     pdx_wire_msg_free(&msg);
@@ -45,6 +46,7 @@ Test(wire, mem_round_trip)
         const pdx_tp_rkey_t *got = &msg.u.mem.entries[i].rkey, *want = &sample_mem_entries[i].rkey;
 
         cr_assert_eq(msg.u.mem.entries[i].mem, sample_mem_entries[i].mem);
+        cr_assert_eq(msg.u.mem.entries[i].nic, sample_mem_entries[i].nic);
         cr_assert_eq(got->addr, want->addr);
         cr_assert_eq(got->len, want->len);
         cr_assert_eq(got->rkey, want->rkey);

@@ -29,7 +29,7 @@ static void expect_ok(uint16_t type, bld_t *body)
 
 /* ------------------------------------------------------------------- HELLO */
 
-static void hello_body(bld_t *b, uint32_t version, uint32_t nshards, const char *host,
+static void hello_head(bld_t *b, uint32_t version, uint32_t nshards, const char *host,
                        size_t host_len, size_t tp_len)
 {
     put(b, version, 4);
@@ -39,6 +39,14 @@ static void hello_body(bld_t *b, uint32_t version, uint32_t nshards, const char 
     put(b, nshards, 4);
     put_str(b, host, host_len);
     put_str(b, "tcptcptcptcptcptcptcptcptcptcptcptcp", tp_len);
+}
+
+/* A HELLO of this version: the head, then 2 NICs. */
+static void hello_body(bld_t *b, uint32_t version, uint32_t nshards, const char *host,
+                       size_t host_len, size_t tp_len)
+{
+    hello_head(b, version, nshards, host, host_len, tp_len);
+    put(b, 2, 4);
 }
 
 Test(wire_bad, hello_limits)
@@ -63,8 +71,30 @@ Test(wire_bad, hello_limits)
     expect_proto(PDX_WIRE_HELLO, &b, "shard count");
     hello_body(&b, PDX_PROTOCOL_VERSION, PDX_WIRE_MAX_SHARDS + 1, "host", 4, 3);
     expect_proto(PDX_WIRE_HELLO, &b, "shard count");
+    /* the NIC count */
+    hello_head(&b, PDX_PROTOCOL_VERSION, 4, "host", 4, 3);
+    put(&b, 0, 4);
+    expect_proto(PDX_WIRE_HELLO, &b, "NIC count");
+    hello_head(&b, PDX_PROTOCOL_VERSION, 4, "host", 4, 3);
+    put(&b, PDX_WIRE_MAX_NICS + 1, 4);
+    expect_proto(PDX_WIRE_HELLO, &b, "NIC count");
+    hello_head(&b, PDX_PROTOCOL_VERSION, 4, "host", 4, 3);
+    put(&b, 1, 2);
+    expect_proto(PDX_WIRE_HELLO, &b, "truncated HELLO");
+    /* another version, without a NIC count (or with one out of range) */
+    hello_head(&b, PDX_PROTOCOL_VERSION + 1, 4, "host", 4, 3);
+    put(&b, 0, 4);
+    f = frame_of(PDX_WIRE_HELLO, &b, &len);
+    cr_assert_eq(pdx_wire_decode(f, len, &msg, NULL), PDX_OK);
+    free(f);
+    hello_head(&b, 3, 4, "host", 4, 3);
+    f = frame_of(PDX_WIRE_HELLO, &b, &len);
+    cr_assert_eq(pdx_wire_decode(f, len, &msg, NULL), PDX_OK);
+    cr_assert_eq(msg.u.hello.version, 3);
+    cr_assert_eq(msg.u.hello.nics, 1);
+    free(f);
     /* a host length far beyond the bytes present */
-    hello_body(&b, PDX_PROTOCOL_VERSION, 4, "", 0, 0);
+    hello_head(&b, PDX_PROTOCOL_VERSION, 4, "", 0, 0);
     b.len -= 4;
     put(&b, 0xffff, 2);
     put(&b, 'h', 1);
@@ -91,6 +121,7 @@ static void mem_body(bld_t *b, uint32_t count, uint32_t present, uint64_t addr, 
     put(b, count, 4);
     for (uint32_t i = 0; i < present; i++) {
         put(b, i, 4);
+        put(b, i % 2, 4); /* NIC */
         put(b, addr, 8);
         put(b, len, 8);
         put(b, 0x1234, 4);
@@ -104,6 +135,7 @@ static void mem_pieces_body(bld_t *b, uint64_t len, uint32_t npieces, uint64_t p
 {
     put(b, 1, 4);
     put(b, 3, 4);
+    put(b, 0, 4);
     put(b, 0x10000, 8);
     put(b, len, 8);
     put(b, 0x1234, 4);
@@ -131,13 +163,21 @@ Test(wire_bad, mem_counts_and_regions)
     mem_body(&b, UINT32_MAX, 0, 0, 0);
     expect_proto(PDX_WIRE_MEM, &b, "above PDX_WIRE_MAX_MEMS");
     /* the body itself is too long: more than the largest MEM, every key allowed */
-    mem_body(&b, PDX_WIRE_MAX_MEMS, (PDX_WIRE_MAX_MEMS * 36 + PDX_WIRE_MAX_MEM_KEYS * 4) / 28 + 1,
+    mem_body(&b, PDX_WIRE_MAX_MEMS, (PDX_WIRE_MAX_MEMS * 40 + PDX_WIRE_MAX_MEM_KEYS * 4) / 32 + 1,
              0x1000, 0x1000);
     expect_proto(PDX_WIRE_MEM, &b, "bounds");
     mem_body(&b, 1, 1, 0x1000, 0);
     expect_proto(PDX_WIRE_MEM, &b, "empty, wrapping");
     mem_body(&b, 1, 1, UINT64_MAX - 10, 11);
     expect_proto(PDX_WIRE_MEM, &b, "empty, wrapping");
+    put(&b, 1, 4);
+    put(&b, 0, 4);
+    put(&b, PDX_WIRE_MAX_NICS, 4); /* the entry's NIC */
+    put(&b, 0x1000, 8);
+    put(&b, 0x1000, 8);
+    put(&b, 0x1234, 4);
+    put(&b, 1, 4);
+    expect_proto(PDX_WIRE_MEM, &b, "MEM NIC");
 
     /* regions in pieces */
     mem_pieces_body(&b, 3u << 20, 3, 1u << 20, 2);
@@ -482,7 +522,7 @@ Test(wire_bad, encoders_refuse_bad_fields)
     uint8_t buf[1024];
     size_t len;
     pdx_wire_hello_t h;
-    pdx_wire_mem_entry_t e = {1, {0x1000, 0, 1, 1, 0, NULL}};
+    pdx_wire_mem_entry_t e = {1, 0, {0x1000, 0, 1, 1, 0, NULL}};
     pdx_wire_ep_t ep = {0, 0, 0, {PDX_TP_ADDR_MAX + 1, {0}}};
     pdx_wire_room_t r;
     pdx_pages_t pages[3];
@@ -498,10 +538,19 @@ Test(wire_bad, encoders_refuse_bad_fields)
     sample_hello(&h);
     h.nshards = 0;
     cr_assert_eq(pdx_wire_encode_hello(&h, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    sample_hello(&h);
+    h.nics = 0;
+    cr_assert_eq(pdx_wire_encode_hello(&h, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    sample_hello(&h);
+    h.nics = PDX_WIRE_MAX_NICS + 1;
+    cr_assert_eq(pdx_wire_encode_hello(&h, buf, sizeof(buf), &len), PDX_ERR_INVALID);
     cr_assert_eq(pdx_wire_encode_mem(&(pdx_wire_mem_t){1, &e}, buf, sizeof(buf), &len),
                  PDX_ERR_INVALID);
     cr_assert_eq(pdx_wire_encode_mem(&(pdx_wire_mem_t){1, NULL}, buf, sizeof(buf), &len),
                  PDX_ERR_INVALID);
+    cr_assert_eq(pdx_wire_encode_mem(&(pdx_wire_mem_t){1, &(pdx_wire_mem_entry_t){
+                                         1, PDX_WIRE_MAX_NICS, {0x1000, 64, 1, 1, 0, NULL}}},
+                                     buf, sizeof(buf), &len), PDX_ERR_INVALID);
     cr_assert_eq(pdx_wire_encode_mem(&(pdx_wire_mem_t){PDX_WIRE_MAX_MEMS + 1, &e}, buf,
                                      sizeof(buf), &len), PDX_ERR_INVALID);
     {

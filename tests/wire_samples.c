@@ -111,6 +111,7 @@ void sample_hello(pdx_wire_hello_t *m)
     for (int i = 0; i < PDX_WIRE_ID_SIZE; i++)
         m->id[i] = (uint8_t)(0xa0 + i);
     m->nshards = 8;
+    m->nics = 3;
     strcpy(m->host, "prefill-node-17.cluster.example");
     strcpy(m->transport, "rdma");
 }
@@ -135,11 +136,11 @@ void sample_room(pdx_wire_room_t *m, pdx_pages_t pages[3], int aux)
 static const uint32_t sample_piece_rkeys[3] = {0x100u, 0x200u, 0x300u};
 
 const pdx_wire_mem_entry_t sample_mem_entries[SAMPLE_MEMS] = {
-    {0, {0x7f0000001000ull, 1ull << 30, 0xdeadbeefu, 1, 0, NULL}},
-    {7, {0x1000, 4096, 1, 1, 0, NULL}},
-    {0xfffffff0u, {0, UINT64_MAX, 0xffffffffu, 1, 0, NULL}},
+    {0, 0, {0x7f0000001000ull, 1ull << 30, 0xdeadbeefu, 1, 0, NULL}},
+    {7, 3, {0x1000, 4096, 1, 1, 0, NULL}},
+    {0xfffffff0u, PDX_WIRE_MAX_NICS - 1, {0, UINT64_MAX, 0xffffffffu, 1, 0, NULL}},
     /* in pieces of 1 MiB, the last one shorter */
-    {9, {0x200000, (2u << 20) + 1, 0x100u, 3, 1u << 20, sample_piece_rkeys}},
+    {9, 1, {0x200000, (2u << 20) + 1, 0x100u, 3, 1u << 20, sample_piece_rkeys}},
 };
 
 pdx_status_t encode_sample_into(int which, void *buf, size_t cap, size_t *len_p)

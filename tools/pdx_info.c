@@ -8,7 +8,7 @@ static void usage(FILE *out)
 {
     fprintf(out, "usage: pdx-info [--version] [--config [--markdown]] [--transport]\n"
                  "  --version   library and protocol version\n"
-                 "  --transport open an engine as PDX_* says and print the transport it uses\n"
+                 "  --transport open an engine as PDX_* says and print its transport and NICs\n"
                  "  --config    every PDX_* variable: current value, default, meaning\n"
                  "  --markdown  with --config: the README's table\n");
 }
@@ -18,12 +18,15 @@ static int show_transport(void)
 {
     pdx_engine_t *e;
     pdx_status_t st = pdx_engine_create(NULL, &e);
+    pdx_stats_t stats;
 
     if (st != PDX_OK) {
         fprintf(stderr, "pdx-info: no engine: %s\n", pdx_status_str(st));
         return 1;
     }
     printf("transport: %s\n", pdx_engine_transport(e));
+    if (pdx_engine_stats(e, &stats) == PDX_OK)
+        printf("nics: %llu\n", (unsigned long long)stats.nics);
     pdx_engine_destroy(e);
     return 0;
 }

@@ -14,6 +14,8 @@
  *    column counts what reached ibv_post_send, notifies included).
  * 3. Thread mode with a per-QP bandwidth cap (bytes moved): PDX_QPS_PER_PEER
  *    1 against 2.
+ * 4. Thread mode with a per-NIC bandwidth cap: PDX_NICS 1 against 2 on both
+ *    sides (each engine on NICs of its own).
  *
  * softnic stands in for a NIC; what a real NIC adds (doorbells, PCIe, the
  * wire) is not in these numbers.
@@ -68,8 +70,12 @@ static uint32_t pool_pages(const model_t *m)
     return 2 * req_pages(m);
 }
 
-static int open_side(side_t *s, const model_t *m, const char *qps)
+/* An engine on nics softnic devices from softnic<first_dev - 1> (0: one NIC,
+ * the first device). */
+static int open_side(side_t *s, const model_t *m, const char *qps, uint32_t nics,
+                     uint32_t first_dev)
 {
+    char nics_s[16], devs[64] = "";
     uint32_t nbuf = m->layers * m->parts, npages = pool_pages(m);
     uint64_t bpp = (uint64_t)m->bytes_per_token * m->page;
     pdx_buffer_desc_t *bufs = calloc(nbuf, sizeof(*bufs));
@@ -89,6 +95,12 @@ static int open_side(side_t *s, const model_t *m, const char *qps)
     pdx_config_set(&cfg, "PDX_SHARDS", "1");
     pdx_config_set(&cfg, "PDX_LOG", "error"); /* null mode: decode rooms end with the engines */
     pdx_config_set(&cfg, "PDX_QPS_PER_PEER", qps);
+    snprintf(nics_s, sizeof(nics_s), "%u", PDX_MAX(nics, 1u));
+    pdx_config_set(&cfg, "PDX_NICS", nics_s);
+    for (uint32_t k = 0; first_dev && k < nics; k++)
+        snprintf(devs + strlen(devs), sizeof(devs) - strlen(devs), "%ssoftnic%u", k ? "," : "",
+                 first_dev - 1 + k);
+    pdx_config_set(&cfg, "PDX_IB_DEVICES", devs);
     s->pool = calloc(1, s->len);
     if (!bufs || !s->pool || pdx_engine_create(&cfg, &s->e) != PDX_OK ||
         pdx_mem_register(s->e, s->pool, s->len, &s->mem) != PDX_OK)
@@ -155,7 +167,7 @@ typedef struct result {
  * mode: timed to decode SUCCESS.
  */
 static int run_engines(const model_t *m, bool src_random, bool dst_random, const char *qps,
-                       bool null_mode, result_t *r)
+                       uint32_t nics, bool null_mode, result_t *r)
 {
     uint32_t n = req_pages(m), *src = malloc(n * sizeof(*src)), *dst = malloc(n * sizeof(*dst));
     uint64_t ns[REPS];
@@ -164,7 +176,10 @@ static int run_engines(const model_t *m, bool src_random, bool dst_random, const
     uint32_t peer;
     int rc = -1;
 
-    if (open_side(&pf, m, qps) != 0 || open_side(&dc, m, qps) != 0 ||
+    /* nics: prefill on softnic0.., decode on the devices after; 0: both on
+     * the first device */
+    if (open_side(&pf, m, qps, nics, nics ? 1 : 0) != 0 ||
+        open_side(&dc, m, qps, nics, nics ? 1 + nics : 0) != 0 ||
         pdx_peer_connect(dc.e, pdx_engine_address(pf.e), 5000, &peer) != PDX_OK)
         goto out;
     for (int rep = 0; rep < REPS; rep++) {
@@ -351,13 +366,15 @@ static double raw_post(raw_t *w, size_t len, uint64_t nwr, uint32_t size)
 
 /* ------------------------------------------------------------------ main */
 
-static int configure(softnic_mode_t mode, uint64_t qp_bw)
+static int configure(softnic_mode_t mode, uint64_t qp_bw, uint64_t nic_bw, uint32_t devices)
 {
     softnic_config_t c;
 
     softnic_config_default(&c);
     c.mode = mode;
     c.qp_bw = qp_bw;
+    c.nic_bw = nic_bw;
+    c.devices = devices;
     c.move_data = mode != SOFTNIC_NULL;
     return softnic_configure(&c);
 }
@@ -370,7 +387,7 @@ int main(void)
     result_t r;
     raw_t w;
 
-    if (configure(SOFTNIC_NULL, 0) != 0 || raw_open(&w, raw_len) != 0) {
+    if (configure(SOFTNIC_NULL, 0, 0, 1) != 0 || raw_open(&w, raw_len) != 0) {
         fprintf(stderr, "bench_post: softnic setup failed\n");
         return 1;
     }
@@ -393,7 +410,7 @@ int main(void)
         for (int map = 0; map < 3; map++) {
             double ratio;
 
-            if (run_engines(&models[i], map != 0, map == 1, "2", true, &r) != 0) {
+            if (run_engines(&models[i], map != 0, map == 1, "2", 0, true, &r) != 0) {
                 fprintf(stderr, "bench_post: %s, %s map failed\n", models[i].name, maps[map]);
                 return 1;
             }
@@ -413,17 +430,32 @@ int main(void)
     printf("thread mode, 1 GB/s per QP, bytes moved: %s, contiguous map\n", models[1].name);
     printf("%-14s %12s %10s\n", "QPs per peer", "ms/request", "GB/s");
     printf("--------------------------------------\n");
-    if (configure(SOFTNIC_THREAD, 1000000000ull) != 0)
+    if (configure(SOFTNIC_THREAD, 1000000000ull, 0, 1) != 0)
         return 1;
     double ms[2];
     for (int q = 0; q < 2; q++) {
-        if (run_engines(&models[1], false, false, q ? "2" : "1", false, &r) != 0) {
+        if (run_engines(&models[1], false, false, q ? "2" : "1", 0, false, &r) != 0) {
             fprintf(stderr, "bench_post: bandwidth run with %d QPs failed\n", q + 1);
             return 1;
         }
         ms[q] = r.decode_ms;
         printf("%-14d %12.1f %10.2f\n", q + 1, ms[q], (double)r.bytes / (ms[q] * 1e6));
     }
-    printf("2 QPs vs 1: %.2fx\n", ms[0] / ms[1]);
+    printf("2 QPs vs 1: %.2fx\n\n", ms[0] / ms[1]);
+
+    printf("thread mode, 1 GB/s per NIC, bytes moved: %s, contiguous map\n", models[1].name);
+    printf("%-14s %12s %10s\n", "NICs per side", "ms/request", "GB/s");
+    printf("--------------------------------------\n");
+    if (configure(SOFTNIC_THREAD, 0, 1000000000ull, 4) != 0)
+        return 1;
+    for (uint32_t k = 0; k < 2; k++) {
+        if (run_engines(&models[1], false, false, "2", k + 1, false, &r) != 0) {
+            fprintf(stderr, "bench_post: bandwidth run with %u NICs failed\n", k + 1);
+            return 1;
+        }
+        ms[k] = r.decode_ms;
+        printf("%-14u %12.1f %10.2f\n", k + 1, ms[k], (double)r.bytes / (ms[k] * 1e6));
+    }
+    printf("2 NICs vs 1: %.2fx\n", ms[0] / ms[1]);
     return 0;
 }

@@ -38,7 +38,7 @@ extern "C" {
 #define PDX_VERSION_PATCH 0
 
 /* Control-channel protocol version, checked at handshake. */
-#define PDX_PROTOCOL_VERSION 3
+#define PDX_PROTOCOL_VERSION 4
 
 /* ---------------------------------------------------------------- status */
 
@@ -129,6 +129,7 @@ enum {
     PDX_CONFIG_FIELD_IB_RNR_RETRY        = 1ull << 25,
     PDX_CONFIG_FIELD_TCP_STAGING         = 1ull << 26,
     PDX_CONFIG_FIELD_GPU                 = 1ull << 27,
+    PDX_CONFIG_FIELD_NICS                = 1ull << 28,
 };
 
 #define PDX_NAME_MAX 128
@@ -172,6 +173,7 @@ typedef struct pdx_config {
     uint64_t        tcp_staging_bytes;         /* PDX_TCP_STAGING_BYTES: pinned staging per endpoint */
     int32_t         gpu;                       /* PDX_GPU: device ordinal, -1 = the creating
                                                 * thread's current device */
+    uint32_t        nics;                      /* PDX_NICS: NICs the engine's data uses */
 } pdx_config_t;
 
 /*
@@ -446,8 +448,9 @@ typedef struct pdx_stats {
     uint64_t send_again;      /* pdx_send() answers of PDX_ERR_AGAIN */
     uint64_t worker_wakeups;
     uint64_t ring_high_water; /* most chunks queued in one shard's ring */
-    uint64_t registrations;   /* transport registrations held: regions inside one
-                               * allocation share one */
+    uint64_t registrations;   /* registrations held: regions inside one allocation
+                               * share one (made on each NIC) */
+    uint64_t nics;            /* NICs the engine uses (PDX_NICS, or fewer usable) */
 } pdx_stats_t;
 
 PDX_API pdx_status_t pdx_engine_stats(pdx_engine_t *engine, pdx_stats_t *stats_p);
