@@ -3,8 +3,8 @@
 # pdx for the nvidia platform without Criterion, build tests/gpu/test_gpu
 # (hip/), test_gpu_gates (the engine's gates with kernels) and pdx-bench,
 # run both tests (each ends in "N passed, N failed"), then a verified
-# GPU -> GPU pdx-bench over tcp and the same run with host memory for
-# comparison. The exit status is 1 when anything failed. Run from
+# GPU -> GPU pdx-bench over tcp (one NIC, then two per engine) and the same
+# run with host memory for comparison. The exit status is 1 when anything failed. Run from
 # anywhere; BUILD overrides the build folder.
 set -uo pipefail
 src=$(cd "$(dirname "$0")/../.." && pwd)
@@ -21,6 +21,9 @@ echo "=== test_gpu_gates (the engine's gates with kernels) ==="
 "$build/tests/gpu/test_gpu_gates" || rc=1
 echo "=== pdx-bench --gpu 0 --loopback (GPU -> GPU over tcp, two processes, verified) ==="
 "$build/tools/pdx-bench" --gpu 0 --loopback --transport tcp --requests 64 --chunks 4 || rc=1
+echo "=== the same with two NICs per engine (PDX_NICS=2: two tcp transports each) ==="
+PDX_NICS=2 "$build/tools/pdx-bench" --gpu 0 --loopback --transport tcp --requests 64 --chunks 4 ||
+  rc=1
 echo "=== the same with host memory ==="
 "$build/tools/pdx-bench" --loopback --transport tcp --requests 64 --chunks 4 || rc=1
 exit $rc

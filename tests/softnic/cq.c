@@ -51,10 +51,10 @@ struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
 {
     sn_context_t *ctx = sn_ctx(context);
     sn_channel_t *ch;
-    int err;
+    int err = sn_fault_call(SOFTNIC_CALL_CREATE_COMP_CHANNEL, -1);
 
-    if (sn_dead(ctx)) {
-        errno = EIO;
+    if (err || sn_dead(ctx)) {
+        errno = err ? err : EIO;
         return NULL;
     }
     ch = calloc(1, sizeof(*ch));
@@ -202,8 +202,11 @@ struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_cont
     uint32_t cap = 1, max_cqe;
     bool exact;
     sn_cq_t *cq;
-    int err = EINVAL;
+    int err = sn_fault_call(SOFTNIC_CALL_CREATE_CQ, -1);
 
+    if (err)
+        goto err_out;
+    err = EINVAL;
     if (sn_dead(ctx)) {
         err = EIO;
         goto err_out;
@@ -404,8 +407,11 @@ int sn_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 int sn_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {
     sn_cq_t *cq = sn_cq(ibcq);
+    int err = sn_fault_call(SOFTNIC_CALL_REQ_NOTIFY_CQ, -1);
 
     (void)solicited_only; /* every CQE is an event: a superset of solicited ones */
+    if (err)
+        return err;
     if (sn_dead(cq->ctx))
         return EIO;
     pthread_mutex_lock(&cq->lock);

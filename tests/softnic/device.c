@@ -310,7 +310,12 @@ struct ibv_device **ibv_get_device_list(int *num_devices)
 {
     struct ibv_device **list;
     uint32_t n;
+    int err = sn_fault_call(SOFTNIC_CALL_GET_DEVICE_LIST, -1);
 
+    if (err) {
+        errno = err;
+        return NULL;
+    }
     pthread_mutex_lock(&softnic_g.lock);
     sn_config_ready();
     n = softnic_g.cfg.no_devices ? 0 : softnic_g.cfg.devices;
@@ -374,7 +379,10 @@ static int sn_query_port(struct ibv_context *c, uint8_t port_num, struct ibv_por
                          size_t attr_len)
 {
     struct ibv_port_attr pa;
+    int err = sn_fault_call(SOFTNIC_CALL_QUERY_PORT, -1);
 
+    if (err)
+        return err;
     if (sn_dead(sn_ctx(c)))
         return EIO;
     if (port_num != SN_PORT)
@@ -399,7 +407,10 @@ int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *a)
 {
     sn_context_t *ctx = sn_ctx(context);
     softnic_config_t cfg_copy, *cfg = &cfg_copy;
+    int err = sn_fault_call(SOFTNIC_CALL_QUERY_DEVICE, -1);
 
+    if (err)
+        return err;
     if (sn_dead(ctx))
         return EIO;
     pthread_mutex_lock(&softnic_g.lock);
@@ -455,8 +466,10 @@ int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, uint32_t g
                       struct ibv_gid_entry *entry, uint32_t flags, size_t entry_size)
 {
     struct ibv_gid_entry e;
-    int rc;
+    int rc = sn_fault_call(SOFTNIC_CALL_QUERY_GID_EX, -1);
 
+    if (rc)
+        return rc;
     if (flags != 0 || entry_size < sizeof(e))
         return EINVAL;
     rc = sn_gid_entry(sn_ctx(context), port_num, gid_index, &e);
@@ -470,8 +483,12 @@ int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, uint32_t g
 int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index, union ibv_gid *gid)
 {
     struct ibv_gid_entry e;
-    int rc;
+    int rc = sn_fault_call(SOFTNIC_CALL_QUERY_GID, -1);
 
+    if (rc) {
+        errno = rc;
+        return -1;
+    }
     if (index < 0) {
         errno = EINVAL;
         return -1;
@@ -498,8 +515,12 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
     struct ibv_context *c;
     sn_context_t *ctx;
     pthread_condattr_t ca;
-    int err;
+    int err = sn_fault_call(SOFTNIC_CALL_OPEN_DEVICE, -1);
 
+    if (err) {
+        errno = err;
+        return NULL;
+    }
     pthread_mutex_lock(&softnic_g.lock);
     sn_config_ready();
     if (!dev || softnic_g.cfg.no_devices || dev->index >= softnic_g.cfg.devices) {
@@ -529,7 +550,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
     c->num_comp_vectors = 1;
     c->abi_compat = __VERBS_ABI_IS_EXTENDED;
     c->ops.post_send = sn_post_send;
-    c->ops.post_recv = sn_post_recv;
+    c->ops.post_recv = sn_fault_post_recv;
     c->ops.poll_cq = sn_poll_cq;
     c->ops.req_notify_cq = sn_req_notify_cq;
     ctx->vctx.sz = sizeof(struct verbs_context);

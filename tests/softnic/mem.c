@@ -38,9 +38,10 @@ struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 {
     sn_context_t *ctx = sn_ctx(context);
     sn_pd_t *pd;
+    int err = sn_fault_call(SOFTNIC_CALL_ALLOC_PD, -1);
 
-    if (sn_dead(ctx)) {
-        errno = EIO;
+    if (err || sn_dead(ctx)) {
+        errno = err ? err : EIO;
         return NULL;
     }
     pd = calloc(1, sizeof(*pd));
@@ -203,8 +204,12 @@ struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *ibpd, void *addr, size_t length, 
     sn_pd_t *pd = sn_container_of(ibpd, sn_pd_t, ibpd);
     struct ibv_mr *ibmr;
     sn_mr_t *mr;
-    int err;
+    int err = sn_fault_call(SOFTNIC_CALL_REG_MR, -1);
 
+    if (err) {
+        errno = err;
+        return NULL;
+    }
     pthread_mutex_lock(&softnic_g.lock);
     err = sn_mr_check(pd, length, access);
     if (!err && !addr)
@@ -248,8 +253,10 @@ struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *ibpd, uint64_t offset, size_t le
     sn_mr_t *mr;
     void *map;
     size_t map_len;
-    int err;
+    int err = sn_fault_call(SOFTNIC_CALL_REG_DMABUF_MR, -1);
 
+    if (err)
+        goto err_out;
     pthread_mutex_lock(&softnic_g.lock);
     err = softnic_g.cfg.dmabuf_errno;
     if (err)

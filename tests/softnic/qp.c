@@ -87,12 +87,13 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *ia)
 {
     sn_pd_t *pd = sn_container_of(ibpd, sn_pd_t, ibpd);
     sn_qp_t *qp;
-    int err = EINVAL;
+    int err = sn_fault_call(SOFTNIC_CALL_CREATE_QP, -1);
 
-    if (sn_dead(pd->ctx)) {
-        errno = EIO;
+    if (err || sn_dead(pd->ctx)) {
+        errno = err ? err : EIO;
         return NULL;
     }
+    err = EINVAL;
     if (ia->qp_type != IBV_QPT_RC || ia->srq) {
         SN_TRACE("ibv_create_qp: only RC QPs without SRQ");
         errno = EOPNOTSUPP;
@@ -445,7 +446,11 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask)
     sn_qp_t *qp = sn_qp(ibqp);
     const char *bad;
     int cur, next;
+    int err = sn_fault_call(SOFTNIC_CALL_MODIFY_QP,
+                            (attr_mask & IBV_QP_STATE) ? (int)attr->qp_state : -1);
 
+    if (err)
+        return err;
     pthread_mutex_lock(&softnic_g.lock);
     if (sn_dead(qp->ctx)) {
         pthread_mutex_unlock(&softnic_g.lock);

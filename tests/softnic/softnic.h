@@ -216,7 +216,8 @@ int softnic_configure(const softnic_config_t *cfg);
  * Fault injection. A WR fault matches WRs executed from now on, on the QP
  * `qpn` (0: any QP), counting only WRs of that QP (of all QPs when 0); the
  * nth (1-based) matching WR is hit, then the fault is spent. A poll fault
- * counts ibv_poll_cq calls instead (softnic_fault_poll_cq). Faults are
+ * counts ibv_poll_cq calls instead (softnic_fault_poll_cq), a call fault
+ * the calls of one verbs entry point (softnic_fault_call). Faults are
  * process-wide; softnic_faults_clear() drops those not yet spent.
  */
 /* The nth WR completes with `status` (not IBV_WC_SUCCESS); its QP goes to
@@ -234,6 +235,37 @@ void softnic_fault_lost_ack(uint32_t qpn, uint64_t nth, bool placed);
  * broken: every later ibv_poll_cq on it fails the same way and returns no
  * CQE (the NIC still writes into it; events and ibv_destroy_cq work). */
 void softnic_fault_poll_cq(uint32_t dev, uint64_t nth);
+/* The verbs calls a call fault fails, and how each fails (as the call
+ * fails on hardware): */
+typedef enum softnic_call {
+    SOFTNIC_CALL_GET_DEVICE_LIST     = 0,  /* NULL, errno */
+    SOFTNIC_CALL_OPEN_DEVICE         = 1,  /* NULL, errno */
+    SOFTNIC_CALL_QUERY_DEVICE        = 2,  /* the errno value (ibv_query_device_ex,
+                                            * which falls back to it, too) */
+    SOFTNIC_CALL_QUERY_PORT          = 3,  /* the errno value */
+    SOFTNIC_CALL_QUERY_GID           = 4,  /* ibv_query_gid: -1, errno */
+    SOFTNIC_CALL_QUERY_GID_EX        = 5,  /* ibv_query_gid_ex: the errno value */
+    SOFTNIC_CALL_ALLOC_PD            = 6,  /* NULL, errno */
+    SOFTNIC_CALL_REG_MR              = 7,  /* ibv_reg_mr, ibv_reg_mr_iova and
+                                            * ibv_reg_mr_iova2: NULL, errno */
+    SOFTNIC_CALL_REG_DMABUF_MR       = 8,  /* NULL, errno */
+    SOFTNIC_CALL_CREATE_COMP_CHANNEL = 9,  /* NULL, errno */
+    SOFTNIC_CALL_CREATE_CQ           = 10, /* NULL, errno */
+    SOFTNIC_CALL_REQ_NOTIFY_CQ       = 11, /* the errno value; the CQ is not armed */
+    SOFTNIC_CALL_CREATE_QP           = 12, /* NULL, errno */
+    SOFTNIC_CALL_MODIFY_QP           = 13, /* the errno value; the QP is unchanged */
+    SOFTNIC_CALL_POST_RECV           = 14, /* the errno value, *bad_wr the first WR;
+                                            * nothing is posted */
+    SOFTNIC_CALL_COUNT
+} softnic_call_t;
+/* The nth call (1-based) of `call` from now fails with `err` (a positive
+ * errno value), before it checks or changes anything, as the provider or
+ * kernel refusing it: calls on every device and context count. nth 0 or err
+ * not positive is ignored. */
+void softnic_fault_call(softnic_call_t call, uint64_t nth, int err);
+/* The same for the nth ibv_modify_qp from now that moves a QP to `to`
+ * (IBV_QP_STATE in the mask, qp_state `to`); other calls do not count. */
+void softnic_fault_modify_qp(enum ibv_qp_state to, uint64_t nth, int err);
 /* Move a QP to error now (as a NIC does on a fatal error), with an
  * IBV_EVENT_QP_FATAL async event on its context (nothing on a dead
  * device). -1 if no such QP. */

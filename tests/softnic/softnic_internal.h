@@ -270,6 +270,7 @@ typedef struct sn_global {
     uint64_t         key_seq;
     sn_list_t        faults;
     _Atomic uint32_t poll_faults;   /* poll faults in `faults` not yet spent */
+    _Atomic uint32_t call_faults;   /* call faults in `faults` not yet spent */
     _Atomic bool     overrun_pending;
     _Atomic uint32_t open_objects;
     struct {
@@ -410,5 +411,12 @@ void sn_fault_match(sn_qp_t *qp, sn_cur_t *cur);
 /* fault.c, fabric lock not held: whether a poll fault hits this
  * ibv_poll_cq (the CQ is then broken) */
 bool sn_fault_poll(sn_cq_t *cq);
+/* fault.c, fabric lock not held: 0, or the errno value a call fault fails
+ * this call of `call` with; `to`: the target state of an ibv_modify_qp
+ * with IBV_QP_STATE, else -1. */
+int  sn_fault_call(softnic_call_t call, int to);
+/* fault.c: the context's post_recv, a call fault first, then sn_post_recv */
+int  sn_fault_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr,
+                        struct ibv_recv_wr **bad_wr);
 
 #endif
