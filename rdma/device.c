@@ -122,8 +122,14 @@ static bool pick_roce_gid(struct ibv_context *ctx, const struct ibv_port_attr *p
     }
     memset(&first_gid, 0, sizeof(first_gid));
     for (int i = 0; i < pa->gid_tbl_len; i++) {
-        if (ibv_query_gid_ex(ctx, port, (uint32_t)i, &e, 0))
+        rc = ibv_query_gid_ex(ctx, port, (uint32_t)i, &e, 0);
+        if (rc && (rc > 0 ? rc : errno) == ENODATA)
             continue; /* an empty entry */
+        if (rc) { /* a table that cannot be read could hide the GID to use */
+            why_add(why, "%s port %u: GID index %d: ibv_query_gid_ex: %s", info->name, port, i,
+                    strerror(rc > 0 ? rc : errno));
+            return false;
+        }
         if (e.gid_type != IBV_GID_TYPE_ROCE_V2)
             continue;
         if (rdma_gid_ipv4_mapped(&e.gid)) {
@@ -173,7 +179,11 @@ static bool probe(struct ibv_context *ctx, const rdma_knobs_t *knobs, rdma_dev_i
         return false;
     }
     for (uint8_t p = 1; p <= da.phys_port_cnt && p != 0; p++) {
-        if (ibv_query_port(ctx, p, &pa) == 0 && pa.state == IBV_PORT_ACTIVE) {
+        rc = ibv_query_port(ctx, p, &pa);
+        if (rc)
+            why_add(why, "%s port %u: ibv_query_port: %s", info->name, p,
+                    strerror(rc > 0 ? rc : errno));
+        else if (pa.state == IBV_PORT_ACTIVE) {
             port = p;
             break;
         }
@@ -382,6 +392,10 @@ pdx_status_t rdma_device_open(const rdma_knobs_t *knobs, uint32_t nic, bool quie
         pdx_log(level, "no RDMA device: %s", why);
         return PDX_ERR_NO_DEVICE;
     }
+    /* Devices passed over before it: the user named them, or should know. */
+    if (why[0])
+        pdx_log(knobs->devices[0] ? PDX_LOG_WARN : PDX_LOG_INFO, "rdma: %s serves; passed over: %s",
+                info.name, why);
     *list_p = list;
     *ctx_p = ctx;
     *info_p = info;

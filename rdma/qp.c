@@ -571,22 +571,26 @@ pdx_status_t rdma_ep_connect(pdx_tp_ep_t *pep, const pdx_tp_addr_t *remote)
     status = addr_decode(ep, remote, &r);
     if (status != PDX_OK)
         return status;
-    if (atomic_exchange(&ep->connect_called, true)) {
-        pdx_error("rdma: %s: ep_connect called twice on QP 0x%x", ep->tp->dev.name,
-                  ep->qpn);
-        return PDX_ERR_STATE;
-    }
     if (atomic_load_explicit(&ep->err, memory_order_acquire)) {
         pdx_error("rdma: %s: ep_connect on QP 0x%x, which is in error: %s", ep->tp->dev.name,
                   ep->qpn, rdma_ep_error(pep));
+        return PDX_ERR_STATE;
+    }
+    if (atomic_exchange(&ep->connect_called, true)) {
+        pdx_error("rdma: %s: ep_connect called twice on QP 0x%x", ep->tp->dev.name,
+                  ep->qpn);
         return PDX_ERR_STATE;
     }
     atomic_store_explicit(&ep->remote_qpn, r.qpn, memory_order_relaxed);
     status = qp_rtr(ep, &r);
     if (status == PDX_OK)
         status = qp_rts(ep);
-    if (status != PDX_OK)
+    if (status != PDX_OK) {
+        /* it said why; the ep is failed for good: destroy it */
+        rdma_ep_kill(ep, PDX_ERR_PEER, RDMA_ERR_FIRST, "connecting QP 0x%x to QP 0x%x failed "
+                     "(%s)", ep->qpn, r.qpn, pdx_status_str(status));
         return status;
+    }
     atomic_store_explicit(&ep->connected, true, memory_order_release);
     pdx_debug("rdma: %s: QP 0x%x connected to QP 0x%x", ep->tp->dev.name, ep->qpn,
               r.qpn);

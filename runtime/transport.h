@@ -174,7 +174,8 @@ struct pdx_transport_ops {
                               pdx_tp_ep_t **ep_p);
     void         (*ep_address)(const pdx_tp_ep_t *ep, pdx_tp_addr_t *addr_p);
     /* Both sides call it with the other's address; WRs may be posted right
-     * after it returns and run once the connection is up. */
+     * after it returns and run once the connection is up. On failure the ep
+     * is in error (ep_error says why): destroy it. */
     pdx_status_t (*ep_connect)(pdx_tp_ep_t *ep, const pdx_tp_addr_t *remote);
     /* Move to error: every outstanding WR completes with `why`. A transport
      * may queue those completions before returning (tcp does) or later. */

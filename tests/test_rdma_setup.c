@@ -324,7 +324,7 @@ Test(rdma_setup, alloc_pd_fails)
 /* On two devices, with the first call of `call` failing (err): a tp on
  * softnic0 alone is no device and logs `what` as its one error, and the
  * probed context is closed; a tp on "softnic0,softnic1" skips softnic0 and
- * opens softnic1, with only its context and PD. */
+ * opens softnic1, with only its context and PD, and says why it skipped. */
 static void device_skipped(softnic_call_t call, int err, const char *what)
 {
     softnic_config_t nic = fx_nic(2, SOFTNIC_THREAD);
@@ -343,6 +343,8 @@ static void device_skipped(softnic_call_t call, int err, const char *what)
     ops->close(tp);
     log = frame_end(&f, 1);
     log_has(log, what);
+    log_has(log, "rdma: softnic1 serves; passed over: softnic0"); /* a warning */
+    log_has(log, what + strlen("no RDMA device: "));
     log_has(log, "rdma: using softnic1 port 1");
     free(log);
     transfer_works(&nic);
@@ -360,15 +362,17 @@ Test(rdma_setup, query_device_fails)
                    "no RDMA device: softnic0: ibv_query_device: Input/output error");
 }
 
-/* The port does not count as ACTIVE. */
+/* The port does not count as ACTIVE; the errno is said. */
 Test(rdma_setup, query_port_fails)
 {
-    device_skipped(SOFTNIC_CALL_QUERY_PORT, EIO, "no RDMA device: softnic0");
+    device_skipped(SOFTNIC_CALL_QUERY_PORT, EIO, "no RDMA device: softnic0 port 1: "
+                   "ibv_query_port: Input/output error; softnic0 has no ACTIVE port");
 }
 
 /* RoCE GID selection (default table: 0 RoCEv1, 1 RoCEv2 IPv4-mapped): a
- * failing query of the RoCEv1 entry changes nothing; of the RoCEv2 entry,
- * or of the entry PDX_IB_GID_INDEX names, leaves no usable GID. */
+ * query that fails (not ENODATA, an empty entry) on any entry, or on the
+ * entry PDX_IB_GID_INDEX names, leaves the device unusable, with the errno:
+ * a table that cannot be read could hide the GID to use. */
 Test(rdma_setup, gid_query_fails)
 {
     softnic_config_t nic = fx_nic(1, SOFTNIC_THREAD);
@@ -377,16 +381,19 @@ Test(rdma_setup, gid_query_fails)
     char *log;
 
     frame_begin(&f, &nic);
-    softnic_fault_call(SOFTNIC_CALL_QUERY_GID_EX, 1, EIO);
-    tp = tp_open();
-    cr_assert_eq(rdma_tp(tp)->dev.gid_index, 1);
-    ops->close(tp);
-    softnic_fault_call(SOFTNIC_CALL_QUERY_GID_EX, 2, EIO);
-    cr_assert_eq(fx_tp_try_loud(&tp, NULL), PDX_ERR_NO_DEVICE);
-    cr_assert_eq(softnic_open_objects(), f.env.objects);
+    for (uint64_t nth = 1; nth <= 2; nth++) {
+        softnic_fault_call(SOFTNIC_CALL_QUERY_GID_EX, nth, EIO);
+        cr_assert_eq(fx_tp_try_loud(&tp, NULL), PDX_ERR_NO_DEVICE, "entry %llu",
+                     (unsigned long long)nth - 1);
+        cr_assert_eq(softnic_open_objects(), f.env.objects);
+    }
     softnic_fault_call(SOFTNIC_CALL_QUERY_GID_EX, 1, EIO);
     cr_assert_eq(fx_tp_try_loud(&tp, "PDX_IB_GID_INDEX", "1", NULL), PDX_ERR_NO_DEVICE);
-    log = frame_end(&f, 2);
+    log = frame_end(&f, 3);
+    log_has(log, "no RDMA device: softnic0 port 1: GID index 0: ibv_query_gid_ex: "
+                 "Input/output error");
+    log_has(log, "no RDMA device: softnic0 port 1: GID index 1: ibv_query_gid_ex: "
+                 "Input/output error");
     log_has(log, "no RDMA device: softnic0 port 1: PDX_IB_GID_INDEX=1: Input/output error");
     free(log);
     transfer_works(&nic);
@@ -704,10 +711,11 @@ Test(rdma_setup, create_qp_refused_caps_are_asked_again)
 }
 
 /*
- * A move to `to` fails in ep_connect (the peer's connect succeeded):
- * ep_connect answers PDX_ERR_IO and the QP stays where it was (`stays`); the
- * ep cannot be connected again or posted on (PDX_ERR_STATE); destroying it
- * closes everything.
+ * A move to `to` fails in ep_connect (the peer's connect succeeded; the QP
+ * was in `stays`): ep_connect answers PDX_ERR_IO and the ep is failed for
+ * good, its QP in error and ep_error saying why; it cannot be connected
+ * again (PDX_ERR_STATE) or posted on (PDX_ERR_PEER); destroying it closes
+ * everything.
  */
 static void connect_fails(enum ibv_qp_state to, enum ibv_qp_state stays, const char *what)
 {
@@ -733,21 +741,24 @@ static void connect_fails(enum ibv_qp_state to, enum ibv_qp_state stays, const c
     cr_assert_eq(ops->ep_connect(ep[1], &addr[0]), PDX_OK);
     softnic_fault_modify_qp(to, 1, EINVAL);
     cr_assert_eq(ops->ep_connect(ep[0], &addr[1]), PDX_ERR_IO);
-    cr_assert_eq(fx_qp_query(ep[0]).qp_state, stays);
-    cr_assert_eq(ops->ep_connect(ep[0], &addr[1]), PDX_ERR_STATE, "connected twice");
+    /* the ep is failed for good: its QP in error, the reason kept */
+    cr_assert_eq(fx_qp_query(ep[0]).qp_state, IBV_QPS_ERR, "QP left in %d", stays);
+    cr_assert(strstr(ops->ep_error(ep[0]), "failed (i/o error)"), "%s", ops->ep_error(ep[0]));
+    cr_assert_eq(ops->ep_connect(ep[0], &addr[1]), PDX_ERR_STATE, "connected again");
     mr = fx_mr_new(ops, tp[0], src, sizeof(src), 0);
     w = (pdx_tp_write_t){.wr_id = 1, .mr = mr, .length = sizeof(src), .remote_addr = 4096,
                          .rkey = 1, .flags = PDX_TP_SIGNALED};
-    cr_assert_eq(ops->post_write(ep[0], &w, 1), PDX_ERR_STATE, "posted on an unconnected ep");
+    cr_assert_eq(ops->post_write(ep[0], &w, 1), PDX_ERR_PEER, "posted on a failed ep");
     cr_assert_eq(ops->mr_dereg(mr), PDX_OK);
     for (int i = 0; i < 2; i++) {
         ops->ep_destroy(ep[i]);
         ops->cq_destroy(cq[i]);
         ops->close(tp[i]);
     }
-    log = frame_end(&f, 3);
+    log = frame_end(&f, 2); /* the failed move, the second connect */
     log_has(log, what);
     log_has(log, ": Invalid argument");
+    log_has(log, "which is in error");
     free(log);
     transfer_works(&nic);
 }
