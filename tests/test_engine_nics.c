@@ -270,6 +270,47 @@ Test(engine_nics, fewer_devices_than_asked, .fini = fini, .timeout = 60)
     transfer(500, 4, 30);
 }
 
+/* A data endpoint on NIC 1 goes fatal (as a NIC does): it is reset and
+ * rebuilt on NIC 1, its peer stays, and rooms keep using both NICs. */
+Test(engine_nics, endpoint_on_the_second_nic_is_reset_there, .fini = fini, .timeout = 60)
+{
+    static const char *const pcfg[] = {"PDX_NICS=2", "PDX_IB_DEVICES=softnic0,softnic1",
+                                       "PDX_SHARDS=1", NULL};
+    static const char *const dcfg[] = {"PDX_NICS=2", "PDX_IB_DEVICES=softnic2,softnic3",
+                                       "PDX_SHARDS=1", NULL};
+    geom_t g = {.layers = 2, .bytes_per_page = 1024, .npages = 256};
+    uint64_t before[PDX_MAX_NICS], after[PDX_MAX_NICS];
+    pdx_peer_t *pp;
+    pdx_dep_t *dep = NULL;
+
+    nic_setup(4);
+    side_open(&pf, &g, pcfg);
+    side_open(&dc, &g, dcfg);
+    peer = side_connect(&dc, &pf);
+    transfer(900, 4, 24);
+    pp = atomic_load(&pf.e->peers[0]);
+    cr_assert_not_null(pp);
+    for (uint32_t i = 0; i < pp->npairs * pp->qps && !dep; i++)
+        if (pp->deps[i].nic == 1)
+            dep = &pp->deps[i];
+    cr_assert_not_null(dep);
+    cr_assert_eq(softnic_qp_fatal(rdma_ep(dep->ep)->qp->qp_num), 0);
+    for (int i = 0; i < 5000 && !(atomic_load(&dep->epoch) >= 1 && atomic_load(&dep->connected) &&
+                                  !atomic_load(&dep->resetting)); i++)
+        usleep(1000);
+    cr_assert_geq(atomic_load(&dep->epoch), 1, "not reset");
+    cr_assert(atomic_load(&dep->connected) && !atomic_load(&dep->resetting), "not reconnected");
+    cr_assert_eq(rdma_ep(dep->ep)->tp, rdma_tp(pf.e->tps[1]), "rebuilt on another NIC");
+    posted_per_nic(pf.e, false, before);
+    transfer(950, 8, 24);
+    posted_per_nic(pf.e, false, after);
+    cr_expect(after[0] > before[0] && after[1] > before[1], "NIC WRs %llu -> %llu, %llu -> %llu",
+              (unsigned long long)before[0], (unsigned long long)after[0],
+              (unsigned long long)before[1], (unsigned long long)after[1]);
+    cr_expect_eq(atomic_load(&pp->state), PDX_PEER_READY, "the peer failed");
+    expect_no_access_error();
+}
+
 /*
  * PDX_FLUSH=on with 2 NICs: every round reads through both NICs before
  * SUCCESS. A READ that fails on NIC 1 fails the rooms of its round with
