@@ -403,10 +403,11 @@ void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notif
  * A sender's last notifies may already sit in a shard's completion queue when
  * its control connection closes (a prefill engine that exits right after its
  * rooms succeeded): its decode rooms fail only once every shard has made two
- * passes since (each pass polls its CQ), or after a second, so a room whose
- * data all arrived still becomes SUCCESS. A room whose last notifies from
- * the peer were all counted (it waits for its flush read) does not fail
- * for the peer: the flush decides. Prefill rooms fail at once.
+ * passes since (each pass polls its CQ) and 100 ms went by, or after a
+ * second, so a room whose data all arrived still becomes SUCCESS. A room
+ * whose last notifies from the peer were all counted (it waits for its
+ * flush read) does not fail for the peer: the flush decides. Prefill rooms
+ * fail at once.
  */
 static bool peer_drained(pdx_engine_t *e, pdx_peer_t *peer, uint64_t now)
 {
@@ -416,8 +417,9 @@ static bool peer_drained(pdx_engine_t *e, pdx_peer_t *peer, uint64_t now)
         return false;
     if (now - gone > 1000000000ull)
         return true;
-    if (now - gone < 20000000ull)
-        return false; /* two passes poll a bounded batch each: a backlog takes longer */
+    if (now - gone < 100000000ull)
+        return false; /* two passes poll a bounded batch each: a backlog, or a
+                       * thread counting a notify it already holds, takes longer */
     for (uint32_t i = 0; i < e->nshards; i++)
         if (atomic_load_explicit(&e->shards[i].passes, memory_order_acquire) <
             peer->gone_passes[i] + 2)
