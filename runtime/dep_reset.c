@@ -176,7 +176,7 @@ static void rebuild(pdx_shard_loop_t *L, pdx_dep_t *dep)
     /* Destroy first: the CQ holds room for the dep's depths once. */
     e->ops->ep_destroy(dep->ep);
     dep->ep = NULL;
-    st = e->ops->ep_create(e->tps[dep->nic], L->s->cq[dep->nic], &attr, &dep->ep);
+    st = e->ops->ep_create(e->tps[dep->nic], dep->cq, &attr, &dep->ep);
     if (st == PDX_OK) {
         atomic_store_explicit(&dep->epoch, epoch, memory_order_release);
         atomic_store_explicit(&dep->credits, 0, memory_order_relaxed);

@@ -40,6 +40,7 @@
 #define PDX_MAX_LAYOUTS     64
 #define PDX_MAX_DESTS       8      /* decode ranks one prefill room sends to */
 #define PDX_MAX_NICS        4      /* PDX_NICS at most (config.c) */
+#define PDX_SHARD_MAX_CQS   (4 * PDX_MAX_NICS) /* CQs of one shard, all NICs */
 #define PDX_NOTIFY_RQ       64     /* receive buffers per data endpoint */
 #define PDX_CREDIT_BATCH    16     /* reposts returned per CREDIT message */
 #define PDX_SWEEP_MS        10     /* control thread tick: deadlines, heartbeats */
@@ -101,13 +102,15 @@ typedef struct pdx_ledger_entry {
 /*
  * A data endpoint: one RC connection of pair `pair`, queue `index`, owned by
  * one shard. Queue index runs over lane index % lanes: lane k joins our NIC
- * k % ntps to the peer's NIC k % its NICs. wr_id = (uint64_t)local index in the shard's dep table << 48 |
- * seq (WRITE/SEND, low 47 bits) or 1 << 47 | receive slot (RECV).
+ * k % ntps to the peer's NIC k % its NICs. wr_id = (uint64_t)local index in
+ * the shard's dep table << 48 | seq (WRITE/SEND, low 47 bits) or 1 << 47 |
+ * receive slot (RECV).
  */
 struct pdx_dep {
     pdx_tp_ep_t        *ep;
     pdx_peer_t         *peer;
     pdx_shard_t        *shard;
+    pdx_tp_cq_t        *cq;            /* the shard's CQ its ep is on (of NIC nic) */
     uint32_t            pair, index;
     uint32_t            nic, rnic;     /* ours (engine->tps, shard->cq), the peer's */
     uint32_t            slot;          /* index in shard->deps */
@@ -301,7 +304,13 @@ struct pdx_shard {
     _Atomic uint32_t   sleeping;
     _Atomic uint64_t   passes;         /* worker passes done (pdx_rooms_peer_gone) */
     int                epfd;
-    pdx_tp_cq_t       *cq[PDX_MAX_NICS]; /* one per NIC */
+    /* CQs: [k] of NIC k for k < ntps (made at init, with the flush pair's
+     * room), then more, of any NIC, made when endpoints fill those
+     * (pdx_shard_add_dep: the control thread writes, publishes ncq) */
+    pdx_tp_cq_t       *cq[PDX_SHARD_MAX_CQS];
+    uint32_t           cq_nic[PDX_SHARD_MAX_CQS];
+    uint32_t           cq_room[PDX_SHARD_MAX_CQS]; /* entries no ep reserved (control) */
+    _Atomic uint32_t   ncq;
     /* data endpoints this shard owns (control thread adds, shard reads) */
     pdx_dep_t *_Atomic deps[PDX_MAX_PEERS * 8];
     _Atomic uint32_t   ndeps;

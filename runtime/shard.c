@@ -52,24 +52,21 @@
 /*
  * A shard has a CQ per NIC, for the endpoints on that NIC. A CQ takes
  * every completion its endpoints can have outstanding: an endpoint holds
- * sq_depth + PDX_NOTIFY_RQ of it, and ep_create refuses one that no longer
- * fits (PDX_ERR_FULL). It is sized for PDX_MAX_PEERS peers of qps_per_peer
- * endpoints each, capped at PDX_SHARD_CQ_MAX (a transport may clamp further
- * to its device). So a shard serves
- *     min(PDX_MAX_PEERS, depth / (endpoints per peer * (sq_depth + PDX_NOTIFY_RQ)))
- * peers, where endpoints per peer (on one NIC) is qps_per_peer times the
- * pairs that map to the shard times the lanes that map to the NIC (one,
- * unless the peer has more NICs than this engine), and at most
- * PDX_SHARD_MAX_DEPS endpoints in all. With the defaults
- * (2 x (256 + 64) x 64 = 40960) every peer fits.
+ * sq_depth + PDX_NOTIFY_RQ of it (a transport refuses one that does not
+ * fit: PDX_ERR_FULL). It is sized for PDX_MAX_PEERS peers of qps_per_peer
+ * endpoints each, capped at PDX_SHARD_CQ_MAX; with the defaults
+ * (2 x (256 + 64) x 64 = 40960) every peer fits. Peers that need more (more
+ * QPs, or more NICs than this engine: their lanes share our NICs) get
+ * another CQ of the NIC when the first is full, up to PDX_SHARD_MAX_CQS in
+ * all; the shard polls and arms every one.
  */
 #define PDX_SHARD_CQ_MAX   (1u << 18)
 #define PDX_SHARD_SPIN_NS  20000u     /* poll this long after activity before sleeping */
 #define PDX_SHARD_RETRY_US 1000u      /* sleep while a credit waits for the control buffer */
 #define PDX_SHARD_JOIN_MS  10000u
 
-enum { EV_WAKE = 0, EV_CQ = 1 }; /* EV_CQ + k: the CQ of NIC k */
-#define EV_MAX (1 + PDX_MAX_NICS)
+enum { EV_WAKE = 0, EV_CQ = 1 }; /* EV_CQ + i: shard->cq[i] */
+#define EV_MAX (1 + PDX_SHARD_MAX_CQS)
 
 static uint32_t shard_cq_depth(const pdx_config_t *cfg)
 {
@@ -133,7 +130,10 @@ pdx_status_t pdx_shard_init(pdx_engine_t *e, pdx_shard_t *s, uint32_t index)
                                    &s->cq[k]);
         if (status != PDX_OK)
             goto err_cq; /* the transport said why */
+        s->cq_nic[k] = k;
+        s->cq_room[k] = shard_cq_depth(cfg); /* the flush pair has the rest */
     }
+    atomic_init(&s->ncq, e->ntps);
     status = PDX_ERR_IO;
     s->epfd = epoll_create1(EPOLL_CLOEXEC);
     if (s->epfd < 0) {
@@ -156,7 +156,7 @@ err_epoll:
     close(s->epfd);
     s->epfd = -1;
 err_cq:
-    for (uint32_t k = 0; k < e->ntps; k++)
+    for (uint32_t k = 0; k < PDX_SHARD_MAX_CQS; k++)
         if (s->cq[k]) {
             e->ops->cq_destroy(s->cq[k]);
             s->cq[k] = NULL;
@@ -223,10 +223,11 @@ void pdx_shard_fini(pdx_shard_t *s)
     }
     pdx_flush_fini(s);
     close(s->epfd);
-    for (uint32_t k = 0; k < e->ntps; k++) {
+    for (uint32_t k = 0; k < atomic_load_explicit(&s->ncq, memory_order_relaxed); k++) {
         e->ops->cq_destroy(s->cq[k]);
         s->cq[k] = NULL;
     }
+    atomic_store_explicit(&s->ncq, 0, memory_order_relaxed);
     close(s->wake_fd);
     free(s->cell_next);
     pdx_ring_fini(&s->ring);
@@ -258,12 +259,48 @@ void pdx_shard_wake(pdx_shard_t *s)
 
 /* -------------------------------------------------------------- endpoints */
 
+/* A CQ of NIC nic with room for `need` entries, made when none has it
+ * (control thread); NULL when no more may be made (logged). */
+static pdx_tp_cq_t *cq_with_room(pdx_shard_t *s, uint32_t nic, uint32_t need, uint32_t *i_p)
+{
+    pdx_engine_t *e = s->engine;
+    uint32_t n = atomic_load_explicit(&s->ncq, memory_order_relaxed);
+    const uint32_t depth = PDX_MAX(shard_cq_depth(&e->cfg), need);
+    pdx_tp_cq_t *cq;
+
+    for (uint32_t i = 0; i < n; i++)
+        if (s->cq_nic[i] == nic && s->cq_room[i] >= need) {
+            *i_p = i;
+            return s->cq[i];
+        }
+    if (n == PDX_SHARD_MAX_CQS) {
+        pdx_error("shard %u: its %u CQs are full: no room for another endpoint on NIC %u",
+                  s->index, n, nic);
+        return NULL;
+    }
+    if (e->ops->cq_create(e->tps[nic], depth, &cq) != PDX_OK)
+        return NULL; /* the transport said why */
+    if (shard_epoll_add(s, e->ops->cq_fd(cq), EV_CQ + n) != PDX_OK) {
+        e->ops->cq_destroy(cq);
+        return NULL;
+    }
+    s->cq[n] = cq;
+    s->cq_nic[n] = nic;
+    s->cq_room[n] = depth;
+    /* the worker polls and arms it from its next pass (a connect wakes it) */
+    atomic_store_explicit(&s->ncq, n + 1, memory_order_release);
+    pdx_info("shard %u: CQ %u (NIC %u, %u entries): the others are full", s->index, n, nic,
+             depth);
+    *i_p = n;
+    return cq;
+}
+
 pdx_status_t pdx_shard_add_dep(pdx_shard_t *s, pdx_dep_t *dep)
 {
     pdx_engine_t *e = s->engine;
     const pdx_tp_ep_attr_t attr = {.sq_depth = e->cfg.sq_depth, .rq_depth = PDX_NOTIFY_RQ};
     const size_t rx_len = (size_t)PDX_NOTIFY_RQ * PDX_TP_SEND_MAX;
-    uint32_t slot = atomic_load_explicit(&s->ndeps, memory_order_relaxed);
+    uint32_t slot = atomic_load_explicit(&s->ndeps, memory_order_relaxed), cq_i = 0;
     pdx_status_t status;
     void *buf;
 
@@ -297,9 +334,12 @@ pdx_status_t pdx_shard_add_dep(pdx_shard_t *s, pdx_dep_t *dep)
         pdx_error("shard %u: data endpoint on NIC %u of %u", s->index, dep->nic, e->ntps);
         return PDX_ERR_INVALID;
     }
-    status = e->ops->ep_create(e->tps[dep->nic], s->cq[dep->nic], &attr, &dep->ep);
+    dep->cq = cq_with_room(s, dep->nic, attr.sq_depth + attr.rq_depth, &cq_i);
+    if (!dep->cq)
+        return PDX_ERR_FULL;
+    status = e->ops->ep_create(e->tps[dep->nic], dep->cq, &attr, &dep->ep);
     if (status != PDX_OK)
-        return status; /* the transport said why (PDX_ERR_FULL: the CQ is full) */
+        return status; /* the transport said why */
     dep->ledger = calloc(dep->sq_depth, sizeof(*dep->ledger));
     if (!dep->ledger) {
         pdx_error("shard %u: out of memory for a ledger of %u entries", s->index,
@@ -318,6 +358,7 @@ pdx_status_t pdx_shard_add_dep(pdx_shard_t *s, pdx_dep_t *dep)
     if (status != PDX_OK)
         goto err_buf;
 
+    s->cq_room[cq_i] -= attr.sq_depth + attr.rq_depth; /* for good: a reset reuses it */
     /* One writer (the control thread): the pointer, then the count. */
     atomic_store_explicit(&s->deps[slot], dep, memory_order_release);
     atomic_store_explicit(&s->ndeps, slot + 1, memory_order_release);
@@ -580,7 +621,8 @@ static int shard_wait(pdx_shard_loop_t *L)
 
             if (read(s->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
                 pdx_error("shard %u: eventfd read: %s", s->index, strerror(errno));
-        } else if (ev[i].data.u32 - EV_CQ < e->ntps) {
+        } else if (ev[i].data.u32 - EV_CQ < atomic_load_explicit(&s->ncq,
+                                                                  memory_order_acquire)) {
             e->ops->cq_ack(s->cq[ev[i].data.u32 - EV_CQ]);
         }
     }
@@ -628,10 +670,10 @@ static void *shard_main(void *arg)
             }
             /* Arm, announce the sleep, then one more pass sees whatever a
              * waker published before it read `sleeping`. */
-            for (uint32_t k = 0; k < e->ntps; k++)
+            for (uint32_t k = 0; k < atomic_load_explicit(&s->ncq, memory_order_acquire); k++)
                 if (e->ops->cq_arm(s->cq[k]) != PDX_OK && !L->arm_failed) {
-                    pdx_error("shard %u: cannot arm its CQ of NIC %u: sleeps are bounded from "
-                              "now on", s->index, k);
+                    pdx_error("shard %u: cannot arm its CQ %u (NIC %u): sleeps are bounded "
+                              "from now on", s->index, k, s->cq_nic[k]);
                     L->arm_failed = true; /* no CQ event may come: never sleep unbounded */
                 }
             atomic_exchange_explicit(&s->sleeping, 1, memory_order_acq_rel);

@@ -221,10 +221,9 @@ static void poll_cq(pdx_shard_loop_t *L, pdx_tp_cq_t *cq)
 void pdx_shard_poll(pdx_shard_loop_t *L)
 {
     pdx_shard_t *s = L->s;
-    pdx_engine_t *e = L->e;
 
-    /* A few batches of each NIC's CQ, then the send path gets its turn. */
-    for (uint32_t k = 0; k < e->ntps; k++)
+    /* A few batches of each CQ, then the send path gets its turn. */
+    for (uint32_t k = 0; k < atomic_load_explicit(&s->ncq, memory_order_acquire); k++)
         poll_cq(L, s->cq[k]);
 }
 

@@ -187,7 +187,8 @@ pdx_status_t pdx_wire_encode_hello(const pdx_wire_hello_t *m, void *buf, size_t 
                                    size_t *size_p)
 {
     if (!m || m->nshards == 0 || m->nshards > PDX_WIRE_MAX_SHARDS || m->nics == 0 ||
-        m->nics > PDX_WIRE_MAX_NICS || !str_fits(m->host, PDX_WIRE_HOST_MAX) || !str_fits(m->transport, PDX_WIRE_TRANSPORT_MAX))
+        m->nics > PDX_WIRE_MAX_NICS || !str_fits(m->host, PDX_WIRE_HOST_MAX) ||
+        !str_fits(m->transport, PDX_WIRE_TRANSPORT_MAX))
         return PDX_ERR_INVALID;
     return pdx_wire_encode_frame(PDX_WIRE_HELLO, put_hello, m, NULL, buf, cap, size_p);
 }

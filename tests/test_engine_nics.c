@@ -20,11 +20,13 @@
 #include "softnic.h"
 #endif
 
-static side_t pf, dc;
+static side_t pf, dc, dc2;
 static uint32_t peer;
 
 static void fini(void)
 {
+    if (dc2.e)
+        side_close(&dc2);
     if (dc.e)
         side_close(&dc);
     if (pf.e)
@@ -268,6 +270,46 @@ Test(engine_nics, fewer_devices_than_asked, .fini = fini, .timeout = 60)
     peer = side_connect(&dc, &pf);
     expect_lanes(&dc, peer, 2, 1, 2);
     transfer(500, 4, 30);
+}
+
+/*
+ * Peers with more NICs than prefill fill its one CQ: prefill's CQ holds 64
+ * endpoints (PDX_QPS_PER_PEER=1, one shard), each decode asks for 64 (16
+ * QPs on each of 4 lanes, all on prefill's one NIC). The second decode's
+ * endpoints go to a second CQ, and both carry rooms.
+ */
+Test(engine_nics, a_full_cq_gets_another, .fini = fini, .timeout = 60)
+{
+    static const char *const pcfg[] = {"PDX_IB_DEVICES=softnic0", "PDX_SHARDS=1",
+                                       "PDX_QPS_PER_PEER=1", "PDX_SQ_DEPTH=16",
+                                       "PDX_SIGNAL_EVERY=4", NULL};
+    static const char *const dcfg[] = {"PDX_NICS=4", "PDX_SHARDS=1", "PDX_QPS_PER_PEER=16",
+                                       "PDX_IB_DEVICES=softnic1,softnic2,softnic3,softnic4",
+                                       "PDX_SQ_DEPTH=16", "PDX_SIGNAL_EVERY=4", NULL};
+    geom_t g = {.layers = 2, .bytes_per_page = 1024, .npages = 256};
+    pdx_shard_t *s;
+    side_t first;
+    uint32_t p1, p2;
+
+    nic_setup(5);
+    side_open(&pf, &g, pcfg);
+    side_open(&dc, &g, dcfg);
+    side_open(&dc2, &g, dcfg);
+    s = &pf.e->shards[0];
+    p1 = side_connect(&dc, &pf);
+    cr_assert_eq(atomic_load(&s->ncq), 1);
+    p2 = side_connect(&dc2, &pf);
+    cr_assert_eq(atomic_load(&s->ncq), 2, "no second CQ");
+    cr_assert_eq(s->cq_nic[1], 0);
+    /* rooms to each decode engine (transfer() goes to dc over peer) */
+    peer = p1;
+    transfer(1000, 8, 24);
+    first = dc;
+    dc = dc2;
+    dc2 = first;
+    peer = p2;
+    transfer(1100, 8, 24);
+    expect_no_access_error();
 }
 
 /* A data endpoint on NIC 1 goes fatal (as a NIC does): it is reset and
