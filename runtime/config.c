@@ -56,6 +56,8 @@ static const pdx_config_row_t config_table[] = {
             TRANSFER_TIMEOUT, transfer_timeout_ms, 1, 86400000),
     ROW_INT("PDX_HEARTBEAT_MS", "1000", "Control-channel heartbeat period; a peer silent for 5 periods is gone",
             HEARTBEAT, heartbeat_ms, 10, 600000),
+    ROW_INT("PDX_HANDSHAKE_TIMEOUT_MS", "10000", "A connection in that has not finished its handshake this long after its accept is closed",
+            HANDSHAKE_TIMEOUT, handshake_timeout_ms, 10, 600000),
     ROW_INT("PDX_GATE_BACKOFF_US", "20", "Longest sleep of a shard while gates are pending",
             GATE_BACKOFF, gate_backoff_us, 0, 100000),
     ROW_INT("PDX_QPS_PER_PEER", "2", "Endpoints (QPs) per shard, peer and NIC lane; a room's runs "

@@ -9,9 +9,16 @@
  *   and dispatches every message (ctrl_msg.c: the handshake and everything
  *   after it), writes queued output when a socket drains (EPOLLOUT), and
  *   every PDX_SWEEP_MS runs the room deadline sweep, sends heartbeats to
- *   READY peers and fails peers silent for CTRL_SILENT_BEATS periods. It
- *   closes the socket of every FAILED peer and fails its data endpoints
- *   (pdx_peer_reap).
+ *   READY peers, fails peers silent for CTRL_SILENT_BEATS periods and
+ *   connections in whose handshake outlived PDX_HANDSHAKE_TIMEOUT_MS
+ *   (counted from the accept: bytes do not extend it). It closes the socket
+ *   of every FAILED peer and fails its data endpoints (pdx_peer_reap), and
+ *   retires it once its shards dropped those (pdx_peer_retire).
+ * - Admission: a connection in holds a slot of the connection table, not a
+ *   peer slot, until its READY. At most PDX_MAX_HANDSHAKES of them are in
+ *   their handshake, PDX_HANDSHAKES_PER_HOST from one address: one more from
+ *   that address is refused with an ERROR that says why; one more when all
+ *   are taken displaces the oldest (a real handshake takes milliseconds).
  * - What feeds it: the sockets; pdx_ctrl_wake() (a peer failed on another
  *   thread and its socket must be closed); its own tick.
  * - Locks: engine->lock (peer table), a peer's out_lock (its output) and
@@ -33,6 +40,7 @@
 #include <netinet/in.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,15 +58,12 @@
 #define CTRL_JOIN_MS      10000u
 #define CTRL_READ_BUDGET  (1u << 20)      /* bytes per peer per round */
 #define CTRL_SILENT_BEATS 5u              /* heartbeat periods without a byte */
-#define CTRL_FREE_SLOTS   8u              /* below this many, spare peers are reclaimed */
-#define CTRL_TAG_LISTEN   UINT32_MAX      /* epoll data: else fd << 32 | peer id */
+#define CTRL_TAG_LISTEN   UINT32_MAX      /* epoll data: else fd << 32 | connection index */
 #define CTRL_TAG_WAKE     (UINT32_MAX - 1)
 
 typedef struct ctrl_ctx {
     pdx_engine_t *e;
-    bool          more[PDX_MAX_PEERS];   /* input left unread: budget spent */
-    pdx_peer_t   *spare[PDX_MAX_PEERS];  /* objects of peers gone before HELLO */
-    uint32_t      nspare;
+    bool          more[PDX_MAX_CONNS];   /* input left unread: budget spent */
     bool          accept_retry;          /* accept stopped on an error */
     uint64_t      next_sweep, next_beat, beat_seq;
 } ctrl_ctx_t;
@@ -132,7 +137,7 @@ pdx_status_t pdx_ctrl_watch(pdx_engine_t *e, pdx_peer_t *peer)
 {
     struct epoll_event ev = {
         .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
-        .data.u64 = (uint64_t)(uint32_t)peer->fd << 32 | peer->id,
+        .data.u64 = (uint64_t)(uint32_t)peer->fd << 32 | peer->conn,
     };
 
     if (epoll_ctl(e->ctrl_epfd, EPOLL_CTL_ADD, peer->fd, &ev) < 0) {
@@ -211,54 +216,89 @@ static bool read_peer(pdx_engine_t *e, pdx_peer_t *peer)
 
 /* ------------------------------------------------------------------ reap */
 
-/* Close FAILED peers' sockets and fail their endpoints. */
+/* Close FAILED peers' sockets and fail their endpoints; retire those that
+ * nothing but rooms refers to any more. */
 static void reap_failed(ctrl_ctx_t *ctx)
 {
     pdx_engine_t *e = ctx->e;
 
-    for (uint32_t i = 0; i < PDX_MAX_PEERS; i++) {
-        pdx_peer_t *peer = pdx_peer_get(e, i);
+    for (uint32_t i = 0; i < PDX_MAX_CONNS; i++) {
+        pdx_peer_t *peer = atomic_load_explicit(&e->conns[i], memory_order_acquire);
 
-        if (!peer || peer->fd < 0 ||
-            atomic_load_explicit(&peer->state, memory_order_acquire) != PDX_PEER_FAILED)
+        if (!peer || atomic_load_explicit(&peer->state, memory_order_acquire) != PDX_PEER_FAILED)
             continue;
-        if (epoll_ctl(e->ctrl_epfd, EPOLL_CTL_DEL, peer->fd, NULL) < 0)
-            pdx_debug("control connection with %s: epoll del: %s", peer->addr, strerror(errno));
-        pdx_peer_reap(peer);
-        ctx->more[i] = false;
+        if (peer->fd >= 0) {
+            if (epoll_ctl(e->ctrl_epfd, EPOLL_CTL_DEL, peer->fd, NULL) < 0)
+                pdx_debug("control connection with %s: epoll del: %s", peer->addr,
+                          strerror(errno));
+            pdx_peer_reap(peer);
+            ctx->more[i] = false;
+        }
+        if (pdx_peer_retirable(peer))
+            pdx_peer_retire(peer);
     }
-}
-
-/*
- * A FAILED peer keeps its slot (its state and error stay readable) until
- * slots run short. Then an incoming peer that failed before its HELLO was
- * accepted (a probe, a version refusal), and so is known to nothing but the
- * table, leaves it; its object is kept for the next connection. Probes
- * therefore cannot fill the table.
- */
-static void reclaim_slots(ctrl_ctx_t *ctx, uint32_t want)
-{
-    pdx_engine_t *e = ctx->e;
-    uint32_t free_slots = 0;
-
-    pthread_mutex_lock(&e->lock);
-    for (uint32_t i = 0; i < PDX_MAX_PEERS; i++)
-        free_slots += !atomic_load_explicit(&e->peers[i], memory_order_relaxed);
-    for (uint32_t i = 0; i < PDX_MAX_PEERS && free_slots < want; i++) {
-        pdx_peer_t *peer = atomic_load_explicit(&e->peers[i], memory_order_relaxed);
-
-        if (!peer || peer->outgoing || peer->desc_sent || peer->fd >= 0 ||
-            ctx->nspare == PDX_MAX_PEERS ||
-            atomic_load_explicit(&peer->state, memory_order_acquire) != PDX_PEER_FAILED)
-            continue;
-        atomic_store_explicit(&e->peers[i], NULL, memory_order_release);
-        ctx->spare[ctx->nspare++] = peer;
-        free_slots++;
-    }
-    pthread_mutex_unlock(&e->lock);
 }
 
 /* ---------------------------------------------------------------- accept */
+
+/* Tell a connection we do not take why (best effort: it may not read), and close it. */
+static void refuse(int fd, pdx_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void refuse(int fd, pdx_status_t status, const char *fmt, ...)
+{
+    pdx_wire_error_t m = {.room = 0, .status = status};
+    uint8_t frame[PDX_WIRE_HEADER_SIZE + 16 + PDX_WIRE_REASON_MAX];
+    size_t len;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(m.message, sizeof(m.message), fmt, ap);
+    va_end(ap);
+    if (pdx_wire_encode_error(&m, frame, sizeof(frame), &len) == PDX_OK &&
+        send(fd, frame, len, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+        pdx_debug("refused connection: send: %s", strerror(errno));
+    shutdown(fd, SHUT_WR);
+    close(fd);
+}
+
+/* The connection in that has waited longest for its handshake. */
+static pdx_peer_t *oldest_handshake(pdx_engine_t *e)
+{
+    pdx_peer_t *oldest = NULL;
+
+    for (uint32_t i = 0; i < PDX_MAX_CONNS; i++) {
+        pdx_peer_t *peer = atomic_load_explicit(&e->conns[i], memory_order_acquire);
+
+        if (peer && !peer->outgoing && peer->id == UINT32_MAX && peer->fd >= 0 &&
+            atomic_load_explicit(&peer->state, memory_order_acquire) == PDX_PEER_HELLO &&
+            (!oldest || peer->opened_ns < oldest->opened_ns))
+            oldest = peer;
+    }
+    return oldest;
+}
+
+/* Room for one more handshake from ip: false (the caller refuses) when that
+ * address has its share; when every handshake slot is taken, the oldest
+ * gives its slot up. */
+static bool handshake_room(ctrl_ctx_t *ctx, const char *ip)
+{
+    pdx_engine_t *e = ctx->e;
+    uint32_t from_ip, n = pdx_peer_handshakes(e, ip, &from_ip);
+
+    if (from_ip >= PDX_HANDSHAKES_PER_HOST)
+        return false;
+    if (n >= PDX_MAX_HANDSHAKES) {
+        pdx_peer_t *oldest = oldest_handshake(e);
+
+        if (oldest) {
+            pdx_ctrl_fail(oldest, PDX_ERR_TIMEOUT, "handshake from %s displaced: %u "
+                          "connections are in their handshake", oldest->addr, n);
+            reap_failed(ctx); /* its slot is free again */
+        }
+    }
+    return true;
+}
 
 static void accept_all(ctrl_ctx_t *ctx)
 {
@@ -268,8 +308,9 @@ static void accept_all(ctrl_ctx_t *ctx)
     for (;;) {
         struct sockaddr_storage ss;
         socklen_t sl = sizeof(ss);
-        char addr[PDX_NAME_MAX];
-        pdx_peer_t *reuse, *peer;
+        char addr[PDX_NAME_MAX], ip[PDX_ADDR_MAX];
+        pdx_peer_t *peer;
+        pdx_status_t st;
         int fd;
 
         fd = accept4(e->listen_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -284,20 +325,30 @@ static void accept_all(ctrl_ctx_t *ctx)
             return;
         }
         pdx_ctrl_format_addr((struct sockaddr *)&ss, addr, sizeof(addr));
-        reclaim_slots(ctx, 1);
-        reuse = ctx->nspare ? ctx->spare[--ctx->nspare] : NULL;
-        if (pdx_peer_open(e, fd, false, addr, reuse, &peer) != PDX_OK) {
-            if (reuse)
-                ctx->spare[ctx->nspare++] = reuse;
-            close(fd);
+        if (getnameinfo((struct sockaddr *)&ss, sl, ip, sizeof(ip), NULL, 0, NI_NUMERICHOST))
+            snprintf(ip, sizeof(ip), "?");
+        if (!handshake_room(ctx, ip)) {
+            atomic_fetch_add_explicit(&e->stats.handshakes_refused, 1, memory_order_relaxed);
+            atomic_store_explicit(&e->last_refusal, PDX_ERR_AGAIN, memory_order_relaxed);
+            pdx_info("connection from %s refused: %u handshakes from %s are in progress", addr,
+                     PDX_HANDSHAKES_PER_HOST, ip);
+            refuse(fd, PDX_ERR_AGAIN, "%u handshakes from %s are in progress at %s; try "
+                   "again", PDX_HANDSHAKES_PER_HOST, ip, e->address);
             continue;
         }
-        ctx->more[peer->id] = false;
+        st = pdx_peer_open(e, fd, false, addr, &peer);
+        if (st != PDX_OK) {
+            refuse(fd, st, "%s cannot take another connection (%s)", e->address,
+                   pdx_status_str(st));
+            continue;
+        }
+        pdx_peer_put(peer); /* the table's reference stays */
+        ctx->more[peer->conn] = false;
         if (pdx_ctrl_watch(e, peer) != PDX_OK) {
             pdx_peer_fail(peer, PDX_ERR_IO, "cannot watch the connection from %s", addr);
             continue;
         }
-        pdx_debug("control connection from %s is peer %u", addr, peer->id);
+        pdx_debug("control connection from %s (connection %u)", addr, peer->conn);
     }
 }
 
@@ -307,6 +358,7 @@ static void sweep(ctrl_ctx_t *ctx, uint64_t now)
 {
     pdx_engine_t *e = ctx->e;
     uint64_t period = (uint64_t)e->cfg.heartbeat_ms * 1000000u;
+    uint64_t handshake = (uint64_t)e->cfg.handshake_timeout_ms * 1000000u;
     uint8_t beat[PDX_WIRE_HEADER_SIZE + 32];
     size_t beat_len = 0;
 
@@ -319,8 +371,8 @@ static void sweep(ctrl_ctx_t *ctx, uint64_t now)
         if (pdx_wire_encode_heartbeat(&m, beat, sizeof(beat), &beat_len) != PDX_OK)
             beat_len = 0;
     }
-    for (uint32_t i = 0; i < PDX_MAX_PEERS; i++) {
-        pdx_peer_t *peer = pdx_peer_get(e, i);
+    for (uint32_t i = 0; i < PDX_MAX_CONNS; i++) {
+        pdx_peer_t *peer = atomic_load_explicit(&e->conns[i], memory_order_acquire);
         uint64_t heard;
         int state;
 
@@ -329,6 +381,14 @@ static void sweep(ctrl_ctx_t *ctx, uint64_t now)
         state = atomic_load_explicit(&peer->state, memory_order_acquire);
         if (state == PDX_PEER_FAILED)
             continue;
+        /* A connection in has its handshake deadline from the accept on;
+         * a trickle of bytes does not extend it. */
+        if (state == PDX_PEER_HELLO && !peer->outgoing && now - peer->opened_ns > handshake) {
+            pdx_ctrl_fail(peer, PDX_ERR_TIMEOUT, "handshake from %s not done within "
+                          "PDX_HANDSHAKE_TIMEOUT_MS=%u ms", peer->addr,
+                          e->cfg.handshake_timeout_ms);
+            continue;
+        }
         heard = peer->last_heard_ns;
         if (now > heard && now - heard > CTRL_SILENT_BEATS * period) {
             pdx_peer_fail(peer, PDX_ERR_PEER, "peer %s silent for %llu ms", peer->addr,
@@ -342,7 +402,6 @@ static void sweep(ctrl_ctx_t *ctx, uint64_t now)
         if (pdx_peer_output_pending(peer))
             pdx_peer_flush(peer);
     }
-    reclaim_slots(ctx, CTRL_FREE_SLOTS);
     if (ctx->accept_retry)
         accept_all(ctx);
     ctx->next_sweep = now + PDX_SWEEP_MS * 1000000ull;
@@ -367,7 +426,7 @@ static void handle_event(ctrl_ctx_t *ctx, const struct epoll_event *ev)
             pdx_error("control thread: eventfd read: %s", strerror(errno));
         return;
     }
-    peer = pdx_peer_get(e, id);
+    peer = id < PDX_MAX_CONNS ? atomic_load_explicit(&e->conns[id], memory_order_acquire) : NULL;
     if (!peer || peer->fd != (int)(ev->data.u64 >> 32) ||
         atomic_load_explicit(&peer->state, memory_order_acquire) == PDX_PEER_FAILED)
         return; /* a closed socket's last event */
@@ -389,7 +448,7 @@ static void *ctrl_main(void *arg)
         bool more = false;
         int timeout = 0, n;
 
-        for (uint32_t i = 0; i < PDX_MAX_PEERS && !more; i++)
+        for (uint32_t i = 0; i < PDX_MAX_CONNS && !more; i++)
             more = ctx->more[i];
         if (!more && now < ctx->next_sweep)
             timeout = (int)((ctx->next_sweep - now + 999999u) / 1000000u);
@@ -403,12 +462,12 @@ static void *ctrl_main(void *arg)
         }
         for (int i = 0; i < n; i++)
             handle_event(ctx, &evs[i]);
-        for (uint32_t i = 0; i < PDX_MAX_PEERS; i++) {
+        for (uint32_t i = 0; i < PDX_MAX_CONNS; i++) {
             pdx_peer_t *peer;
 
             if (!ctx->more[i])
                 continue;
-            peer = pdx_peer_get(e, i);
+            peer = atomic_load_explicit(&e->conns[i], memory_order_acquire);
             ctx->more[i] = peer && peer->fd >= 0 && read_peer(e, peer);
         }
         reap_failed(ctx);
@@ -416,8 +475,6 @@ static void *ctrl_main(void *arg)
         if (now >= ctx->next_sweep)
             sweep(ctx, now);
     }
-    while (ctx->nspare)
-        pdx_peer_destroy(ctx->spare[--ctx->nspare]);
     free(ctx);
     return NULL;
 }
@@ -460,6 +517,7 @@ static pdx_status_t ctrl_listen(pdx_engine_t *e)
     freeaddrinfo(res);
     port_num = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
                                         : ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    e->port = port_num;
     /* Peers dial e->host: for a wildcard listener (0.0.0.0) engine.c
      * advertises 127.0.0.1 for now, so multi-host deployments must set
      * PDX_LISTEN to an address the peers can reach. */
@@ -584,8 +642,8 @@ void pdx_ctrl_stop(pdx_engine_t *e)
         }
         sched_yield();
     }
-    for (uint32_t i = 0; i < PDX_MAX_PEERS; i++) {
-        pdx_peer_t *peer = pdx_peer_get(e, i);
+    for (uint32_t i = 0; i < PDX_MAX_CONNS; i++) {
+        pdx_peer_t *peer = atomic_load(&e->conns[i]);
 
         if (peer && atomic_load(&peer->state) == PDX_PEER_FAILED)
             pdx_peer_reap(peer);

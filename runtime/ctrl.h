@@ -62,13 +62,38 @@ void pdx_ctrl_fail(pdx_peer_t *peer, pdx_status_t status, const char *fmt, ...)
 /* ------------------------------------------------------------------ peer.c */
 
 /*
- * Put a connected socket in a free slot of the peer table as a peer in
- * HELLO. `reuse` (may be NULL) is a spare peer object to fill instead of
- * allocating one; on failure the caller keeps it. The socket is the peer's
- * from PDX_OK on; on failure the caller still owns it.
+ * A connected socket as a new peer in HELLO, in a free slot of the
+ * connection table: one we dialled (outgoing) is admitted at once (a peer
+ * slot, its handle); one that connected in holds no peer slot until its
+ * READY (pdx_peer_admit). The caller gets the table's reference and one
+ * of its own (pdx_peer_put it). The socket is the peer's from PDX_OK on; on
+ * failure (the tables are full: PDX_ERR_FULL, logged) the caller still
+ * owns it.
  */
 pdx_status_t pdx_peer_open(pdx_engine_t *e, int fd, bool outgoing, const char *addr,
-                           pdx_peer_t *reuse, pdx_peer_t **peer_p);
+                           pdx_peer_t **peer_p);
+
+/* A peer that connected in takes a peer slot (control thread, at its
+ * READY): PDX_ERR_FULL when every slot is in use. */
+pdx_status_t pdx_peer_admit(pdx_peer_t *peer);
+
+/* Connections in from peers not admitted yet (handshakes in progress), in
+ * all and from `ip`. */
+uint32_t pdx_peer_handshakes(pdx_engine_t *e, const char *ip, uint32_t *from_ip_p);
+
+/* True once nothing refers to the FAILED peer but rooms and held notifies:
+ * its socket is closed, every shard dropped its endpoints, its rooms were
+ * told. pdx_peer_retire() then frees its slots (control thread). */
+bool pdx_peer_retirable(pdx_peer_t *peer);
+void pdx_peer_retire(pdx_peer_t *peer);
+
+/* Queue a BYE with `reason` and mark the loss routine (closed); the peer is
+ * failed by the caller, or by the other side's close. */
+void pdx_peer_say_bye(pdx_peer_t *peer, const char *reason);
+
+/* Engine teardown, the control thread stopped: a BYE to every peer not
+ * failed, then wait (at most timeout_ms) for each to close its side. */
+void pdx_peer_goodbye_all(pdx_engine_t *e, uint32_t timeout_ms);
 
 /*
  * Once per FAILED peer: push what output the socket takes without waiting,

@@ -22,9 +22,14 @@
  * ERROR (room 0) and fails the peer with PDX_ERR_VERSION (resp.
  * PDX_ERR_UNSUPPORTED), on both sides.
  *
+ * The acceptor admits the connector (a peer slot) at its READY; without a
+ * free slot it answers an ERROR (PDX_ERR_FULL) instead. Either side admits
+ * a new incarnation of an engine it knows (the same address and listener
+ * port, another identity) by failing the old one's peer.
+ *
  * Any malformed, unknown or out-of-place message fails the peer with
  * PDX_ERR_PROTO, after an ERROR that tells it why. MEM and LAYOUT may come
- * at any time after HELLO.
+ * at any time after HELLO. A BYE, at any time, ends the peer as routine.
  */
 #include "ctrl.h"
 
@@ -148,6 +153,28 @@ static bool make_dep(pdx_engine_t *e, pdx_peer_t *peer, uint32_t k, uint32_t q,
 
 /* ---------------------------------------------------------------- HELLO */
 
+/*
+ * An engine is named by the address its connection comes from and the port
+ * it listens on; its incarnation by the identity in its HELLO. A new
+ * incarnation replaces the peers of an old one, which may not have noticed
+ * its loss yet (a host that rebooted sends no FIN).
+ */
+static void replace_incarnations(pdx_engine_t *e, pdx_peer_t *peer)
+{
+    for (uint32_t i = 0; i < PDX_MAX_CONNS; i++) {
+        pdx_peer_t *old = atomic_load_explicit(&e->conns[i], memory_order_acquire);
+
+        if (!old || old == peer || old->remote_shards == 0 ||
+            old->remote_port != peer->remote_port || old->remote_id == peer->remote_id ||
+            strcmp(old->ip, peer->ip) != 0 ||
+            atomic_load_explicit(&old->state, memory_order_acquire) == PDX_PEER_FAILED)
+            continue;
+        pdx_peer_fail(old, PDX_ERR_PEER, "peer %s was replaced by a new incarnation of its "
+                      "engine (%016llx after %016llx)", old->addr,
+                      (unsigned long long)peer->remote_id, (unsigned long long)old->remote_id);
+    }
+}
+
 static void on_hello(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_hello_t *h)
 {
     uint64_t id = 0;
@@ -180,6 +207,7 @@ static void on_hello(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_hello_t *
     peer->remote_id = id;
     peer->remote_shards = h->nshards;
     peer->remote_nics = h->nics;
+    peer->remote_port = h->port;
     peer->npairs = PDX_MAX(e->nshards, h->nshards);
     peer->lanes = PDX_MAX(e->ntps, h->nics);
     pdx_debug("HELLO from %s: engine %016llx on %s, %u shards, %u NICs", peer->addr,
@@ -192,6 +220,7 @@ static void on_hello(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_hello_t *
         return;
     }
     /* Connector: descriptors, one EP per data endpoint, READY. */
+    replace_incarnations(e, peer);
     if (!hs_sent(peer, pdx_peer_send_descs(peer), "descriptors") ||
         !alloc_deps(e, peer, e->cfg.qps_per_peer * peer->lanes))
         return;
@@ -262,6 +291,12 @@ static void on_ready_acceptor(pdx_engine_t *e, pdx_peer_t *peer)
         }
     }
     free(seen);
+    if (pdx_peer_admit(peer) != PDX_OK) {
+        pdx_ctrl_fail(peer, PDX_ERR_FULL, "%s refused %s: all %d peer slots are in use",
+                      e->address, peer->addr, PDX_MAX_PEERS);
+        return;
+    }
+    replace_incarnations(e, peer);
     if (!alloc_deps(e, peer, qps))
         return;
     for (uint32_t i = 0; i < n; i++)
@@ -451,6 +486,12 @@ void pdx_ctrl_on_msg(pdx_engine_t *e, pdx_peer_t *peer, pdx_wire_msg_t *msg)
     if (msg->type == PDX_WIRE_ERROR && msg->u.error.room == 0) {
         pdx_peer_fail(peer, msg->u.error.status, "peer %s reported: %s", peer->addr,
                       msg->u.error.message);
+        return;
+    }
+    if (msg->type == PDX_WIRE_BYE) {
+        atomic_store_explicit(&peer->closed, 1, memory_order_release);
+        pdx_peer_fail(peer, PDX_ERR_PEER, "%s said goodbye: %s", peer->addr,
+                      msg->u.bye.reason);
         return;
     }
     if (peer->remote_shards == 0 && msg->type != PDX_WIRE_HELLO) {

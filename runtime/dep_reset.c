@@ -223,7 +223,7 @@ void pdx_shard_resets(pdx_shard_loop_t *L)
     for (uint32_t i = 0; i < n; i++) {
         pdx_dep_t *dep = atomic_load_explicit(&s->deps[i], memory_order_acquire);
 
-        if (!atomic_load_explicit(&dep->resetting, memory_order_acquire))
+        if (!dep || !atomic_load_explicit(&dep->resetting, memory_order_acquire))
             continue;
         if (!peer_ready(dep->peer)) {
             /* The peer failed: its deps stay in error; the reset is over. */

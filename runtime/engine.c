@@ -3,9 +3,10 @@
  *
  * Create order: config, transport, room table, shards (not started), the
  * control thread (listener bound), then the shard workers. Destroy runs it
- * backwards: no new control messages, every room still in flight failed
- * with a message, workers stopped, endpoints and peers freed, memory
- * deregistered, transport closed.
+ * backwards: no new control messages, a BYE to every peer (and a short wait
+ * for each to close its side), every room still in flight failed with a
+ * message, workers stopped, endpoints and peers freed, memory deregistered,
+ * transport closed.
  */
 #include "engine.h"
 
@@ -18,6 +19,9 @@
 #include "config.h"
 #include "ctrl.h"
 #include "log.h"
+
+/* How long a destroyed engine waits for its peers to read its BYE. */
+#define ENGINE_BYE_WAIT_MS 1000u
 
 /*
  * PDX_TRANSPORT: rdma opens the RDMA device or fails; auto tries rdma and,
@@ -209,6 +213,7 @@ pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p)
         e->sender_id = e->sender_id << 8 | e->id[i];
     pick_host(e);
     pthread_mutex_init(&e->lock, NULL);
+    pthread_mutex_init(&e->peers_lock, NULL);
     pthread_mutex_init(&e->accept_lock, NULL);
     pthread_condattr_init(&cattr);
     pthread_condattr_setclock(&cattr, CLOCK_MONOTONIC);
@@ -286,6 +291,7 @@ err_close_tp:
 err_lock:
     pthread_cond_destroy(&e->accept_cond);
     pthread_mutex_destroy(&e->accept_lock);
+    pthread_mutex_destroy(&e->peers_lock);
     pthread_mutex_destroy(&e->lock);
 err_free:
     free(e);
@@ -297,6 +303,8 @@ void pdx_engine_destroy(pdx_engine_t *e)
     if (!e)
         return;
     pdx_ctrl_stop(e);
+    if (!pdx_ctrl_running(e))
+        pdx_peer_goodbye_all(e, ENGINE_BYE_WAIT_MS);
     fail_all_rooms(e);
     for (uint32_t i = 0; i < e->nshards; i++)
         pdx_shard_stop(&e->shards[i]);
@@ -304,8 +312,9 @@ void pdx_engine_destroy(pdx_engine_t *e)
         return;
     for (uint32_t i = 0; i < e->nshards; i++)
         pdx_shard_fini(&e->shards[i]);
-    for (uint32_t i = 0; i < PDX_MAX_PEERS; i++) {
-        pdx_peer_t *peer = atomic_load(&e->peers[i]);
+    pdx_rooms_drop_peers(e); /* retired peers only rooms held go here */
+    for (uint32_t i = 0; i < PDX_MAX_CONNS; i++) {
+        pdx_peer_t *peer = atomic_load(&e->conns[i]);
 
         if (peer)
             pdx_peer_destroy(peer);
@@ -319,6 +328,7 @@ void pdx_engine_destroy(pdx_engine_t *e)
     free(e->shards);
     pthread_cond_destroy(&e->accept_cond);
     pthread_mutex_destroy(&e->accept_lock);
+    pthread_mutex_destroy(&e->peers_lock);
     pthread_mutex_destroy(&e->lock);
     free(e);
 }
@@ -432,6 +442,19 @@ pdx_status_t pdx_engine_stats(pdx_engine_t *e, pdx_stats_t *stats_p)
     s.send_again = atomic_load_explicit(&e->stats.send_again, memory_order_relaxed);
     s.registrations = atomic_load_explicit(&e->nregs, memory_order_relaxed);
     s.nics = e->ntps;
+    pthread_mutex_lock(&e->peers_lock);
+    for (uint32_t i = 0; i < PDX_MAX_CONNS; i++) {
+        pdx_peer_t *peer = atomic_load_explicit(&e->conns[i], memory_order_relaxed);
+
+        if (peer && peer->id < PDX_MAX_PEERS)
+            s.peers++;
+        else if (peer && !peer->outgoing)
+            s.handshakes++;
+    }
+    pthread_mutex_unlock(&e->peers_lock);
+    s.peers_retired = atomic_load_explicit(&e->stats.peers_retired, memory_order_relaxed);
+    s.handshakes_refused =
+        atomic_load_explicit(&e->stats.handshakes_refused, memory_order_relaxed);
     *stats_p = s;
     return PDX_OK;
 }

@@ -12,11 +12,27 @@
  *   a CQ, the data endpoints assigned to it and the sending state of the
  *   rooms that hash to it.
  *
- * Locks (never two at once, none on a shard's post path):
- * - engine->lock: the memory, layout and peer tables (setup calls).
+ * Locks (none on a shard's post path; never two at once, but for
+ * accept_lock, which pdx_peer_accept holds while it takes peers_lock):
+ * - engine->lock: the memory and layout tables (setup calls).
+ * - engine->peers_lock: the connection and peer tables, their generations,
+ *   and taking a reference to a peer by its handle.
  * - peer->out_lock: a peer's output buffer (any thread appends a frame).
+ * - peer->wait_lock: a peer's state changes (pdx_peer_connect waits on it).
+ * - engine->accept_lock: pdx_peer_accept's wait for incoming peers, and
+ *   which of them it returned (taken before peers_lock).
  * - ext->lock: a room's receive-side bookkeeping and its metadata list.
+ * - shard->deps_lock: a shard's free data endpoint slots.
  * - the room table's own mutex (insert/remove).
+ *
+ * Peer lifetime: a peer object is reference counted (pdx_peer_ref/put).
+ * The connection table holds one reference from accept (or dial) until the
+ * control thread retires the peer: FAILED, its socket closed, every data
+ * endpoint dropped by its shard, rooms told. Rooms, held notifies and API
+ * calls in progress hold their own; the last put frees it. A peer has a
+ * slot in the peer table (its id, and the handle the API returns) from its
+ * admission: at once for a peer we dial, at its READY for one that
+ * connected in, so connections still in their handshake hold no slot.
  */
 #ifndef PDX_ENGINE_H
 #define PDX_ENGINE_H
@@ -34,7 +50,11 @@
 #include "util.h"
 #include "wire.h"
 
-#define PDX_MAX_PEERS       64
+#define PDX_MAX_PEERS       64     /* admitted peers at once (slots) */
+#define PDX_MAX_HANDSHAKES  64     /* connections in from peers not admitted yet */
+#define PDX_HANDSHAKES_PER_HOST 16 /* ... of them from one address */
+#define PDX_MAX_CONNS       (PDX_MAX_PEERS + PDX_MAX_HANDSHAKES)
+#define PDX_PEER_SLOT_BITS  8      /* a handle: generation << 8 | slot */
 #define PDX_MAX_MEMS        1024
 #define PDX_MAX_SHARDS      64     /* PDX_SHARDS at most (config.c) */
 #define PDX_MAX_LAYOUTS     64
@@ -114,6 +134,8 @@ struct pdx_dep {
     uint32_t            pair, index;
     uint32_t            nic, rnic;     /* ours (engine->tps, shard->cq), the peer's */
     uint32_t            slot;          /* index in shard->deps */
+    uint32_t            cq_i;          /* index of cq in shard->cq */
+    bool                in_table;      /* added to its shard's table (control thread) */
     _Atomic uint32_t    connected;     /* both addresses known, ep_connect done */
     _Atomic uint32_t    failed;
     /* shard only */
@@ -152,15 +174,23 @@ typedef enum pdx_peer_state {
     PDX_PEER_FAILED,      /* closed, version mismatch, silent: see err */
 } pdx_peer_state_t;
 
+#define PDX_ADDR_MAX 64     /* a numeric IP address as text */
+
 struct pdx_peer {
     pdx_engine_t       *engine;
-    uint32_t            id;            /* index in engine->peers */
+    _Atomic uint32_t    refs;          /* see "Peer lifetime" above */
+    uint32_t            conn;          /* index in engine->conns */
+    uint32_t            id;            /* slot in engine->peers; UINT32_MAX until admitted */
+    uint32_t            handle;        /* the API's name for it: generation << 8 | id */
     int                 fd;
     bool                outgoing;      /* we called pdx_peer_connect */
     bool                accepted;      /* returned by pdx_peer_accept (accept_lock) */
     _Atomic int         state;         /* pdx_peer_state_t */
     _Atomic uint32_t    reaped;        /* FAILED and every dep in error: nothing more
                                         * of it can land here */
+    _Atomic uint32_t    closed;        /* the loss is on purpose: a BYE either way */
+    bool                was_ready;     /* READY when it failed (written before FAILED) */
+    _Atomic uint32_t    deps_live;     /* its deps in shard tables (shards drop them) */
     /* pdx_rooms_peer_gone: when it went and each shard's passes then; its
      * decode rooms fail once every shard has polled what already arrived */
     _Atomic uint64_t    gone_ns;
@@ -170,10 +200,13 @@ struct pdx_peer {
     pdx_status_t        status;        /* why FAILED (written before state) */
     char                err[PDX_ERRMSG_MAX];
     char                addr[PDX_NAME_MAX];
+    char                ip[PDX_ADDR_MAX]; /* the socket's remote address */
+    uint64_t            opened_ns;     /* accepted or dialled: the handshake deadline */
     /* the peer's HELLO */
     uint64_t            remote_id;     /* its sender identity */
     uint32_t            remote_shards;
     uint32_t            remote_nics;
+    uint32_t            remote_port;   /* its listener: (ip, port) names the engine */
     /* its memory and layouts (control thread writes, shards read) */
     pdx_remote_mem_t    mems[PDX_MAX_MEMS];
     _Atomic uint64_t    mem_piece;     /* smallest piece of its regions in pieces; 0: none */
@@ -183,7 +216,7 @@ struct pdx_peer {
     uint32_t            npairs, qps, lanes;
     pdx_dep_t          *deps;          /* npairs * qps, NULL until HELLO */
     /* control thread only */
-    uint8_t            *in;            /* PDX_WIRE_MAX_FRAME */
+    uint8_t            *in;            /* PDX_WIRE_MAX_FRAME; freed at the reap */
     size_t              in_len;
     uint64_t            last_heard_ns;
     bool                ready_sent, ready_received;
@@ -193,7 +226,7 @@ struct pdx_peer {
     bool                desc_sent;
     /* output: any thread appends whole frames under out_lock */
     pthread_mutex_t     out_lock;
-    uint8_t            *out;           /* PDX_PEER_OUT_MAX */
+    uint8_t            *out;           /* PDX_PEER_OUT_MAX; freed at the reap */
     size_t              out_head, out_len;
     /* pdx_peer_connect waits here for READY or FAILED */
     pthread_mutex_t     wait_lock;
@@ -224,7 +257,8 @@ typedef struct pdx_room_ext {
     pthread_mutex_t  lock;             /* first: pdx_release clears what follows */
     _Atomic uint64_t deadline_ns;      /* 0: none; bootstrap (prefill) or expect (decode) */
     _Atomic uint64_t xfer_deadline_ns; /* prefill: first chunk + transfer timeout */
-    _Atomic uint64_t ack_mask;         /* prefill: owes ABORT_ACKs to these peer ids */
+    _Atomic uint32_t ack_mask;         /* prefill: owes ABORT_ACKs to these dests (bit i:
+                                        * dests[i].peer) */
     _Atomic bool     app;              /* the local app used the id (send/expect) */
     int32_t          aux_mem;          /* aux region pinned by the room (users), -1: none;
                                         * set by the API thread, read at release */
@@ -259,8 +293,10 @@ typedef struct pdx_room_ext {
     bool             last_sent;        /* the last chunk's notifies are posted: SUCCESS
                                         * once inflight reaches 0 */
     /* decode (under lock) */
-    pdx_peer_t      *peers[PDX_MAX_DESTS]; /* peers it expects data from */
+    pdx_peer_t      *peers[PDX_MAX_DESTS]; /* peers it expects data from, not yet fenced */
     uint32_t         npeers;
+    pdx_peer_t      *holds[PDX_MAX_DESTS]; /* every peer expected: a reference each */
+    uint32_t         nholds;
     uint32_t         nsenders;         /* expected, over all peers */
     uint32_t         nseen;            /* senders with a LAST notify so far */
     uint32_t         ndone;            /* senders whose last chunk arrived */
@@ -309,11 +345,17 @@ struct pdx_shard {
      * (pdx_shard_add_dep: the control thread writes, publishes ncq) */
     pdx_tp_cq_t       *cq[PDX_SHARD_MAX_CQS];
     uint32_t           cq_nic[PDX_SHARD_MAX_CQS];
-    uint32_t           cq_room[PDX_SHARD_MAX_CQS]; /* entries no ep reserved (control) */
+    _Atomic uint32_t   cq_room[PDX_SHARD_MAX_CQS]; /* entries no ep reserved (the control
+                                                    * thread takes, a dropped ep gives) */
     _Atomic uint32_t   ncq;
-    /* data endpoints this shard owns (control thread adds, shard reads) */
+    /* data endpoints this shard owns: the control thread adds them, the
+     * shard reads them and drops those of retired peers (NULL: a free slot) */
     pdx_dep_t *_Atomic deps[PDX_MAX_PEERS * 8];
-    _Atomic uint32_t   ndeps;
+    _Atomic uint32_t   ndeps;          /* slots ever used (the table's high water) */
+    pthread_mutex_t    deps_lock;      /* free_slots */
+    uint16_t           free_slots[PDX_MAX_PEERS * 8];
+    uint32_t           nfree;
+    _Atomic uint32_t   doomed;         /* deps of reaped peers still in the table */
     _Atomic uint32_t   deps_gen;       /* + 1 when a dep stops or starts being usable */
     _Atomic uint32_t   resets;         /* deps being reset (dep_reset.c) */
     /* decode visibility (flush.c): rooms waiting for the next flush read */
@@ -342,6 +384,7 @@ struct pdx_shard {
 
 typedef struct pdx_engine_stats_acc {
     _Atomic uint64_t rooms_success, rooms_failed, send_again;
+    _Atomic uint64_t peers_admitted, peers_retired, handshakes_refused;
 } pdx_engine_stats_acc_t;
 
 struct pdx_engine {
@@ -356,6 +399,7 @@ struct pdx_engine {
     uint64_t                   sender_id;   /* notify identity: from id */
     char                       host[PDX_WIRE_HOST_MAX + 1];
     char                       address[PDX_NAME_MAX]; /* host:port */
+    uint32_t                   port;        /* the listener's */
 
     pthread_mutex_t            lock;
     pdx_mem_t                  mems[PDX_MAX_MEMS];
@@ -363,7 +407,11 @@ struct pdx_engine {
     _Atomic uint32_t           nregs;       /* registrations held */
     pdx_layout_t              *layouts[PDX_MAX_LAYOUTS];
     uint32_t                   nlayouts;
-    pdx_peer_t *_Atomic        peers[PDX_MAX_PEERS];
+    pthread_mutex_t            peers_lock;
+    pdx_peer_t *_Atomic        conns[PDX_MAX_CONNS];  /* every peer not yet retired */
+    pdx_peer_t *_Atomic        peers[PDX_MAX_PEERS];  /* admitted peers, by id */
+    uint32_t                   peer_gen[PDX_MAX_PEERS]; /* of each slot's latest peer */
+    _Atomic int32_t            last_refusal; /* status of the last handshake refused */
     pthread_mutex_t            accept_lock;  /* pdx_peer_accept waits for incoming peers */
     pthread_cond_t             accept_cond;
 
@@ -424,12 +472,22 @@ pdx_status_t pdx_peer_send_credit(pdx_peer_t *peer, uint32_t pair, uint32_t inde
  * without engine->lock: it takes it). */
 void pdx_peer_broadcast_mem(pdx_engine_t *e, uint32_t mem);
 void pdx_peer_broadcast_layout(pdx_engine_t *e, uint32_t layout);
-pdx_peer_t *pdx_peer_get(pdx_engine_t *e, uint32_t id);
+/* A reference: the caller already holds one (a room's, a dep's, ...). */
+void pdx_peer_ref(pdx_peer_t *peer);
+/* Drop a reference; the last frees the peer. NULL is fine. */
+void pdx_peer_put(pdx_peer_t *peer);
+/* The admitted peer of an API handle with a reference, or NULL (unknown,
+ * or retired: *gone_p, if not NULL, says whether it existed once). */
+pdx_peer_t *pdx_peer_hold(pdx_engine_t *e, uint32_t handle, bool *gone_p);
+/* The admitted peer of a handle without a reference: for the control
+ * thread, and tests, that know it is not retired meanwhile. */
+pdx_peer_t *pdx_peer_get(pdx_engine_t *e, uint32_t handle);
 /* Fail a peer: close it, fail its endpoints and the rooms that need it. */
 void pdx_peer_fail(pdx_peer_t *peer, pdx_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Engine teardown, after every thread stopped and pdx_shard_fini(): frees the
- * peer and its deps array (the eps in it belong to their shards). */
+ * peer and its deps array (the eps in it belong to their shards), whatever
+ * references are left. */
 void pdx_peer_destroy(pdx_peer_t *peer);
 
 /* shard.c: workers */
@@ -495,6 +553,9 @@ void pdx_rooms_peer_fenced(pdx_engine_t *e, pdx_peer_t *peer);
 /* Fail a room (any thread), count it, tell its peers; false if terminal. */
 bool pdx_rooms_fail(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_status_t status, const char *fmt,
                     ...) __attribute__((format(printf, 4, 5)));
+/* Engine teardown, threads stopped: every reference rooms and held notifies
+ * hold on peers is dropped. */
+void pdx_rooms_drop_peers(pdx_engine_t *e);
 /* Room reached SUCCESS (count it). */
 void pdx_rooms_succeed(pdx_engine_t *e, pdx_room_obj_t *obj);
 

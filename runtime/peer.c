@@ -14,12 +14,19 @@
  * State: HELLO -> READY -> FAILED, or HELLO -> FAILED. status and err are
  * written under wait_lock before the FAILED store, so a reader that sees
  * FAILED (acquire) sees why.
+ *
+ * Lifetime (engine.h): opened into the connection table, admitted into a
+ * peer slot, reaped (socket closed, endpoints failed, input and output
+ * buffers freed), retired by the control thread once its shards dropped its
+ * endpoints, freed by the last pdx_peer_put().
  */
 #include "ctrl.h"
 
 #include <errno.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +52,9 @@ static void peer_free(pdx_peer_t *peer)
     for (uint32_t i = 0; i < PDX_MAX_MEMS; i++)
         for (uint32_t k = 0; k < PDX_MAX_NICS; k++)
             free((void *)(uintptr_t)peer->mems[i].rkey[k].rkeys);
+    for (uint32_t i = 0; peer->deps && i < peer->npairs * peer->qps; i++)
+        if (peer->deps[i].shard)
+            pthread_mutex_destroy(&peer->deps[i].lock);
     free(peer->deps);
     free(peer->eps_in);
     pthread_cond_destroy(&peer->wait_cond);
@@ -92,75 +102,82 @@ err_free:
     return NULL;
 }
 
-/* A fresh peer in HELLO; the object is not in the table (or a spare). */
-static void peer_reset(pdx_peer_t *peer, pdx_engine_t *e, int fd, bool outgoing,
-                       const char *addr)
+void pdx_peer_ref(pdx_peer_t *peer)
 {
-    for (uint32_t i = 0; i < PDX_MAX_LAYOUTS; i++)
-        pdx_layout_free(atomic_exchange_explicit(&peer->layouts[i], NULL, memory_order_relaxed));
-    for (uint32_t i = 0; i < PDX_MAX_MEMS; i++) {
-        atomic_store_explicit(&peer->mems[i].valid, 0, memory_order_relaxed);
-        for (uint32_t k = 0; k < PDX_MAX_NICS; k++)
-            free((void *)(uintptr_t)peer->mems[i].rkey[k].rkeys);
-        memset(&peer->mems[i].rkey, 0, sizeof(peer->mems[i].rkey));
+    atomic_fetch_add_explicit(&peer->refs, 1, memory_order_relaxed);
+}
+
+void pdx_peer_put(pdx_peer_t *peer)
+{
+    if (peer && atomic_fetch_sub_explicit(&peer->refs, 1, memory_order_acq_rel) == 1)
+        peer_free(peer);
+}
+
+/* The numeric address of the socket's other end. */
+static void remote_ip(int fd, char *buf, size_t len)
+{
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+
+    if (getpeername(fd, (struct sockaddr *)&ss, &sl) < 0 ||
+        getnameinfo((struct sockaddr *)&ss, sl, buf, (socklen_t)len, NULL, 0, NI_NUMERICHOST))
+        snprintf(buf, len, "?");
+}
+
+/* Under peers_lock: a free peer slot and the handle its next peer gets. */
+static bool take_slot(pdx_engine_t *e, pdx_peer_t *peer)
+{
+    for (uint32_t id = 0; id < PDX_MAX_PEERS; id++) {
+        if (atomic_load_explicit(&e->peers[id], memory_order_relaxed))
+            continue;
+        /* 24 bits of generation; 0 never names a live peer */
+        if (++e->peer_gen[id] >= 1u << (32 - PDX_PEER_SLOT_BITS))
+            e->peer_gen[id] = 1;
+        peer->id = id;
+        peer->handle = e->peer_gen[id] << PDX_PEER_SLOT_BITS | id;
+        atomic_store_explicit(&e->peers[id], peer, memory_order_release);
+        atomic_fetch_add_explicit(&e->stats.peers_admitted, 1, memory_order_relaxed);
+        return true;
     }
-    atomic_store_explicit(&peer->mem_piece, 0, memory_order_relaxed);
-    free(peer->deps);
-    free(peer->eps_in);
-    peer->engine = e;
-    peer->id = UINT32_MAX;
-    peer->fd = fd;
-    peer->outgoing = outgoing;
-    pthread_mutex_lock(&e->accept_lock);
-    peer->accepted = false;
-    pthread_mutex_unlock(&e->accept_lock);
-    atomic_store_explicit(&peer->state, PDX_PEER_HELLO, memory_order_relaxed);
-    peer->status = PDX_OK;
-    peer->err[0] = '\0';
-    snprintf(peer->addr, sizeof(peer->addr), "%s", addr);
-    peer->remote_id = 0;
-    peer->remote_shards = 0;
-    peer->npairs = peer->qps = 0;
-    peer->deps = NULL;
-    peer->in_len = 0;
-    peer->last_heard_ns = pdx_now_ns();
-    peer->ready_sent = peer->ready_received = false;
-    peer->eps_in = NULL;
-    peer->neps_in = 0;
-    peer->desc_sent = false;
-    peer->out_head = peer->out_len = 0;
-    atomic_store_explicit(&peer->reaped, 0, memory_order_relaxed);
-    atomic_store_explicit(&peer->fence_steps, 0, memory_order_relaxed);
+    return false;
 }
 
 pdx_status_t pdx_peer_open(pdx_engine_t *e, int fd, bool outgoing, const char *addr,
-                           pdx_peer_t *reuse, pdx_peer_t **peer_p)
+                           pdx_peer_t **peer_p)
 {
-    pdx_peer_t *peer = reuse ? reuse : peer_alloc();
-    uint32_t id;
+    pdx_peer_t *peer = peer_alloc();
+    uint32_t conn;
     int one = 1;
 
     if (!peer) {
         pdx_error("out of memory for the control connection with %s", addr);
         return PDX_ERR_NOMEM;
     }
-    peer_reset(peer, e, fd, outgoing, addr);
-    pthread_mutex_lock(&e->lock);
-    for (id = 0; id < PDX_MAX_PEERS; id++)
-        if (!atomic_load_explicit(&e->peers[id], memory_order_relaxed))
+    peer->engine = e;
+    peer->id = UINT32_MAX;
+    peer->fd = fd;
+    peer->outgoing = outgoing;
+    atomic_init(&peer->refs, 2); /* the table's and the caller's */
+    atomic_init(&peer->state, PDX_PEER_HELLO);
+    snprintf(peer->addr, sizeof(peer->addr), "%s", addr);
+    remote_ip(fd, peer->ip, sizeof(peer->ip));
+    peer->opened_ns = peer->last_heard_ns = pdx_now_ns();
+
+    pthread_mutex_lock(&e->peers_lock);
+    for (conn = 0; conn < PDX_MAX_CONNS; conn++)
+        if (!atomic_load_explicit(&e->conns[conn], memory_order_relaxed))
             break;
-    if (id == PDX_MAX_PEERS) {
-        pthread_mutex_unlock(&e->lock);
+    if (conn == PDX_MAX_CONNS || (outgoing && !take_slot(e, peer))) {
+        pthread_mutex_unlock(&e->peers_lock);
         pdx_error("control connection with %s refused: all %d peer slots are in use", addr,
                   PDX_MAX_PEERS);
         peer->fd = -1; /* the caller's */
-        if (!reuse)
-            peer_free(peer);
+        peer_free(peer);
         return PDX_ERR_FULL;
     }
-    peer->id = id;
-    atomic_store_explicit(&e->peers[id], peer, memory_order_release);
-    pthread_mutex_unlock(&e->lock);
+    peer->conn = conn;
+    atomic_store_explicit(&e->conns[conn], peer, memory_order_release);
+    pthread_mutex_unlock(&e->peers_lock);
     /* Control messages are small and latency-bound. Failing costs only latency. */
     if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0)
         pdx_debug("control connection with %s: TCP_NODELAY: %s", addr, strerror(errno));
@@ -168,11 +185,66 @@ pdx_status_t pdx_peer_open(pdx_engine_t *e, int fd, bool outgoing, const char *a
     return PDX_OK;
 }
 
-pdx_peer_t *pdx_peer_get(pdx_engine_t *e, uint32_t id)
+pdx_status_t pdx_peer_admit(pdx_peer_t *peer)
 {
+    pdx_engine_t *e = peer->engine;
+    bool ok;
+
+    pthread_mutex_lock(&e->peers_lock);
+    ok = peer->id != UINT32_MAX || take_slot(e, peer);
+    pthread_mutex_unlock(&e->peers_lock);
+    return ok ? PDX_OK : PDX_ERR_FULL;
+}
+
+uint32_t pdx_peer_handshakes(pdx_engine_t *e, const char *ip, uint32_t *from_ip_p)
+{
+    uint32_t n = 0, from_ip = 0;
+
+    pthread_mutex_lock(&e->peers_lock);
+    for (uint32_t i = 0; i < PDX_MAX_CONNS; i++) {
+        pdx_peer_t *peer = atomic_load_explicit(&e->conns[i], memory_order_relaxed);
+
+        if (!peer || peer->outgoing || peer->id != UINT32_MAX)
+            continue;
+        n++;
+        from_ip += ip && strcmp(peer->ip, ip) == 0;
+    }
+    pthread_mutex_unlock(&e->peers_lock);
+    if (from_ip_p)
+        *from_ip_p = from_ip;
+    return n;
+}
+
+pdx_peer_t *pdx_peer_get(pdx_engine_t *e, uint32_t handle)
+{
+    uint32_t id = handle & ((1u << PDX_PEER_SLOT_BITS) - 1);
+    pdx_peer_t *peer;
+
     if (!e || id >= PDX_MAX_PEERS)
         return NULL;
-    return atomic_load_explicit(&e->peers[id], memory_order_acquire);
+    peer = atomic_load_explicit(&e->peers[id], memory_order_acquire);
+    return peer && peer->handle == handle ? peer : NULL;
+}
+
+pdx_peer_t *pdx_peer_hold(pdx_engine_t *e, uint32_t handle, bool *gone_p)
+{
+    uint32_t id = handle & ((1u << PDX_PEER_SLOT_BITS) - 1), gen = handle >> PDX_PEER_SLOT_BITS;
+    pdx_peer_t *peer = NULL;
+    bool gone = false;
+
+    if (e && id < PDX_MAX_PEERS) {
+        pthread_mutex_lock(&e->peers_lock);
+        peer = atomic_load_explicit(&e->peers[id], memory_order_relaxed);
+        if (peer && peer->handle == handle)
+            pdx_peer_ref(peer);
+        else
+            peer = NULL;
+        gone = !peer && gen != 0 && gen <= e->peer_gen[id];
+        pthread_mutex_unlock(&e->peers_lock);
+    }
+    if (gone_p)
+        *gone_p = gone;
+    return peer;
 }
 
 /* ----------------------------------------------------------------- output */
@@ -299,15 +371,129 @@ void pdx_peer_destroy(pdx_peer_t *peer)
         return;
     e = peer->engine;
     if (peer->fd >= 0) {
-        /* What teardown queued (rooms failed with the engine): best effort. */
+        /* What teardown queued (a BYE, rooms failed with the engine): best effort. */
         pthread_mutex_lock(&peer->out_lock);
         flush_locked(peer);
         pthread_mutex_unlock(&peer->out_lock);
         close_socket(peer->fd);
+        peer->fd = -1;
     }
-    if (e && peer->id < PDX_MAX_PEERS && atomic_load(&e->peers[peer->id]) == peer)
+    if (atomic_load(&e->conns[peer->conn]) == peer)
+        atomic_store(&e->conns[peer->conn], NULL);
+    if (peer->id < PDX_MAX_PEERS && atomic_load(&e->peers[peer->id]) == peer)
         atomic_store(&e->peers[peer->id], NULL);
     peer_free(peer);
+}
+
+void pdx_peer_goodbye_all(pdx_engine_t *e, uint32_t timeout_ms)
+{
+    struct pollfd fds[PDX_MAX_CONNS];
+    uint64_t deadline = pdx_deadline_ns(timeout_ms);
+    uint32_t n = 0, open;
+
+    for (uint32_t i = 0; i < PDX_MAX_CONNS; i++) {
+        pdx_peer_t *peer = atomic_load(&e->conns[i]);
+        int fd = -1;
+
+        if (!peer || peer_failed(peer))
+            continue;
+        pdx_peer_say_bye(peer, "its engine is being destroyed");
+        pthread_mutex_lock(&peer->out_lock);
+        if (peer->fd >= 0) {
+            flush_locked(peer);
+            fd = peer->fd;
+            peer->fd = -1; /* ours now: a reap finds nothing to close */
+            peer->out_head = peer->out_len = 0;
+        }
+        pthread_mutex_unlock(&peer->out_lock);
+        if (fd < 0)
+            continue;
+        shutdown(fd, SHUT_WR);
+        fds[n++] = (struct pollfd){.fd = fd, .events = POLLIN};
+    }
+    /* The peer closes its side once it read the BYE: by then it has failed
+     * our peer there, so our endpoints going next look routine to it. */
+    for (open = n; open > 0;) {
+        uint64_t now = pdx_now_ns();
+        uint8_t sink[4096];
+        int rc;
+
+        if (now >= deadline)
+            break;
+        rc = poll(fds, n, (int)((deadline - now + 999999u) / 1000000u));
+        if (rc < 0 && errno != EINTR)
+            break;
+        for (uint32_t i = 0; i < n && rc > 0; i++) {
+            ssize_t got;
+
+            if (fds[i].fd < 0 || !fds[i].revents)
+                continue;
+            while ((got = recv(fds[i].fd, sink, sizeof(sink), MSG_DONTWAIT)) > 0)
+                ;
+            if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+                close(fds[i].fd);
+                fds[i].fd = -1; /* poll skips it */
+                open--;
+            }
+        }
+    }
+    for (uint32_t i = 0; i < n; i++)
+        if (fds[i].fd >= 0)
+            close(fds[i].fd);
+}
+
+pdx_status_t pdx_peer_close(pdx_engine_t *e, uint32_t handle)
+{
+    pdx_peer_t *peer;
+    bool gone = false;
+
+    if (!e)
+        return PDX_ERR_INVALID;
+    peer = pdx_peer_hold(e, handle, &gone);
+    if (!peer)
+        return gone ? PDX_OK : PDX_ERR_NOT_FOUND;
+    if (!peer_failed(peer)) {
+        pdx_peer_say_bye(peer, "closed by pdx_peer_close");
+        pdx_peer_fail(peer, PDX_ERR_PEER, "closed by this engine (pdx_peer_close)");
+    }
+    pdx_peer_put(peer);
+    return PDX_OK;
+}
+
+bool pdx_peer_retirable(pdx_peer_t *peer)
+{
+    return atomic_load_explicit(&peer->state, memory_order_acquire) == PDX_PEER_FAILED &&
+           atomic_load_explicit(&peer->reaped, memory_order_acquire) &&
+           atomic_load_explicit(&peer->deps_live, memory_order_acquire) == 0 &&
+           atomic_load_explicit(&peer->fence_steps, memory_order_acquire) >=
+               (peer->was_ready ? 2u : 1u);
+}
+
+void pdx_peer_retire(pdx_peer_t *peer)
+{
+    pdx_engine_t *e = peer->engine;
+
+    pthread_mutex_lock(&e->peers_lock);
+    atomic_store_explicit(&e->conns[peer->conn], NULL, memory_order_release);
+    if (peer->id < PDX_MAX_PEERS) {
+        atomic_store_explicit(&e->peers[peer->id], NULL, memory_order_release);
+        atomic_fetch_add_explicit(&e->stats.peers_retired, 1, memory_order_relaxed);
+    }
+    pthread_mutex_unlock(&e->peers_lock);
+    pdx_debug("peer %s (%u) retired", peer->addr, peer->id);
+    pdx_peer_put(peer); /* the table's */
+}
+
+void pdx_peer_say_bye(pdx_peer_t *peer, const char *reason)
+{
+    pdx_wire_bye_t m;
+    uint8_t frame[PDX_WIRE_HEADER_SIZE + 2 + PDX_WIRE_REASON_MAX];
+    size_t len;
+
+    snprintf(m.reason, sizeof(m.reason), "%s", reason);
+    atomic_store_explicit(&peer->closed, 1, memory_order_release);
+    if (pdx_wire_encode_bye(&m, frame, sizeof(frame), &len) == PDX_OK)
+        pdx_peer_queue_last(peer, frame, len);
 }
 
 pdx_status_t pdx_peer_send_credit(pdx_peer_t *peer, uint32_t pair, uint32_t index, uint32_t epoch,
@@ -330,7 +516,7 @@ pdx_status_t pdx_peer_send_hello(pdx_peer_t *peer, bool last)
 {
     pdx_engine_t *e = peer->engine;
     pdx_wire_hello_t m = {.version = e->protocol_version, .caps = 0, .nshards = e->nshards,
-                          .nics = e->ntps};
+                          .nics = e->ntps, .port = e->port};
     uint8_t frame[PDX_WIRE_HEADER_SIZE + 64 + PDX_WIRE_HOST_MAX + PDX_WIRE_TRANSPORT_MAX];
     pdx_status_t st;
     size_t len;
@@ -459,18 +645,44 @@ err_nomem:
     return PDX_ERR_NOMEM;
 }
 
-/* Under engine->lock: the peers that have our descriptors. */
-static uint32_t desc_peers(pdx_engine_t *e, pdx_peer_t **to)
+/* A reference to every connection not failed (peers_lock, which is not
+ * held with engine->lock). */
+static uint32_t hold_conns(pdx_engine_t *e, pdx_peer_t **to)
 {
     uint32_t n = 0;
 
-    for (uint32_t i = 0; i < PDX_MAX_PEERS; i++) {
-        pdx_peer_t *peer = atomic_load_explicit(&e->peers[i], memory_order_relaxed);
+    pthread_mutex_lock(&e->peers_lock);
+    for (uint32_t i = 0; i < PDX_MAX_CONNS; i++) {
+        pdx_peer_t *peer = atomic_load_explicit(&e->conns[i], memory_order_relaxed);
 
-        if (peer && peer->desc_sent && !peer_failed(peer))
+        if (peer && !peer_failed(peer)) {
+            pdx_peer_ref(peer);
             to[n++] = peer;
+        }
     }
+    pthread_mutex_unlock(&e->peers_lock);
     return n;
+}
+
+/* Under engine->lock: keep the held peers that have our descriptors. A peer
+ * connected after hold_conns() takes its snapshot after the caller's change. */
+static uint32_t keep_desc_peers(pdx_peer_t **to, uint32_t n)
+{
+    uint32_t kept = 0;
+
+    for (uint32_t i = 0; i < n; i++) {
+        if (to[i]->desc_sent)
+            to[kept++] = to[i];
+        else
+            pdx_peer_put(to[i]);
+    }
+    return kept;
+}
+
+static void put_all(pdx_peer_t **to, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        pdx_peer_put(to[i]);
 }
 
 void pdx_peer_broadcast_mem(pdx_engine_t *e, uint32_t mem)
@@ -478,16 +690,18 @@ void pdx_peer_broadcast_mem(pdx_engine_t *e, uint32_t mem)
     uint32_t keys[PDX_MAX_NICS][PDX_TP_PIECES_MAX];
     pdx_wire_mem_entry_t entries[PDX_MAX_NICS];
     uint8_t frame[PDX_WIRE_MEM_ONE_MAX];
-    pdx_peer_t *to[PDX_MAX_PEERS];
+    pdx_peer_t *to[PDX_MAX_CONNS];
     uint32_t n, nics;
-    pdx_status_t st;
+    pdx_status_t st = PDX_OK;
     size_t len;
 
     if (!e || mem >= PDX_MAX_MEMS)
         return;
+    n = hold_conns(e, to);
     pthread_mutex_lock(&e->lock);
     if (!e->mems[mem].used) {
         pthread_mutex_unlock(&e->lock);
+        put_all(to, n);
         return;
     }
     nics = e->ntps;
@@ -500,37 +714,42 @@ void pdx_peer_broadcast_mem(pdx_engine_t *e, uint32_t mem)
             ent->rkey.rkeys = keys[nic];
         }
     }
-    n = desc_peers(e, to);
+    n = keep_desc_peers(to, n);
     pthread_mutex_unlock(&e->lock);
     /* A frame per NIC: each fits PDX_WIRE_MEM_ONE_MAX. */
-    for (uint32_t nic = 0; nic < nics && n; nic++) {
+    for (uint32_t nic = 0; nic < nics && n && st == PDX_OK; nic++) {
         st = pdx_wire_encode_mem(&(pdx_wire_mem_t){.count = 1, .entries = &entries[nic]}, frame,
                                  sizeof(frame), &len);
         if (st != PDX_OK) {
             pdx_error("cannot encode region %u for the peers: %s", mem, pdx_status_str(st));
-            return;
+            break;
         }
         for (uint32_t i = 0; i < n; i++)
             send_desc(to[i], frame, len, "region", mem);
     }
+    put_all(to, n);
 }
 
 void pdx_peer_broadcast_layout(pdx_engine_t *e, uint32_t layout)
 {
-    pdx_peer_t *to[PDX_MAX_PEERS];
+    pdx_peer_t *to[PDX_MAX_CONNS];
     const pdx_layout_t *l;
     uint8_t *buf;
     uint32_t n;
 
     if (!e || layout >= PDX_MAX_LAYOUTS)
         return;
+    n = hold_conns(e, to);
     pthread_mutex_lock(&e->lock);
     l = e->layouts[layout];
-    n = l ? desc_peers(e, to) : 0;
-    pthread_mutex_unlock(&e->lock);
-    if (n == 0)
+    if (!l) {
+        pthread_mutex_unlock(&e->lock);
+        put_all(to, n);
         return;
-    buf = malloc(PDX_WIRE_MAX_FRAME);
+    }
+    n = keep_desc_peers(to, n);
+    pthread_mutex_unlock(&e->lock);
+    buf = n ? malloc(PDX_WIRE_MAX_FRAME) : NULL;
     for (uint32_t i = 0; i < n; i++) {
         if (!buf) {
             pdx_peer_fail(to[i], PDX_ERR_NOMEM, "out of memory: layout %u not sent to %s",
@@ -540,6 +759,7 @@ void pdx_peer_broadcast_layout(pdx_engine_t *e, uint32_t layout)
         send_layout(to[i], buf, layout, l);
     }
     free(buf);
+    put_all(to, n);
 }
 
 /* ---------------------------------------------------------------- failure */
@@ -591,28 +811,48 @@ static void fail_deps(pdx_peer_t *peer)
  */
 static void fence_step(pdx_peer_t *peer)
 {
-    if (atomic_fetch_add_explicit(&peer->fence_steps, 1, memory_order_acq_rel) == 1)
+    if (atomic_fetch_add_explicit(&peer->fence_steps, 1, memory_order_acq_rel) == 1) {
         pdx_rooms_peer_fenced(peer->engine, peer);
+        pdx_ctrl_wake(peer->engine); /* it may retire the peer now */
+    }
 }
 
 bool pdx_peer_reap(pdx_peer_t *peer)
 {
+    pdx_engine_t *e = peer->engine;
+    uint32_t on_shard[PDX_MAX_SHARDS] = {0};
+    uint8_t *out;
     int fd;
 
     pthread_mutex_lock(&peer->out_lock);
     fd = peer->fd;
+    out = peer->out;
     if (fd >= 0) {
-        flush_locked(peer); /* a last ERROR, best effort */
+        flush_locked(peer); /* a last ERROR or BYE, best effort */
         peer->fd = -1;
         peer->out_head = peer->out_len = 0;
+        peer->out = NULL; /* no sender touches it once fd < 0 */
     }
     pthread_mutex_unlock(&peer->out_lock);
     if (fd < 0)
         return false;
+    free(out);
+    free(peer->in); /* the control thread reads a peer only while its fd is open */
+    peer->in = NULL;
+    peer->in_len = 0;
     close_socket(fd);
     fail_deps(peer);
-    /* Nothing of the peer lands here any more: its decode rooms are fenced. */
+    /* Nothing of the peer lands here any more: its decode rooms are fenced,
+     * and its shards drop its endpoints once they drained. */
     atomic_store_explicit(&peer->reaped, 1, memory_order_release);
+    for (uint32_t i = 0; peer->deps && i < peer->npairs * peer->qps; i++)
+        if (peer->deps[i].in_table)
+            on_shard[peer->deps[i].shard->index]++;
+    for (uint32_t i = 0; i < e->nshards; i++)
+        if (on_shard[i]) {
+            atomic_fetch_add_explicit(&e->shards[i].doomed, on_shard[i], memory_order_release);
+            pdx_shard_wake(&e->shards[i]);
+        }
     fence_step(peer);
     return true;
 }
@@ -642,14 +882,27 @@ void pdx_peer_fail(pdx_peer_t *peer, pdx_status_t status, const char *fmt, ...)
     }
     peer->status = status;
     memcpy(peer->err, msg, sizeof(peer->err));
+    peer->was_ready = old == PDX_PEER_READY;
     atomic_store(&peer->state, PDX_PEER_FAILED); /* seq_cst: pairs with pdx_ctrl_stop */
     pthread_cond_broadcast(&peer->wait_cond);
     pthread_mutex_unlock(&peer->wait_lock);
 
-    /* A peer leaving is expected now and then; a probe that never said HELLO
-     * is routine. Protocol and version errors are errors. */
-    if (status == PDX_ERR_PEER || status == PDX_ERR_TIMEOUT)
-        level = old == PDX_PEER_HELLO && !peer->outgoing ? PDX_LOG_INFO : PDX_LOG_WARN;
+    /* A peer leaving on purpose (a BYE either way) is routine, and so is a
+     * connection in that never finished its handshake (a probe, a port
+     * scan, a peer we had no room for), unless it speaks another version
+     * or transport. A peer lost otherwise is a warning; protocol errors of
+     * a peer are errors. */
+    if (peer->id == UINT32_MAX && !peer->outgoing) {
+        atomic_fetch_add_explicit(&e->stats.handshakes_refused, 1, memory_order_relaxed);
+        atomic_store_explicit(&e->last_refusal, status, memory_order_relaxed);
+    }
+    if (atomic_load_explicit(&peer->closed, memory_order_acquire))
+        level = PDX_LOG_INFO;
+    else if (peer->id == UINT32_MAX && !peer->outgoing)
+        level = status == PDX_ERR_VERSION || status == PDX_ERR_UNSUPPORTED ? PDX_LOG_WARN
+                                                                           : PDX_LOG_INFO;
+    else if (status == PDX_ERR_PEER || status == PDX_ERR_TIMEOUT)
+        level = PDX_LOG_WARN;
     pdx_log(level, "peer %s (%u) failed: %s (%s)", peer->addr, peer->id, msg,
             pdx_status_str(status));
 

@@ -3,7 +3,7 @@
  * hand the socket to the control thread, send HELLO and wait for the
  * handshake (ctrl_msg.c) to make the peer READY or FAILED. The caller's
  * thread only dials, sends HELLO and waits; the control thread does the
- * rest. On failure after the dial the peer's slot stays FAILED.
+ * rest. A peer that fails after the dial is retired like any other.
  */
 #include "ctrl.h"
 
@@ -144,7 +144,7 @@ pdx_status_t pdx_peer_connect(pdx_engine_t *e, const char *addr, int timeout_ms,
     st = dial(addr, deadline, timeout_ms, &fd);
     if (st != PDX_OK)
         return st;
-    st = pdx_peer_open(e, fd, true, addr, NULL, &peer);
+    st = pdx_peer_open(e, fd, true, addr, &peer);
     if (st != PDX_OK) {
         close(fd);
         return st;
@@ -154,41 +154,51 @@ pdx_status_t pdx_peer_connect(pdx_engine_t *e, const char *addr, int timeout_ms,
         st = pdx_peer_send_hello(peer, false);
     if (st != PDX_OK) {
         pdx_peer_fail(peer, st, "cannot start the handshake with %s", addr);
-        return failed_status(peer);
+        st = failed_status(peer);
+        pdx_peer_put(peer);
+        return st;
     }
 
     state = wait_handshake(peer, deadline);
     if (state == PDX_PEER_HELLO)
         pdx_peer_fail(peer, PDX_ERR_TIMEOUT, "handshake with %s not done within %d ms", addr,
                       timeout_ms);
-    else if (state == PDX_PEER_READY) {
+    if (state == PDX_PEER_READY) {
         pdx_info("connected to %s as peer %u (%u pairs x %u endpoints)", addr, peer->id,
                  peer->npairs, peer->qps);
-        *peer_p = peer->id;
-        return PDX_OK;
+        *peer_p = peer->handle;
+        st = PDX_OK;
+    } else {
+        st = failed_status(peer);
     }
-    return failed_status(peer);
+    pdx_peer_put(peer);
+    return st;
 }
 
-/* The first incoming READY peer not yet returned, or NULL (accept_lock held). */
-static pdx_peer_t *next_incoming(pdx_engine_t *e)
+/* The handle of the first incoming READY peer not yet returned, or 0
+ * (accept_lock held; peers_lock keeps the peer from being retired). */
+static uint32_t next_incoming(pdx_engine_t *e)
 {
-    for (uint32_t i = 0; i < PDX_MAX_PEERS; i++) {
+    uint32_t handle = 0;
+
+    pthread_mutex_lock(&e->peers_lock);
+    for (uint32_t i = 0; i < PDX_MAX_PEERS && !handle; i++) {
         pdx_peer_t *peer = atomic_load_explicit(&e->peers[i], memory_order_acquire);
 
         if (peer && !peer->outgoing && !peer->accepted &&
             atomic_load_explicit(&peer->state, memory_order_acquire) == PDX_PEER_READY) {
             peer->accepted = true;
-            return peer;
+            handle = peer->handle;
         }
     }
-    return NULL;
+    pthread_mutex_unlock(&e->peers_lock);
+    return handle;
 }
 
 pdx_status_t pdx_peer_accept(pdx_engine_t *e, int timeout_ms, uint32_t *peer_p)
 {
     struct timespec until;
-    pdx_peer_t *peer;
+    uint32_t handle;
     int rc = 0;
 
     if (!e || !peer_p)
@@ -201,11 +211,11 @@ pdx_status_t pdx_peer_accept(pdx_engine_t *e, int timeout_ms, uint32_t *peer_p)
         until.tv_nsec -= 1000000000L;
     }
     pthread_mutex_lock(&e->accept_lock);
-    while (!(peer = next_incoming(e)) && rc != ETIMEDOUT)
+    while (!(handle = next_incoming(e)) && rc != ETIMEDOUT)
         rc = pthread_cond_timedwait(&e->accept_cond, &e->accept_lock, &until);
     pthread_mutex_unlock(&e->accept_lock);
-    if (!peer)
+    if (!handle)
         return PDX_ERR_TIMEOUT;
-    *peer_p = peer->id;
+    *peer_p = handle;
     return PDX_OK;
 }

@@ -39,8 +39,8 @@ void pdx_rooms_end_signal_locked(pdx_room_ext_t *ext)
                                     __ATOMIC_RELAXED);
 }
 
-static bool fail_v(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id, pdx_status_t status,
-                   const char *fmt, va_list ap)
+static bool fail_v(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id, pdx_log_level_t level,
+                   pdx_status_t status, const char *fmt, va_list ap)
 {
     pdx_room_ext_t *ext = pdx_room_ext(e, obj);
     pdx_peer_t *peers[PDX_MAX_DESTS];
@@ -67,9 +67,14 @@ static bool fail_v(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id, pdx_status
         for (uint32_t i = 0; i < n; i++)
             peers[npeers++] = ext->dests[i].peer;
     }
+    /* The room's references go with its release, which may come before
+     * the sends below: these are the sends' own. */
+    for (uint32_t i = 0; i < npeers; i++)
+        pdx_peer_ref(peers[i]);
     pthread_mutex_unlock(&ext->lock);
     atomic_fetch_add_explicit(&e->stats.rooms_failed, 1, memory_order_relaxed);
-    pdx_warn("room %llu failed: %s (%s)", (unsigned long long)id, msg, pdx_status_str(status));
+    pdx_log(level, "room %llu failed: %s (%s)", (unsigned long long)id, msg,
+            pdx_status_str(status));
 
     /* Decode asks each sender to stop (and confirm: the abort fence);
      * prefill tells each destination why its data will not come. */
@@ -87,17 +92,18 @@ static bool fail_v(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id, pdx_status
     for (uint32_t i = 0; i < npeers; i++) {
         pdx_status_t st = pdx_peer_send(peers[i], frame, len);
 
-        if (!decode || st == PDX_OK)
-            continue;
-        /* An ABORT that cannot be sent is no confirmation: only a sender
-         * whose endpoints are in error can no longer write. A full control
-         * connection fails the peer; pdx_rooms_peer_fenced() counts it once
-         * its endpoints are in error. */
-        if (st == PDX_ERR_AGAIN)
-            pdx_peer_fail(peers[i], PDX_ERR_PEER, "control connection to %s is full",
-                          peers[i]->addr);
-        else if (st == PDX_ERR_PEER && atomic_load(&peers[i]->reaped))
-            pdx_rooms_ack(e, obj, id, peers[i]);
+        if (decode && st != PDX_OK) {
+            /* An ABORT that cannot be sent is no confirmation: only a sender
+             * whose endpoints are in error can no longer write. A full control
+             * connection fails the peer; pdx_rooms_peer_fenced() counts it once
+             * its endpoints are in error. */
+            if (st == PDX_ERR_AGAIN)
+                pdx_peer_fail(peers[i], PDX_ERR_PEER, "control connection to %s is full",
+                              peers[i]->addr);
+            else if (st == PDX_ERR_PEER && atomic_load(&peers[i]->reaped))
+                pdx_rooms_ack(e, obj, id, peers[i]);
+        }
+        pdx_peer_put(peers[i]);
     }
     if (!decode)
         pdx_shard_wake(pdx_room_shard(e, id));
@@ -111,7 +117,19 @@ bool pdx_rooms_fail_id(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id, pdx_st
     bool r;
 
     va_start(ap, fmt);
-    r = fail_v(e, obj, id, status, fmt, ap);
+    r = fail_v(e, obj, id, PDX_LOG_WARN, status, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+bool pdx_rooms_fail_at(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id, pdx_log_level_t level,
+                       pdx_status_t status, const char *fmt, ...)
+{
+    va_list ap;
+    bool r;
+
+    va_start(ap, fmt);
+    r = fail_v(e, obj, id, level, status, fmt, ap);
     va_end(ap);
     return r;
 }
@@ -125,7 +143,7 @@ bool pdx_rooms_fail(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_status_t status, c
     bool r;
 
     va_start(ap, fmt);
-    r = fail_v(e, obj, atomic_load(&obj->id), status, fmt, ap);
+    r = fail_v(e, obj, atomic_load(&obj->id), PDX_LOG_WARN, status, fmt, ap);
     va_end(ap);
     return r;
 }
@@ -170,19 +188,41 @@ pdx_status_t pdx_rooms_send_abort_ack(pdx_peer_t *peer, uint64_t room)
     return st == PDX_OK ? pdx_peer_send(peer, frame, len) : st;
 }
 
-uint64_t pdx_rooms_send_acks(pdx_engine_t *e, uint64_t room, uint64_t mask)
+uint32_t pdx_rooms_hold_acks_locked(pdx_room_ext_t *ext, uint32_t mask,
+                                    pdx_peer_t *to[PDX_MAX_DESTS])
 {
-    uint64_t left = 0;
+    for (uint32_t m = mask; m; m &= m - 1) {
+        uint32_t d = (uint32_t)__builtin_ctz(m);
 
-    while (mask) {
-        uint32_t id = (uint32_t)__builtin_ctzll(mask);
-        pdx_peer_t *peer = pdx_peer_get(e, id);
+        to[d] = ext->dests[d].peer;
+        pdx_peer_ref(to[d]);
+    }
+    return mask;
+}
 
-        mask &= mask - 1;
-        if (peer && pdx_rooms_send_abort_ack(peer, room) == PDX_ERR_AGAIN)
-            left |= 1ull << id;
+uint32_t pdx_rooms_send_acks(uint64_t room, uint32_t mask, pdx_peer_t *to[PDX_MAX_DESTS])
+{
+    uint32_t left = 0;
+
+    for (uint32_t m = mask; m; m &= m - 1) {
+        uint32_t d = (uint32_t)__builtin_ctz(m);
+
+        if (pdx_rooms_send_abort_ack(to[d], room) == PDX_ERR_AGAIN)
+            left |= 1u << d;
     }
     return left;
+}
+
+void pdx_rooms_put_acks(uint32_t mask, pdx_peer_t *to[PDX_MAX_DESTS], const char *why)
+{
+    for (uint32_t m = mask; m; m &= m - 1) {
+        uint32_t d = (uint32_t)__builtin_ctz(m);
+
+        if (why)
+            pdx_peer_fail(to[d], PDX_ERR_PEER, "control connection to %s is full: %s",
+                          to[d]->addr, why);
+        pdx_peer_put(to[d]);
+    }
 }
 
 /* Pin a registered region for a room (pdx_mem_deregister refuses it). */
@@ -438,7 +478,7 @@ static pdx_status_t expect_peer(pdx_room_ext_t *ext, pdx_peer_t *peer, uint32_t 
     uint64_t *senders;
     uint32_t *left;
 
-    if (ext->npeers == PDX_MAX_DESTS || n > PDX_MAX_SENDERS)
+    if (ext->npeers == PDX_MAX_DESTS || ext->nholds == PDX_MAX_DESTS || n > PDX_MAX_SENDERS)
         return PDX_ERR_FULL;
     senders = realloc(ext->senders, n * sizeof(*senders));
     if (!senders)
@@ -449,6 +489,8 @@ static pdx_status_t expect_peer(pdx_room_ext_t *ext, pdx_peer_t *peer, uint32_t 
         return PDX_ERR_NOMEM;
     ext->last_left = left;
     ext->peers[ext->npeers++] = peer;
+    ext->holds[ext->nholds++] = peer;
+    pdx_peer_ref(peer);
     ext->nsenders = n;
     return PDX_OK;
 }
@@ -469,29 +511,47 @@ static pdx_status_t send_room_msg(pdx_peer_t *peer, const pdx_wire_room_t *m,
     return st;
 }
 
+static pdx_status_t expect_held(pdx_engine_t *e, pdx_peer_t *peer, pdx_room_t room,
+                                uint32_t layout_id, const pdx_pages_t *dst,
+                                const pdx_region_t *aux, uint32_t nsenders, uint32_t timeout);
+
 pdx_status_t pdx_expect(pdx_engine_t *e, uint32_t peer_id, pdx_room_t room, uint32_t layout_id,
                         const pdx_pages_t *dst, const pdx_region_t *aux, uint32_t nsenders,
                         int timeout_ms)
 {
     uint32_t timeout = 0;
-    const pdx_layout_t *layout;
-    pdx_wire_room_t m = {0};
-    pdx_room_obj_t *obj;
-    pdx_room_ext_t *ext;
     pdx_peer_t *peer;
-    uint64_t total;
     pdx_status_t st;
-    bool created, pinned = false;
+    bool gone = false;
 
     if (!e || !dst || nsenders == 0 || nsenders > PDX_MAX_SENDERS)
         return PDX_ERR_INVALID;
     timeout = timeout_or(timeout_ms, e->cfg.transfer_timeout_ms);
-    peer = pdx_peer_get(e, peer_id);
+    peer = pdx_peer_hold(e, peer_id, &gone);
     if (!peer || atomic_load(&peer->state) != PDX_PEER_READY) {
-        pdx_error("pdx_expect: room %llu: peer %u is %s", (unsigned long long)room, peer_id,
-                  peer ? "not connected" : "unknown");
-        return peer ? PDX_ERR_PEER : PDX_ERR_NOT_FOUND;
+        pdx_error("pdx_expect: room %llu: peer 0x%x is %s", (unsigned long long)room, peer_id,
+                  peer || gone ? "no longer connected" : "unknown");
+        pdx_peer_put(peer);
+        return peer || gone ? PDX_ERR_PEER : PDX_ERR_NOT_FOUND;
     }
+    st = expect_held(e, peer, room, layout_id, dst, aux, nsenders, timeout);
+    pdx_peer_put(peer);
+    return st;
+}
+
+/* pdx_expect() with a reference to its peer. */
+static pdx_status_t expect_held(pdx_engine_t *e, pdx_peer_t *peer, pdx_room_t room,
+                                uint32_t layout_id, const pdx_pages_t *dst,
+                                const pdx_region_t *aux, uint32_t nsenders, uint32_t timeout)
+{
+    const pdx_layout_t *layout;
+    pdx_wire_room_t m = {0};
+    pdx_room_obj_t *obj;
+    pdx_room_ext_t *ext;
+    uint64_t total;
+    pdx_status_t st;
+    bool created, pinned = false;
+
     layout = pdx_engine_layout(e, layout_id);
     if (!layout) {
         pdx_error("pdx_expect: room %llu: unknown layout %u", (unsigned long long)room, layout_id);
@@ -622,11 +682,16 @@ bool pdx_rooms_fenced(pdx_room_obj_t *obj, pdx_room_ext_t *ext)
     return atomic_load_explicit(&ext->fenced, memory_order_acquire);
 }
 
-/* Back to the state of a fresh slot; the room is out of the table. */
+/* Back to the state of a fresh slot; the room is out of the table. Its
+ * references to peers go. */
 static void ext_reset(pdx_room_ext_t *ext)
 {
-    for (uint32_t d = 0; d < PDX_MAX_DESTS; d++)
+    for (uint32_t d = 0; d < PDX_MAX_DESTS; d++) {
         free(ext->dests[d].pages);
+        pdx_peer_put(ext->dests[d].peer);
+    }
+    for (uint32_t i = 0; i < ext->nholds; i++)
+        pdx_peer_put(ext->holds[i]);
     free(ext->senders);
     free(ext->last_left);
     memset((char *)ext + sizeof(ext->lock), 0, sizeof(*ext) - sizeof(ext->lock));
@@ -637,9 +702,10 @@ static void ext_reset(pdx_room_ext_t *ext)
 pdx_status_t pdx_rooms_remove(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id)
 {
     pdx_room_ext_t *ext = pdx_room_ext(e, obj);
+    pdx_peer_t *to[PDX_MAX_DESTS];
     pdx_room_obj_t *got = obj;
     volatile uint64_t *end_word;
-    uint64_t acks, left;
+    uint32_t acks, left;
     int32_t aux;
 
     /* Out of the index first: from here no handler acts on the room (each
@@ -648,7 +714,7 @@ pdx_status_t pdx_rooms_remove(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id)
     if (pdx_room_unlink(&e->rooms, id, &got) != PDX_OK)
         return PDX_ERR_NOT_FOUND;
     pthread_mutex_lock(&ext->lock);
-    acks = atomic_exchange(&ext->ack_mask, 0);
+    acks = pdx_rooms_hold_acks_locked(ext, atomic_exchange(&ext->ack_mask, 0), to);
     aux = atomic_load(&ext->app) ? ext->aux_mem : -1;
     pdx_rooms_end_signal_locked(ext); /* a stream still waiting goes on */
     end_word = ext->end_word;
@@ -658,14 +724,9 @@ pdx_status_t pdx_rooms_remove(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id)
         pdx_gpu_word_done(e, end_word, 2); /* back to the pool once the stream passed */
     /* The ABORT_ACKs this room owes go out before its slot can be reused; a
      * peer whose control connection is full cannot be told: fail it. */
-    left = pdx_rooms_send_acks(e, id, acks);
-    while (left) {
-        pdx_peer_t *peer = pdx_peer_get(e, (uint32_t)__builtin_ctzll(left));
-
-        left &= left - 1;
-        if (peer)
-            pdx_peer_fail(peer, PDX_ERR_PEER, "control connection to %s is full", peer->addr);
-    }
+    left = pdx_rooms_send_acks(id, acks, to);
+    pdx_rooms_put_acks(acks & ~left, to, NULL);
+    pdx_rooms_put_acks(left, to, "an ABORT_ACK was not sent");
     aux_unpin(e, aux);
     pdx_room_free(&e->rooms, obj);
     return PDX_OK;

@@ -43,9 +43,22 @@ pdx_status_t pdx_rooms_remove(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id)
 /* Send an ABORT_ACK for `room`. */
 pdx_status_t pdx_rooms_send_abort_ack(pdx_peer_t *peer, uint64_t room);
 
-/* Send the ABORT_ACKs in `mask` (bits: peer ids); the bits that could not be
- * sent for lack of room in the control buffer (PDX_ERR_AGAIN) are returned. */
-uint64_t pdx_rooms_send_acks(pdx_engine_t *e, uint64_t room, uint64_t mask);
+/* pdx_rooms_fail_id() logged at `level` (a routine loss: info). */
+bool pdx_rooms_fail_at(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id, pdx_log_level_t level,
+                       pdx_status_t status, const char *fmt, ...)
+    __attribute__((format(printf, 6, 7)));
+
+/*
+ * ABORT_ACKs a prefill room owes: bit d of `mask` names dests[d].peer.
+ * hold (under ext->lock) puts a reference to each in to[d] and returns
+ * mask; send returns the bits that found the control buffer full
+ * (PDX_ERR_AGAIN); put drops the references of `mask`, failing those peers
+ * first with `why` unless it is NULL.
+ */
+uint32_t pdx_rooms_hold_acks_locked(pdx_room_ext_t *ext, uint32_t mask,
+                                    pdx_peer_t *to[PDX_MAX_DESTS]);
+uint32_t pdx_rooms_send_acks(uint64_t room, uint32_t mask, pdx_peer_t *to[PDX_MAX_DESTS]);
+void pdx_rooms_put_acks(uint32_t mask, pdx_peer_t *to[PDX_MAX_DESTS], const char *why);
 
 /* Apply the notifies held for the room before its pdx_expect. */
 void pdx_rooms_apply_held(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id);

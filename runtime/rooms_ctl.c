@@ -27,6 +27,18 @@ static void send_room_error(pdx_peer_t *peer, uint64_t room, pdx_status_t status
         pdx_peer_send(peer, frame, len);
 }
 
+/* Of a prefill room (under ext->lock): the destinations of `peer`, as bits. */
+static uint32_t dests_of(pdx_room_ext_t *ext, const pdx_peer_t *peer)
+{
+    uint32_t n = PDX_DESTS_COUNT(atomic_load_explicit(&ext->ndests, memory_order_acquire));
+    uint32_t mask = 0;
+
+    for (uint32_t i = 0; i < n; i++)
+        if (ext->dests[i].peer == peer)
+            mask |= 1u << i;
+    return mask;
+}
+
 /* Of a room (under ext->lock): `peer` is one of its senders (decode) or
  * destinations (prefill). */
 static bool room_has_peer(pdx_room_ext_t *ext, const pdx_peer_t *peer)
@@ -35,14 +47,9 @@ static bool room_has_peer(pdx_room_ext_t *ext, const pdx_peer_t *peer)
         for (uint32_t i = 0; i < ext->npeers; i++)
             if (ext->peers[i] == peer)
                 return true;
-    } else {
-        uint32_t n = PDX_DESTS_COUNT(atomic_load_explicit(&ext->ndests, memory_order_acquire));
-
-        for (uint32_t i = 0; i < n; i++)
-            if (ext->dests[i].peer == peer)
-                return true;
+        return false;
     }
-    return false;
+    return dests_of(ext, peer) != 0;
 }
 
 /*
@@ -50,35 +57,32 @@ static bool room_has_peer(pdx_room_ext_t *ext, const pdx_peer_t *peer)
  * room is queued, active or in flight. A bit whose send found the control
  * buffer full goes back for the next sweep.
  */
-static void flush_acks(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_room_ext_t *ext, uint64_t id)
+static void flush_acks(pdx_room_obj_t *obj, pdx_room_ext_t *ext, uint64_t id)
 {
-    uint64_t mask = 0, left;
+    pdx_peer_t *to[PDX_MAX_DESTS];
+    uint32_t mask = 0, left;
 
     if (atomic_load(&ext->queued) || atomic_load(&ext->active) || atomic_load(&ext->inflight))
         return;
     pthread_mutex_lock(&ext->lock);
     if (pdx_rooms_live(obj, id))
-        mask = atomic_exchange(&ext->ack_mask, 0);
+        mask = pdx_rooms_hold_acks_locked(ext, atomic_exchange(&ext->ack_mask, 0), to);
     pthread_mutex_unlock(&ext->lock);
     if (!mask)
         return;
-    left = pdx_rooms_send_acks(e, id, mask);
+    left = pdx_rooms_send_acks(id, mask, to);
+    pdx_rooms_put_acks(mask & ~left, to, NULL);
     if (!left)
         return;
     pthread_mutex_lock(&ext->lock);
     if (pdx_rooms_live(obj, id)) {
         atomic_fetch_or(&ext->ack_mask, left);
+        pdx_rooms_put_acks(left, to, NULL);
         left = 0;
     }
     pthread_mutex_unlock(&ext->lock);
     /* Released meanwhile: its release could not send these. */
-    while (left) {
-        pdx_peer_t *peer = pdx_peer_get(e, (uint32_t)__builtin_ctzll(left));
-
-        left &= left - 1;
-        if (peer)
-            pdx_peer_fail(peer, PDX_ERR_PEER, "control connection to %s is full", peer->addr);
-    }
+    pdx_rooms_put_acks(left, to, "an ABORT_ACK was not sent");
 }
 
 /* --------------------------------------------------- metadata (prefill side) */
@@ -105,6 +109,7 @@ static pdx_status_t dest_fill(pdx_dest_t *d, pdx_peer_t *peer, const pdx_wire_ro
         p += m->npages[g];
     }
     d->peer = peer;
+    pdx_peer_ref(peer); /* the room's, until its release */
     d->layout = m->layout;
     d->nsenders = m->nsenders;
     d->ngroups = m->ngroups;
@@ -174,6 +179,7 @@ void pdx_rooms_on_room_msg(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_roo
                                                       memory_order_acquire)) {
         /* The shard closed the list (its first chunk) after our check. */
         free(ext->dests[PDX_DESTS_COUNT(n)].pages);
+        pdx_peer_put(ext->dests[PDX_DESTS_COUNT(n)].peer);
         memset(&ext->dests[PDX_DESTS_COUNT(n)], 0, sizeof(ext->dests[0]));
         why = "its metadata came after the transfer started";
     }
@@ -207,10 +213,11 @@ void pdx_rooms_on_abort(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_abort_
     }
     ext = pdx_room_ext(e, obj);
     pthread_mutex_lock(&ext->lock);
-    if (pdx_rooms_live(obj, m->room) && !atomic_load(&ext->decode) && room_has_peer(ext, peer)) {
+    if (pdx_rooms_live(obj, m->room) && !atomic_load(&ext->decode) && dests_of(ext, peer)) {
         /* Answered once nothing of the room is queued, active or in flight
-         * (here, by the sweep, or by pdx_release). */
-        atomic_fetch_or(&ext->ack_mask, 1ull << peer->id);
+         * (here, by the sweep, or by pdx_release): to each of the peer's
+         * destinations (one ABORT_ACK per expect that decode sent). */
+        atomic_fetch_or(&ext->ack_mask, dests_of(ext, peer));
         ours = true;
     }
     pthread_mutex_unlock(&ext->lock);
@@ -221,7 +228,7 @@ void pdx_rooms_on_abort(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_abort_
     }
     pdx_rooms_fail_id(e, obj, m->room, PDX_ERR_ABORTED, "aborted by %s: %s", peer->addr,
                       m->reason);
-    flush_acks(e, obj, ext, m->room);
+    flush_acks(obj, ext, m->room);
 }
 
 void pdx_rooms_on_abort_ack(pdx_engine_t *e, pdx_peer_t *peer, uint64_t room)
@@ -267,6 +274,7 @@ static void hold(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notify_t *n)
 {
     pthread_mutex_lock(&e->held_lock);
     if (e->nheld < e->cfg.held_notifies) {
+        pdx_peer_ref(peer); /* the held notify's */
         e->held[e->nheld++] = (pdx_held_notify_t){peer, *n, pdx_now_ns()};
         n = NULL;
     }
@@ -296,8 +304,10 @@ void pdx_rooms_apply_held(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id)
     }
     e->nheld = kept;
     pthread_mutex_unlock(&e->held_lock);
-    for (uint32_t i = 0; i < nmine; i++)
+    for (uint32_t i = 0; i < nmine; i++) {
         pdx_rooms_on_notify(e, mine[i].peer, &mine[i].notify);
+        pdx_peer_put(mine[i].peer);
+    }
     free(mine);
 }
 
@@ -427,6 +437,17 @@ static bool peer_drained(pdx_engine_t *e, pdx_peer_t *peer, uint64_t now)
     return true;
 }
 
+/* A room needs a peer that is gone: "peer closed" when it said goodbye (or
+ * we did), logged as routine. */
+static void fail_gone(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id, const pdx_peer_t *peer)
+{
+    if (atomic_load_explicit(&peer->closed, memory_order_acquire))
+        pdx_rooms_fail_at(e, obj, id, PDX_LOG_INFO, PDX_ERR_PEER, "peer closed: %s", peer->err);
+    else
+        pdx_rooms_fail_id(e, obj, id, PDX_ERR_PEER, "peer %s is gone: %s", peer->addr,
+                          peer->err);
+}
+
 static bool gone_sender_done(pdx_room_ext_t *ext, const pdx_peer_t *gone)
 {
     bool done;
@@ -444,7 +465,7 @@ static void sweep_room(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_room_ext_t *ext
     bool decode = atomic_load(&ext->decode);
 
     if (atomic_load(&ext->ack_mask))
-        flush_acks(e, obj, ext, id);
+        flush_acks(obj, ext, id);
     if (state == PDX_ROOM_FAILED && decode && atomic_load(&ext->gone_peer))
         pdx_rooms_ack(e, obj, id, atomic_load(&ext->gone_peer)); /* its fence, held back */
     if (state == PDX_ROOM_SUCCESS || state == PDX_ROOM_FAILED) {
@@ -455,14 +476,21 @@ static void sweep_room(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_room_ext_t *ext
         return;
     }
     if (decode) {
-        pdx_peer_t *gone = atomic_load(&ext->gone_peer);
+        pdx_peer_t *gone = NULL;
 
-        if (dl && now > dl)
+        if (dl && now > dl) {
             pdx_rooms_fail_id(e, obj, id, PDX_ERR_TIMEOUT, "the transfer did not complete by "
                               "the pdx_expect deadline");
-        else if (gone && peer_drained(e, gone, now) && !gone_sender_done(ext, gone))
-            pdx_rooms_fail_id(e, obj, id, PDX_ERR_PEER, "peer %s is gone: %s", gone->addr,
-                              gone->err);
+            return;
+        }
+        /* A reference of our own: a release may drop the room's meanwhile. */
+        pthread_mutex_lock(&ext->lock);
+        if (pdx_rooms_live(obj, id) && (gone = atomic_load(&ext->gone_peer)))
+            pdx_peer_ref(gone);
+        pthread_mutex_unlock(&ext->lock);
+        if (gone && peer_drained(e, gone, now) && !gone_sender_done(ext, gone))
+            fail_gone(e, obj, id, gone);
+        pdx_peer_put(gone);
     } else if (state == PDX_ROOM_BOOTSTRAPPING && dl && now > dl) {
         pdx_rooms_fail_id(e, obj, id, PDX_ERR_TIMEOUT, "no metadata from decode within "
                           "PDX_BOOTSTRAP_TIMEOUT_MS=%u ms", e->cfg.bootstrap_timeout_ms);
@@ -491,10 +519,12 @@ void pdx_rooms_sweep(pdx_engine_t *e, uint64_t now)
     }
     pthread_mutex_lock(&e->held_lock);
     for (uint32_t i = 0; i < e->nheld; i++) {
-        if (now - e->held[i].at_ns > held_limit)
+        if (now - e->held[i].at_ns > held_limit) {
+            pdx_peer_put(e->held[i].peer);
             dropped++;
-        else
+        } else {
             e->held[kept++] = e->held[i];
+        }
     }
     e->nheld = kept;
     pthread_mutex_unlock(&e->held_lock);
@@ -522,7 +552,8 @@ void pdx_rooms_peer_gone(pdx_engine_t *e, pdx_peer_t *peer)
         pthread_mutex_lock(&ext->lock);
         if (pdx_rooms_live(obj, id)) {
             /* No ABORT_ACK can reach it any more. */
-            atomic_fetch_and(&ext->ack_mask, ~(1ull << peer->id));
+            if (!atomic_load(&ext->decode))
+                atomic_fetch_and(&ext->ack_mask, ~dests_of(ext, peer));
             needs = room_has_peer(ext, peer);
             if (needs && atomic_load(&ext->decode)) {
                 needs = false;
@@ -536,9 +567,26 @@ void pdx_rooms_peer_gone(pdx_engine_t *e, pdx_peer_t *peer)
         /* Decode rooms stop waiting for its ABORT_ACK only once its endpoints
          * are in error: pdx_rooms_peer_fenced(). */
         if (needs)
-            pdx_rooms_fail_id(e, obj, id, PDX_ERR_PEER, "peer %s is gone: %s", peer->addr,
-                              peer->err);
+            fail_gone(e, obj, id, peer);
     }
+}
+
+void pdx_rooms_drop_peers(pdx_engine_t *e)
+{
+    for (uint32_t i = 0; i < e->rooms.capacity; i++) {
+        pdx_room_ext_t *ext = &e->ext[i];
+
+        for (uint32_t d = 0; d < PDX_MAX_DESTS; d++) {
+            pdx_peer_put(ext->dests[d].peer);
+            ext->dests[d].peer = NULL;
+        }
+        for (uint32_t k = 0; k < ext->nholds; k++)
+            pdx_peer_put(ext->holds[k]);
+        ext->nholds = 0;
+    }
+    for (uint32_t i = 0; i < e->nheld; i++)
+        pdx_peer_put(e->held[i].peer);
+    e->nheld = 0;
 }
 
 void pdx_rooms_peer_fenced(pdx_engine_t *e, pdx_peer_t *peer)

@@ -47,6 +47,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "ctrl.h"
 #include "log.h"
 
 /*
@@ -101,8 +102,10 @@ pdx_status_t pdx_shard_init(pdx_engine_t *e, pdx_shard_t *s, uint32_t index)
     atomic_init(&s->stop, 0);
     atomic_init(&s->sleeping, 0);
     atomic_init(&s->ndeps, 0);
+    atomic_init(&s->doomed, 0);
     for (size_t i = 0; i < PDX_ARRAY_SIZE(s->deps); i++)
         atomic_init(&s->deps[i], NULL);
+    pthread_mutex_init(&s->deps_lock, NULL);
 
     status = pdx_ring_init(&s->ring, cfg->ring_chunks, cfg->ring_pages);
     if (status != PDX_OK) {
@@ -168,6 +171,7 @@ err_links:
     s->cell_next = NULL;
 err_ring:
     pdx_ring_fini(&s->ring);
+    pthread_mutex_destroy(&s->deps_lock);
     s->engine = NULL; /* pdx_shard_fini() of it does nothing */
     return status;
 }
@@ -231,6 +235,7 @@ void pdx_shard_fini(pdx_shard_t *s)
     close(s->wake_fd);
     free(s->cell_next);
     pdx_ring_fini(&s->ring);
+    pthread_mutex_destroy(&s->deps_lock);
     s->cell_next = NULL;
     s->epfd = s->wake_fd = -1;
     s->engine = NULL;
@@ -300,17 +305,23 @@ pdx_status_t pdx_shard_add_dep(pdx_shard_t *s, pdx_dep_t *dep)
     pdx_engine_t *e = s->engine;
     const pdx_tp_ep_attr_t attr = {.sq_depth = e->cfg.sq_depth, .rq_depth = PDX_NOTIFY_RQ};
     const size_t rx_len = (size_t)PDX_NOTIFY_RQ * PDX_TP_SEND_MAX;
-    uint32_t slot = atomic_load_explicit(&s->ndeps, memory_order_relaxed), cq_i = 0;
+    uint32_t slot, cq_i = 0;
     pdx_status_t status;
     void *buf;
 
-    if (slot >= PDX_SHARD_MAX_DEPS) {
-        pdx_error("shard %u: already %u data endpoints, the most it holds", s->index, slot);
-        return PDX_ERR_FULL;
-    }
     if (!dep->peer || dep->peer->id >= PDX_MAX_PEERS) {
         pdx_error("shard %u: data endpoint without a valid peer", s->index);
         return PDX_ERR_INVALID;
+    }
+    /* A slot a dropped dep left, else the next unused one (the control
+     * thread is the only one that adds). */
+    pthread_mutex_lock(&s->deps_lock);
+    slot = s->nfree ? s->free_slots[--s->nfree]
+                    : atomic_load_explicit(&s->ndeps, memory_order_relaxed);
+    pthread_mutex_unlock(&s->deps_lock);
+    if (slot >= PDX_SHARD_MAX_DEPS) {
+        pdx_error("shard %u: already %u data endpoints, the most it holds", s->index, slot);
+        return PDX_ERR_FULL;
     }
     dep->shard = s;
     dep->slot = slot;
@@ -358,10 +369,16 @@ pdx_status_t pdx_shard_add_dep(pdx_shard_t *s, pdx_dep_t *dep)
     if (status != PDX_OK)
         goto err_buf;
 
-    s->cq_room[cq_i] -= attr.sq_depth + attr.rq_depth; /* for good: a reset reuses it */
+    /* Until the dep is dropped: a reset reuses it. */
+    atomic_fetch_sub_explicit(&s->cq_room[cq_i], attr.sq_depth + attr.rq_depth,
+                              memory_order_relaxed);
+    dep->cq_i = cq_i;
+    dep->in_table = true;
+    atomic_fetch_add_explicit(&dep->peer->deps_live, 1, memory_order_relaxed);
     /* One writer (the control thread): the pointer, then the count. */
     atomic_store_explicit(&s->deps[slot], dep, memory_order_release);
-    atomic_store_explicit(&s->ndeps, slot + 1, memory_order_release);
+    if (slot >= atomic_load_explicit(&s->ndeps, memory_order_relaxed))
+        atomic_store_explicit(&s->ndeps, slot + 1, memory_order_release);
     return PDX_OK;
 
 err_buf:
@@ -374,7 +391,50 @@ err_ledger:
 err_ep:
     e->ops->ep_destroy(dep->ep);
     dep->ep = NULL;
+    pthread_mutex_lock(&s->deps_lock);
+    if (slot < atomic_load_explicit(&s->ndeps, memory_order_relaxed))
+        s->free_slots[s->nfree++] = (uint16_t)slot;
+    pthread_mutex_unlock(&s->deps_lock);
     return status;
+}
+
+/*
+ * Drop the deps of reaped peers once they drained (every WR and receive of
+ * their ep completed): the ep and its buffers are freed, the CQ room and
+ * the slot go back, and the peer's count of deps in tables drops (its last
+ * touch by this shard: the control thread may retire it at 0).
+ */
+void pdx_shard_drop_deps(pdx_shard_loop_t *L)
+{
+    pdx_shard_t *s = L->s;
+    pdx_engine_t *e = L->e;
+    uint32_t n = atomic_load_explicit(&s->ndeps, memory_order_acquire);
+
+    for (uint32_t i = 0; i < n; i++) {
+        pdx_dep_t *dep = atomic_load_explicit(&s->deps[i], memory_order_acquire);
+        pdx_peer_t *peer;
+
+        if (!dep || !atomic_load_explicit(&dep->peer->reaped, memory_order_acquire) ||
+            atomic_load_explicit(&dep->resetting, memory_order_acquire) ||
+            dep->completed != dep->posted ||
+            atomic_load_explicit(&dep->rx_out, memory_order_relaxed) != 0)
+            continue; /* live, its reset not abandoned yet (pdx_shard_resets), or draining */
+        peer = dep->peer;
+        pthread_mutex_lock(&dep->lock);
+        dep_free(e, dep);
+        pthread_mutex_unlock(&dep->lock);
+        atomic_store_explicit(&s->deps[i], NULL, memory_order_release);
+        atomic_fetch_add_explicit(&s->cq_room[dep->cq_i], dep->sq_depth + PDX_NOTIFY_RQ,
+                                  memory_order_relaxed);
+        pthread_mutex_lock(&s->deps_lock);
+        s->free_slots[s->nfree++] = (uint16_t)i;
+        pthread_mutex_unlock(&s->deps_lock);
+        atomic_fetch_add_explicit(&s->deps_gen, 1, memory_order_release);
+        atomic_fetch_sub_explicit(&s->doomed, 1, memory_order_relaxed);
+        L->progress = true;
+        if (atomic_fetch_sub_explicit(&peer->deps_live, 1, memory_order_acq_rel) == 1)
+            pdx_ctrl_wake(e);
+    }
 }
 
 pdx_status_t pdx_dep_ep_connect(pdx_dep_t *dep, const pdx_tp_addr_t *remote)
@@ -440,6 +500,8 @@ void pdx_shard_index_deps(pdx_shard_loop_t *L)
         pdx_dep_t *d = atomic_load_explicit(&s->deps[i], memory_order_acquire);
 
         L->use[i] = NULL;
+        if (!d)
+            continue; /* a free slot */
         if (!atomic_load_explicit(&d->connected, memory_order_acquire)) {
             L->idx_pending[d->peer->id] = true;
             /* A failed peer's deps stay unconnected: no reason to rebuild. */
@@ -561,6 +623,8 @@ static void shard_pass(pdx_shard_loop_t *L)
     pdx_shard_poll(L);
     if (atomic_load_explicit(&L->s->resets, memory_order_relaxed))
         pdx_shard_resets(L);
+    if (atomic_load_explicit(&L->s->doomed, memory_order_acquire))
+        pdx_shard_drop_deps(L);
     if (L->e->flush)
         pdx_flush_run(L);
     pdx_shard_intake(L);

@@ -87,6 +87,8 @@ void pdx_shard_credit_retry(pdx_shard_loop_t *L);
  * per failure. Any shard function.
  */
 void pdx_shard_dep_broken(pdx_dep_t *dep, pdx_status_t status, const char *why);
+/* shard.c: drop the deps of reaped peers that drained. */
+void pdx_shard_drop_deps(pdx_shard_loop_t *L);
 /* dep_reset.c: rebuild the deps of this shard whose reset drained. */
 void pdx_shard_resets(pdx_shard_loop_t *L);
 /* flush.c: post the flush read for the rooms queued; its completion (true

@@ -1,7 +1,8 @@
 /*
  * wire: frames, the small control messages (HELLO, EP, ABORT, ABORT_ACK,
- * HEARTBEAT, ERROR, CREDIT, READY, RESET) and the notify record. The descriptor messages (MEM,
- * LAYOUT, ROOM) are in wire_desc.c; byte readers and writers in wire_buf.h.
+ * HEARTBEAT, ERROR, CREDIT, READY, RESET, BYE) and the notify record. The
+ * descriptor messages (MEM, LAYOUT, ROOM) are in wire_desc.c; byte readers
+ * and writers in wire_buf.h.
  * Pure: no I/O, no logging; malformed input is PDX_ERR_PROTO with a static
  * reason the caller logs.
  */
@@ -17,6 +18,7 @@
 #define BEAT_FIXED   16u
 #define CREDIT_FIXED 16u
 #define RESET_FIXED  (4u + 4u + 4u + 4u + 2u)
+#define BYE_FIXED    2u
 
 #define NOTIFY_FLAGS (PDX_WIRE_NOTIFY_LAST | PDX_WIRE_NOTIFY_STATUS_ONLY)
 
@@ -45,6 +47,7 @@ static const struct {
     [PDX_WIRE_CREDIT]    = {"CREDIT", CREDIT_FIXED, CREDIT_FIXED},
     [PDX_WIRE_READY]     = {"READY", 0, 0},
     [PDX_WIRE_RESET]     = {"RESET", RESET_FIXED, RESET_FIXED + PDX_WIRE_REASON_MAX},
+    [PDX_WIRE_BYE]       = {"BYE", BYE_FIXED, BYE_FIXED + PDX_WIRE_REASON_MAX},
 };
 
 static bool type_known(uint32_t type)
@@ -181,13 +184,15 @@ static void put_hello(pdx_wire_wr_t *w, const void *arg, const void *extra)
     wr_str(w, m->host);
     wr_str(w, m->transport);
     pdx_wire_wr_u32(w, m->nics);
+    pdx_wire_wr_u32(w, m->port);
 }
 
 pdx_status_t pdx_wire_encode_hello(const pdx_wire_hello_t *m, void *buf, size_t cap,
                                    size_t *size_p)
 {
     if (!m || m->nshards == 0 || m->nshards > PDX_WIRE_MAX_SHARDS || m->nics == 0 ||
-        m->nics > PDX_WIRE_MAX_NICS || !str_fits(m->host, PDX_WIRE_HOST_MAX) ||
+        m->nics > PDX_WIRE_MAX_NICS || m->port == 0 || m->port > UINT16_MAX ||
+        !str_fits(m->host, PDX_WIRE_HOST_MAX) ||
         !str_fits(m->transport, PDX_WIRE_TRANSPORT_MAX))
         return PDX_ERR_INVALID;
     return pdx_wire_encode_frame(PDX_WIRE_HELLO, put_hello, m, NULL, buf, cap, size_p);
@@ -215,17 +220,24 @@ static pdx_status_t get_hello(pdx_wire_rd_t *r, pdx_wire_hello_t *m, const char 
     if (st != PDX_OK)
         return st;
     /* Another version is decoded only as far as the handshake needs to
-     * refuse it (PDX_ERR_VERSION): its NIC count, if any, is not checked. */
+     * refuse it (PDX_ERR_VERSION): its NIC count and port, if any, are not
+     * checked. */
     m->nics = 1;
+    m->port = 0;
     if (m->version != PDX_PROTOCOL_VERSION)
         return PDX_OK;
     m->nics = pdx_wire_rd_u32(r);
+    m->port = pdx_wire_rd_u32(r);
     if (r->short_read) {
         *why = "truncated HELLO";
         return PDX_ERR_PROTO;
     }
     if (m->nics == 0 || m->nics > PDX_WIRE_MAX_NICS) {
         *why = "HELLO NIC count outside 1..PDX_WIRE_MAX_NICS";
+        return PDX_ERR_PROTO;
+    }
+    if (m->port == 0 || m->port > UINT16_MAX) {
+        *why = "HELLO port outside 1..65535";
         return PDX_ERR_PROTO;
     }
     /* This version's HELLO is exact. */
@@ -466,6 +478,20 @@ pdx_status_t pdx_wire_encode_ready(void *buf, size_t cap, size_t *size_p)
     return pdx_wire_encode_frame(PDX_WIRE_READY, put_nothing, NULL, NULL, buf, cap, size_p);
 }
 
+static void put_bye(pdx_wire_wr_t *w, const void *arg, const void *extra)
+{
+    (void)extra;
+    wr_str(w, ((const pdx_wire_bye_t *)arg)->reason);
+}
+
+pdx_status_t pdx_wire_encode_bye(const pdx_wire_bye_t *m, void *buf, size_t cap,
+                                 size_t *size_p)
+{
+    if (!m || !str_fits(m->reason, PDX_WIRE_REASON_MAX))
+        return PDX_ERR_INVALID;
+    return pdx_wire_encode_frame(PDX_WIRE_BYE, put_bye, m, NULL, buf, cap, size_p);
+}
+
 /* ------------------------------------------------------------------ decode */
 
 pdx_status_t pdx_wire_decode(const void *buf, size_t len, pdx_wire_msg_t *msg_p,
@@ -534,6 +560,13 @@ pdx_status_t pdx_wire_decode(const void *buf, size_t len, pdx_wire_msg_t *msg_p,
         st = get_reset(&r, &msg.u.reset, why);
         break;
     case PDX_WIRE_READY:
+        break;
+    case PDX_WIRE_BYE:
+        st = rd_str(&r, msg.u.bye.reason, PDX_WIRE_REASON_MAX, why);
+        if (st == PDX_OK && pdx_wire_rd_left(&r)) {
+            *why = "bytes after the BYE reason";
+            st = PDX_ERR_PROTO;
+        }
         break;
     default: /* peek rejected it */
         *why = "unknown message type";

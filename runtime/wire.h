@@ -23,7 +23,7 @@
  * decoder enforces, so whatever encodes also decodes.
  *
  * wire.c: frames, HELLO, EP, ABORT, ABORT_ACK, HEARTBEAT, ERROR, CREDIT, READY,
- * notify;
+ * RESET, BYE, notify;
  * wire_desc.c: MEM, LAYOUT, ROOM; wire_buf.h: their byte readers/writers.
  */
 #ifndef PDX_WIRE_H
@@ -62,6 +62,7 @@ typedef enum pdx_wire_type {
     PDX_WIRE_CREDIT    = 10,
     PDX_WIRE_READY     = 11,
     PDX_WIRE_RESET     = 12,
+    PDX_WIRE_BYE       = 13,
 } pdx_wire_type_t;
 
 typedef struct pdx_wire_header {
@@ -84,6 +85,10 @@ typedef struct pdx_wire_hello {
     char     transport[PDX_WIRE_TRANSPORT_MAX + 1];
     uint32_t nics;                           /* 1..PDX_WIRE_MAX_NICS (version 4; 1 in a
                                               * HELLO of an earlier version) */
+    uint32_t port;                           /* the control listener's port, 1..65535
+                                              * (version 5; 0 in an earlier one): with
+                                              * the connection's address, the engine's
+                                              * identity across its incarnations */
 } pdx_wire_hello_t;
 
 /* MEM: regions the peer may write into, an entry per region and NIC of the
@@ -194,6 +199,13 @@ typedef struct pdx_wire_reset {
 
 /* READY (no body): the sender has sent every handshake message. */
 
+/* BYE: the sender closes the connection on purpose (its engine is being
+ * destroyed, or pdx_peer_close()); the receiver ends the peer's rooms with
+ * the reason and treats the loss as routine. Nothing follows it. */
+typedef struct pdx_wire_bye {
+    char reason[PDX_WIRE_REASON_MAX + 1];
+} pdx_wire_bye_t;
+
 /* A decoded frame. */
 typedef struct pdx_wire_msg {
     pdx_wire_type_t type;
@@ -209,6 +221,7 @@ typedef struct pdx_wire_msg {
         pdx_wire_error_t     error;
         pdx_wire_credit_t    credit;
         pdx_wire_reset_t     reset;
+        pdx_wire_bye_t       bye;
     } u;
 } pdx_wire_msg_t;
 
@@ -272,6 +285,8 @@ pdx_status_t pdx_wire_encode_reset(const pdx_wire_reset_t *m, void *buf, size_t 
 pdx_status_t pdx_wire_encode_credit(const pdx_wire_credit_t *m, void *buf, size_t cap,
                                     size_t *size_p);
 pdx_status_t pdx_wire_encode_ready(void *buf, size_t cap, size_t *size_p);
+pdx_status_t pdx_wire_encode_bye(const pdx_wire_bye_t *m, void *buf, size_t cap,
+                                 size_t *size_p);
 pdx_status_t pdx_wire_encode_heartbeat(const pdx_wire_heartbeat_t *m, void *buf, size_t cap,
                                        size_t *size_p);
 pdx_status_t pdx_wire_encode_error(const pdx_wire_error_t *m, void *buf, size_t cap,

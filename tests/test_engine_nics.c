@@ -136,10 +136,8 @@ static void posted_per_nic(pdx_engine_t *e, bool remote, uint64_t posted[PDX_MAX
 }
 
 /* The peer's endpoints join every pair of NICs the lanes name. */
-static void expect_lanes(const side_t *s, uint32_t p, uint32_t lanes, uint32_t nics,
-                         uint32_t rnics)
+static void expect_lanes(pdx_peer_t *pr, uint32_t lanes, uint32_t nics, uint32_t rnics)
 {
-    pdx_peer_t *pr = atomic_load(&s->e->peers[p]);
     uint32_t seen = 0;
 
     cr_assert_not_null(pr);
@@ -170,7 +168,7 @@ Test(engine_nics, two_nics_each_side, .fini = fini, .timeout = 60)
     cr_assert_eq(pf.e->ntps, 2);
     cr_assert_eq(dc.e->ntps, 2);
     peer = side_connect(&dc, &pf);
-    expect_lanes(&dc, peer, 2, 2, 2);
+    expect_lanes(pdx_peer_get(dc.e, peer), 2, 2, 2);
     transfer(100, 16, 60);
     posted_per_nic(pf.e, false, posted);
     cr_expect_gt(posted[0], 100, "NIC 0 posted %llu WRs", (unsigned long long)posted[0]);
@@ -190,7 +188,7 @@ Test(engine_nics, more_nics_on_prefill, .fini = fini, .timeout = 60)
     side_open(&pf, &g, pcfg);
     side_open(&dc, &g, dcfg);
     peer = side_connect(&dc, &pf);
-    expect_lanes(&dc, peer, 2, 1, 2);
+    expect_lanes(pdx_peer_get(dc.e, peer), 2, 1, 2);
     transfer(300, 8, 48);
     posted_per_nic(pf.e, false, posted);
     cr_expect(posted[0] && posted[1], "NIC WRs %llu, %llu", (unsigned long long)posted[0],
@@ -214,8 +212,8 @@ Test(engine_nics, more_nics_on_decode, .fini = fini, .timeout = 60)
     cr_assert_eq(dc.e->ntps, 3);
     peer = side_connect(&dc, &pf);
     /* decode connected, so its PDX_QPS_PER_PEER (2) times 3 lanes */
-    expect_lanes(&dc, peer, 3, 3, 1);
-    expect_lanes(&pf, 0, 3, 1, 3);
+    expect_lanes(pdx_peer_get(dc.e, peer), 3, 3, 1);
+    expect_lanes(atomic_load(&pf.e->peers[0]), 3, 1, 3);
     transfer(400, 8, 48);
     posted_per_nic(pf.e, true, posted);
     for (uint32_t k = 0; k < 3; k++)
@@ -237,8 +235,8 @@ Test(engine_nics, two_against_three, .fini = fini, .timeout = 60)
     side_open(&pf, &g, pcfg);
     side_open(&dc, &g, dcfg);
     peer = side_connect(&dc, &pf);
-    expect_lanes(&dc, peer, 3, 3, 2);
-    expect_lanes(&pf, 0, 3, 2, 3);
+    expect_lanes(pdx_peer_get(dc.e, peer), 3, 3, 2);
+    expect_lanes(atomic_load(&pf.e->peers[0]), 3, 2, 3);
     transfer(450, 8, 60);
     posted_per_nic(pf.e, false, mine);
     posted_per_nic(pf.e, true, theirs);
@@ -268,7 +266,7 @@ Test(engine_nics, fewer_devices_than_asked, .fini = fini, .timeout = 60)
     cr_assert_eq(pf.e->ntps, 2);
     cr_assert_eq(dc.e->ntps, 1, "one device named twice is one NIC");
     peer = side_connect(&dc, &pf);
-    expect_lanes(&dc, peer, 2, 1, 2);
+    expect_lanes(pdx_peer_get(dc.e, peer), 2, 1, 2);
     transfer(500, 4, 30);
 }
 

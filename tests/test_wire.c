@@ -28,6 +28,7 @@ Test(wire, hello_round_trip)
     cr_assert_arr_eq(msg.u.hello.id, want.id, PDX_WIRE_ID_SIZE);
     cr_assert_eq(msg.u.hello.nshards, 8);
     cr_assert_eq(msg.u.hello.nics, 3);
+    cr_assert_eq(msg.u.hello.port, 65535);
     cr_assert_str_eq(msg.u.hello.host, want.host);
     cr_assert_str_eq(msg.u.hello.transport, "rdma");
     pdx_wire_msg_free(&msg);
@@ -286,6 +287,17 @@ Test(wire, reset_round_trip_and_bad_status)
                  "a RESET must carry an error");
 }
 
+Test(wire, bye_round_trip)
+{
+    pdx_wire_msg_t msg;
+    uint8_t *f;
+
+    decode_sample(F_BYE, &msg, &f);
+    cr_assert_eq(msg.type, PDX_WIRE_BYE);
+    cr_assert_str_eq(msg.u.bye.reason, "engine destroyed");
+    free(f);
+}
+
 Test(wire, notify_round_trip_and_bytes)
 {
     static const uint8_t want[PDX_WIRE_NOTIFY_SIZE] = {
@@ -373,7 +385,7 @@ Test(wire, bad_header)
     const char *why = NULL;
     static const struct { size_t at; uint8_t byte; const char *why; } edits[] = {
         {0, 'P', "magic"}, {3, 'W', "magic"},
-        {4, 0, "unknown message type"}, {4, 13, "unknown message type"},
+        {4, 0, "unknown message type"}, {4, 14, "unknown message type"},
         {5, 0xff, "unknown message type"}, {6, 1, "flags"}, {7, 0x80, "flags"},
         {8, 15, "bounds"}, {8, 17, "bounds"}, {11, 0xff, "bounds"},
     };

@@ -41,12 +41,13 @@ static void hello_head(bld_t *b, uint32_t version, uint32_t nshards, const char 
     put_str(b, "tcptcptcptcptcptcptcptcptcptcptcptcp", tp_len);
 }
 
-/* A HELLO of this version: the head, then 2 NICs. */
+/* A HELLO of this version: the head, then 2 NICs and port 5555. */
 static void hello_body(bld_t *b, uint32_t version, uint32_t nshards, const char *host,
                        size_t host_len, size_t tp_len)
 {
     hello_head(b, version, nshards, host, host_len, tp_len);
     put(b, 2, 4);
+    put(b, 5555, 4);
 }
 
 Test(wire_bad, hello_limits)
@@ -74,13 +75,30 @@ Test(wire_bad, hello_limits)
     /* the NIC count */
     hello_head(&b, PDX_PROTOCOL_VERSION, 4, "host", 4, 3);
     put(&b, 0, 4);
+    put(&b, 5555, 4);
     expect_proto(PDX_WIRE_HELLO, &b, "NIC count");
     hello_head(&b, PDX_PROTOCOL_VERSION, 4, "host", 4, 3);
     put(&b, PDX_WIRE_MAX_NICS + 1, 4);
+    put(&b, 5555, 4);
     expect_proto(PDX_WIRE_HELLO, &b, "NIC count");
     hello_head(&b, PDX_PROTOCOL_VERSION, 4, "host", 4, 3);
     put(&b, 1, 2);
     expect_proto(PDX_WIRE_HELLO, &b, "truncated HELLO");
+    hello_head(&b, PDX_PROTOCOL_VERSION, 4, "host", 4, 3);
+    put(&b, 1, 4);
+    expect_proto(PDX_WIRE_HELLO, &b, "truncated HELLO");
+    /* the port */
+    hello_head(&b, PDX_PROTOCOL_VERSION, 4, "host", 4, 3);
+    put(&b, 1, 4);
+    put(&b, 0, 4);
+    expect_proto(PDX_WIRE_HELLO, &b, "HELLO port");
+    hello_head(&b, PDX_PROTOCOL_VERSION, 4, "host", 4, 3);
+    put(&b, 1, 4);
+    put(&b, 65536, 4);
+    expect_proto(PDX_WIRE_HELLO, &b, "HELLO port");
+    hello_body(&b, PDX_PROTOCOL_VERSION, 4, "host", 4, 3);
+    put(&b, 0, 1);
+    expect_proto(PDX_WIRE_HELLO, &b, "bytes after the HELLO");
     /* another version, without a NIC count (or with one out of range) */
     hello_head(&b, PDX_PROTOCOL_VERSION + 1, 4, "host", 4, 3);
     put(&b, 0, 4);
@@ -267,6 +285,36 @@ Test(wire_bad, reset_fields)
     put(&b, 'h', 1);
     put(&b, 'y', 1);
     expect_proto(PDX_WIRE_RESET, &b, "truncated string");
+}
+
+/* --------------------------------------------------------------------- BYE */
+
+Test(wire_bad, bye_fields)
+{
+    char long_reason[PDX_WIRE_REASON_MAX + 2];
+    pdx_wire_bye_t too_long;
+    uint8_t buf[1024];
+    bld_t b = {0};
+    size_t len;
+
+    put_str(&b, "engine destroyed", 16);
+    expect_ok(PDX_WIRE_BYE, &b);
+    put_str(&b, "", 0);
+    expect_ok(PDX_WIRE_BYE, &b);
+    put_str(&b, "why", 3);
+    put(&b, 0, 1);
+    expect_proto(PDX_WIRE_BYE, &b, "after the BYE reason");
+    put(&b, 10, 2); /* a 10-byte reason of which 2 bytes are there */
+    put(&b, 'n', 1);
+    put(&b, 'o', 1);
+    expect_proto(PDX_WIRE_BYE, &b, "truncated string");
+    put_str(&b, "b\0ye", 4);
+    expect_proto(PDX_WIRE_BYE, &b, "NUL byte");
+    memset(long_reason, 'r', sizeof(long_reason));
+    put_str(&b, long_reason, PDX_WIRE_REASON_MAX + 1);
+    expect_proto(PDX_WIRE_BYE, &b, "outside the bounds of its type");
+    memset(too_long.reason, 'r', sizeof(too_long.reason));
+    cr_assert_eq(pdx_wire_encode_bye(&too_long, buf, sizeof(buf), &len), PDX_ERR_INVALID);
 }
 
 /* -------------------------------------------------------------------- ROOM */
@@ -698,6 +746,7 @@ static void assert_reencodes(const pdx_wire_msg_t *msg, const uint8_t *frame, si
     case PDX_WIRE_CREDIT: st = pdx_wire_encode_credit(&msg->u.credit, buf, len + 1, &out); break;
     case PDX_WIRE_READY: st = pdx_wire_encode_ready(buf, len + 1, &out); break;
     case PDX_WIRE_RESET: st = pdx_wire_encode_reset(&msg->u.reset, buf, len + 1, &out); break;
+    case PDX_WIRE_BYE: st = pdx_wire_encode_bye(&msg->u.bye, buf, len + 1, &out); break;
     }
     cr_assert_eq(st, PDX_OK, "seed 0x%x iteration %d: decoded %s does not re-encode", FUZZ_SEED,
                  it, pdx_wire_type_str(msg->type));

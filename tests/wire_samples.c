@@ -112,6 +112,7 @@ void sample_hello(pdx_wire_hello_t *m)
         m->id[i] = (uint8_t)(0xa0 + i);
     m->nshards = 8;
     m->nics = 3;
+    m->port = 65535;
     strcpy(m->host, "prefill-node-17.cluster.example");
     strcpy(m->transport, "rdma");
 }
@@ -157,6 +158,7 @@ pdx_status_t encode_sample_into(int which, void *buf, size_t cap, size_t *len_p)
     pdx_wire_error_t err = {0, PDX_ERR_RANGE, ""};
     pdx_wire_credit_t credit = {7, 1, 9, 0x80000001u};
     pdx_wire_reset_t reset = {1023, 2, 41, PDX_ERR_PEER, "remote access error on QP 0x1234"};
+    pdx_wire_bye_t bye = {"engine destroyed"};
     pdx_wire_mem_t mem = {SAMPLE_MEMS, (pdx_wire_mem_entry_t *)sample_mem_entries};
     pdx_status_t st = PDX_ERR_INVALID;
 
@@ -204,6 +206,9 @@ pdx_status_t encode_sample_into(int which, void *buf, size_t cap, size_t *len_p)
         break;
     case F_RESET:
         st = pdx_wire_encode_reset(&reset, buf, cap, len_p);
+        break;
+    case F_BYE:
+        st = pdx_wire_encode_bye(&bye, buf, cap, len_p);
         break;
     }
     return st;

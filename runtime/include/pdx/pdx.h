@@ -38,7 +38,7 @@ extern "C" {
 #define PDX_VERSION_PATCH 0
 
 /* Control-channel protocol version, checked at handshake. */
-#define PDX_PROTOCOL_VERSION 4
+#define PDX_PROTOCOL_VERSION 5
 
 /* ---------------------------------------------------------------- status */
 
@@ -130,6 +130,7 @@ enum {
     PDX_CONFIG_FIELD_TCP_STAGING         = 1ull << 26,
     PDX_CONFIG_FIELD_GPU                 = 1ull << 27,
     PDX_CONFIG_FIELD_NICS                = 1ull << 28,
+    PDX_CONFIG_FIELD_HANDSHAKE_TIMEOUT   = 1ull << 29,
 };
 
 #define PDX_NAME_MAX 128
@@ -174,6 +175,7 @@ typedef struct pdx_config {
     int32_t         gpu;                       /* PDX_GPU: device ordinal, -1 = the creating
                                                 * thread's current device */
     uint32_t        nics;                      /* PDX_NICS: NICs the engine's data uses */
+    uint32_t        handshake_timeout_ms;      /* PDX_HANDSHAKE_TIMEOUT_MS: from accept to READY */
 } pdx_config_t;
 
 /*
@@ -298,11 +300,29 @@ PDX_API pdx_status_t pdx_layout_create(pdx_engine_t *engine, const pdx_layout_de
  * Connect to the engine listening at addr ("host:port"), handshake (protocol
  * version, capabilities, identity, memory and layout descriptors) and return
  * its handle. Blocks at most timeout_ms. A peer of another protocol version
- * is PDX_ERR_VERSION, on both sides. Either side may connect; the connection
- * serves both directions.
+ * is PDX_ERR_VERSION, on both sides; an engine whose peer slots are all in
+ * use answers PDX_ERR_FULL, one with too many handshakes in progress from
+ * this address PDX_ERR_AGAIN. Either side may connect; the connection serves
+ * both directions.
+ *
+ * A handle names one connection: once that peer is gone (failed, closed,
+ * or replaced by a new incarnation of its engine, which is the same address
+ * and listener port with a new identity) calls with it are PDX_ERR_PEER,
+ * and its slot serves the next peer under another handle. An engine serves
+ * any number of peers over its life, 64 at once.
  */
 PDX_API pdx_status_t pdx_peer_connect(pdx_engine_t *engine, const char *addr, int timeout_ms,
                                       uint32_t *peer_p);
+
+/*
+ * Close the connection with a peer on purpose: it is told (a goodbye), and
+ * on both sides the rooms that need it fail with "peer closed" as a
+ * routine event (nothing is logged as a warning). The handle is stale
+ * afterwards. PDX_OK also for a peer already gone; PDX_ERR_NOT_FOUND for a
+ * handle this engine never returned. pdx_engine_destroy() says goodbye to
+ * every peer the same way.
+ */
+PDX_API pdx_status_t pdx_peer_close(pdx_engine_t *engine, uint32_t peer);
 
 /*
  * Wait at most timeout_ms for the next peer that connected to this engine
@@ -451,6 +471,11 @@ typedef struct pdx_stats {
     uint64_t registrations;   /* registrations held: regions inside one allocation
                                * share one (made on each NIC) */
     uint64_t nics;            /* NICs the engine uses (PDX_NICS, or fewer usable) */
+    uint64_t peers;           /* peers holding a slot now (connected, or being retired) */
+    uint64_t handshakes;      /* connections in whose handshake is under way */
+    uint64_t peers_retired;   /* peers whose slots were freed, since the start */
+    uint64_t handshakes_refused; /* connections in that failed or were refused before
+                                  * their handshake finished, since the start */
 } pdx_stats_t;
 
 PDX_API pdx_status_t pdx_engine_stats(pdx_engine_t *engine, pdx_stats_t *stats_p);
