@@ -68,8 +68,9 @@ static int ep_record(rdma_ep_t *ep, pdx_status_t why, rdma_err_kind_t kind, cons
                                                 memory_order_relaxed);
         atomic_compare_exchange_strong_explicit(&ep->errp, &none, msg, memory_order_release,
                                                 memory_order_relaxed);
-        pdx_warn("rdma: %s: endpoint QP 0x%x failed (%s): %s", ep->tp->dev.name, ep->qpn,
-                 pdx_status_str(why), msg);
+        pdx_log(kind == RDMA_ERR_ASKED ? PDX_LOG_DEBUG : PDX_LOG_WARN,
+                "rdma: %s: endpoint QP 0x%x failed (%s): %s", ep->tp->dev.name, ep->qpn,
+                pdx_status_str(why), msg);
         return 1;
     }
     if (kind != RDMA_ERR_CAUSE || cur != 1 ||
@@ -151,7 +152,7 @@ void rdma_ep_fail(pdx_tp_ep_t *pep, pdx_status_t why, const char *msg)
 {
     rdma_ep_t *ep = rdma_ep(pep);
 
-    rdma_ep_kill(ep, why < 0 ? why : PDX_ERR_ABORTED, RDMA_ERR_FIRST, "%s",
+    rdma_ep_kill(ep, why < 0 ? why : PDX_ERR_ABORTED, RDMA_ERR_ASKED, "%s",
                  msg && msg[0] ? msg : pdx_status_str(why));
 }
 

@@ -427,6 +427,8 @@ typedef enum rdma_err_kind {
                           * unknown here; a later RDMA_ERR_CAUSE replaces it */
     RDMA_ERR_CAUSE = 2,  /* the NIC's own report (an async event, a non-flush
                           * error CQE): replaces an RDMA_ERR_FLUSH record */
+    RDMA_ERR_ASKED = 3,  /* the engine's ep_fail: as RDMA_ERR_FIRST, and not
+                          * logged again (the engine said why) */
 } rdma_err_kind_t;
 
 /*

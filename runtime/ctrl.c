@@ -202,8 +202,13 @@ static bool read_peer(pdx_engine_t *e, pdx_peer_t *peer)
                 return true;
             budget -= (size_t)n;
         } else if (n == 0) {
-            pdx_peer_fail(peer, PDX_ERR_PEER, "peer %s closed the control connection",
-                          peer->addr);
+            const char *bye = pdx_peer_bye_reason(peer);
+
+            if (bye)
+                pdx_peer_fail(peer, PDX_ERR_PEER, "%s (%s read our goodbye)", bye, peer->addr);
+            else
+                pdx_peer_fail(peer, PDX_ERR_PEER, "peer %s closed the control connection",
+                              peer->addr);
         } else if (errno == EAGAIN || errno == EWOULDBLOCK) {
             return false;
         } else if (errno != EINTR) {
@@ -387,6 +392,13 @@ static void sweep(ctrl_ctx_t *ctx, uint64_t now)
             pdx_ctrl_fail(peer, PDX_ERR_TIMEOUT, "handshake from %s not done within "
                           "PDX_HANDSHAKE_TIMEOUT_MS=%u ms", peer->addr,
                           e->cfg.handshake_timeout_ms);
+            continue;
+        }
+        if (pdx_peer_bye_reason(peer) &&
+            now - atomic_load_explicit(&peer->bye_ns, memory_order_relaxed) >
+                PDX_BYE_WAIT_MS * 1000000ull) {
+            pdx_peer_fail(peer, PDX_ERR_PEER, "%s (%s did not close its side within %u ms)",
+                          pdx_peer_bye_reason(peer), peer->addr, PDX_BYE_WAIT_MS);
             continue;
         }
         heard = peer->last_heard_ns;

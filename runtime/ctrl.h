@@ -91,6 +91,9 @@ void pdx_peer_retire(pdx_peer_t *peer);
  * failed by the caller, or by the other side's close. */
 void pdx_peer_say_bye(pdx_peer_t *peer, const char *reason);
 
+/* Why we said BYE to the peer, or NULL. */
+const char *pdx_peer_bye_reason(pdx_peer_t *peer);
+
 /* Engine teardown, the control thread stopped: a BYE to every peer not
  * failed, then wait (at most timeout_ms) for each to close its side. */
 void pdx_peer_goodbye_all(pdx_engine_t *e, uint32_t timeout_ms);

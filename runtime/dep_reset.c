@@ -84,6 +84,13 @@ void pdx_dep_reset_begin(pdx_dep_t *dep, pdx_status_t status, const char *why, b
     uint32_t epoch;
     pdx_status_t st;
 
+    if (atomic_load_explicit(&peer->closed, memory_order_acquire)) {
+        /* A BYE went one way or the other: the peer is going, on purpose. */
+        atomic_store_explicit(&dep->failed, 1, memory_order_release);
+        pdx_peer_fail(peer, PDX_ERR_PEER, "data endpoint %u.%u to %s closed: %s", dep->pair,
+                      dep->index, peer->addr, why);
+        return;
+    }
     if (!peer_ready(peer) ||
         atomic_load_explicit(&dep->streak, memory_order_relaxed) >= PDX_DEP_RESET_STREAK) {
         /* In the handshake, failing already, or an endpoint that fails again

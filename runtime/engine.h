@@ -64,6 +64,7 @@
 #define PDX_NOTIFY_RQ       64     /* receive buffers per data endpoint */
 #define PDX_CREDIT_BATCH    16     /* reposts returned per CREDIT message */
 #define PDX_SWEEP_MS        10     /* control thread tick: deadlines, heartbeats */
+#define PDX_BYE_WAIT_MS     1000   /* after our BYE, the peer closes first this long */
 #define PDX_PEER_OUT_MAX    (8u << 20) /* bytes queued per control connection */
 #define PDX_ERRMSG_MAX      PDX_ROOM_ERR_MAX
 #define PDX_DEP_RESET_STREAK 4     /* resets of an endpoint with no WR done between:
@@ -189,6 +190,9 @@ struct pdx_peer {
     _Atomic uint32_t    reaped;        /* FAILED and every dep in error: nothing more
                                         * of it can land here */
     _Atomic uint32_t    closed;        /* the loss is on purpose: a BYE either way */
+    const char         *bye;           /* why we said BYE (a static string), NULL: we did not */
+    _Atomic uint64_t    bye_ns;        /* when: the peer closes its side within
+                                        * PDX_BYE_WAIT_MS, or we close ours */
     bool                was_ready;     /* READY when it failed (written before FAILED) */
     _Atomic uint32_t    deps_live;     /* its deps in shard tables (shards drop them) */
     /* pdx_rooms_peer_gone: when it went and each shard's passes then; its

@@ -6,7 +6,7 @@
 #include <string.h>
 
 static _Atomic int log_level = PDX_LOG_WARN;
-static _Atomic uint64_t log_errors;
+static _Atomic uint64_t log_errors, log_warnings;
 
 static const char *const level_names[] = {"error", "warn", "info", "debug", "trace"};
 
@@ -25,6 +25,11 @@ uint64_t pdx_log_error_count(void)
     return atomic_load(&log_errors);
 }
 
+uint64_t pdx_log_warn_count(void)
+{
+    return atomic_load(&log_warnings);
+}
+
 void pdx_log_write(pdx_log_level_t level, const char *file, int line, const char *fmt, ...)
 {
     char msg[512];
@@ -33,6 +38,8 @@ void pdx_log_write(pdx_log_level_t level, const char *file, int line, const char
 
     if (level == PDX_LOG_ERROR)
         atomic_fetch_add(&log_errors, 1);
+    else if (level == PDX_LOG_WARN)
+        atomic_fetch_add(&log_warnings, 1);
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);

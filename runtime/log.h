@@ -13,8 +13,10 @@ pdx_log_level_t pdx_log_get_level(void);
 void pdx_log_write(pdx_log_level_t level, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 
-/* Test hook: count of messages at PDX_LOG_ERROR written so far. */
+/* Test hooks: count of messages at PDX_LOG_ERROR, and at PDX_LOG_WARN,
+ * written so far. */
 uint64_t pdx_log_error_count(void);
+uint64_t pdx_log_warn_count(void);
 
 #define pdx_log(level, ...)                                              \
     do {                                                                 \

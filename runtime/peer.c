@@ -452,9 +452,13 @@ pdx_status_t pdx_peer_close(pdx_engine_t *e, uint32_t handle)
     peer = pdx_peer_hold(e, handle, &gone);
     if (!peer)
         return gone ? PDX_OK : PDX_ERR_NOT_FOUND;
-    if (!peer_failed(peer)) {
+    /* The peer closes its side once it has failed ours there; only then do
+     * we (or after PDX_BYE_WAIT_MS: the sweep), so none of our endpoints
+     * fails under it first. */
+    if (!peer_failed(peer) && !atomic_load_explicit(&peer->closed, memory_order_acquire)) {
         pdx_peer_say_bye(peer, "closed by pdx_peer_close");
-        pdx_peer_fail(peer, PDX_ERR_PEER, "closed by this engine (pdx_peer_close)");
+        pdx_peer_flush(peer);
+        pdx_ctrl_wake(e);
     }
     pdx_peer_put(peer);
     return PDX_OK;
@@ -491,9 +495,24 @@ void pdx_peer_say_bye(pdx_peer_t *peer, const char *reason)
     size_t len;
 
     snprintf(m.reason, sizeof(m.reason), "%s", reason);
+    pthread_mutex_lock(&peer->wait_lock);
+    if (!peer->bye)
+        peer->bye = reason;
+    pthread_mutex_unlock(&peer->wait_lock);
+    atomic_store_explicit(&peer->bye_ns, pdx_now_ns(), memory_order_relaxed);
     atomic_store_explicit(&peer->closed, 1, memory_order_release);
     if (pdx_wire_encode_bye(&m, frame, sizeof(frame), &len) == PDX_OK)
         pdx_peer_queue_last(peer, frame, len);
+}
+
+const char *pdx_peer_bye_reason(pdx_peer_t *peer)
+{
+    const char *why;
+
+    pthread_mutex_lock(&peer->wait_lock);
+    why = peer->bye;
+    pthread_mutex_unlock(&peer->wait_lock);
+    return why;
 }
 
 pdx_status_t pdx_peer_send_credit(pdx_peer_t *peer, uint32_t pair, uint32_t index, uint32_t epoch,

@@ -528,7 +528,7 @@ pdx_status_t pdx_expect(pdx_engine_t *e, uint32_t peer_id, pdx_room_t room, uint
         return PDX_ERR_INVALID;
     timeout = timeout_or(timeout_ms, e->cfg.transfer_timeout_ms);
     peer = pdx_peer_hold(e, peer_id, &gone);
-    if (!peer || atomic_load(&peer->state) != PDX_PEER_READY) {
+    if (!peer || atomic_load(&peer->state) != PDX_PEER_READY || atomic_load(&peer->closed)) {
         pdx_error("pdx_expect: room %llu: peer 0x%x is %s", (unsigned long long)room, peer_id,
                   peer || gone ? "no longer connected" : "unknown");
         pdx_peer_put(peer);
