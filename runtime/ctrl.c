@@ -54,7 +54,7 @@
 #define CTRL_GONE         2u
 #define CTRL_WAKER        4u              /* one pdx_ctrl_wake() in flight */
 #define CTRL_EVENTS       64
-#define CTRL_BACKLOG      128
+#define CTRL_BACKLOG      4096            /* the kernel caps it at net.core.somaxconn */
 #define CTRL_JOIN_MS      10000u
 #define CTRL_READ_BUDGET  (1u << 20)      /* bytes per peer per round */
 #define CTRL_SILENT_BEATS 5u              /* heartbeat periods without a byte */
@@ -190,9 +190,23 @@ static bool read_peer(pdx_engine_t *e, pdx_peer_t *peer)
     size_t budget = CTRL_READ_BUDGET;
 
     while (atomic_load_explicit(&peer->state, memory_order_acquire) != PDX_PEER_FAILED) {
-        /* A partial frame is shorter than PDX_WIRE_MAX_FRAME: there is room. */
-        ssize_t n = recv(peer->fd, peer->in + peer->in_len, PDX_WIRE_MAX_FRAME - peer->in_len,
-                         MSG_DONTWAIT);
+        ssize_t n;
+
+        /* A partial frame is shorter than PDX_WIRE_MAX_FRAME: the buffer
+         * grows to take it. */
+        if (peer->in_len == peer->in_cap) {
+            size_t cap = PDX_MIN(peer->in_cap * 2, (size_t)PDX_WIRE_MAX_FRAME);
+            uint8_t *in = realloc(peer->in, cap);
+
+            if (!in) {
+                pdx_peer_fail(peer, PDX_ERR_NOMEM, "out of memory for the input of %s",
+                              peer->addr);
+                return false;
+            }
+            peer->in = in;
+            peer->in_cap = cap;
+        }
+        n = recv(peer->fd, peer->in + peer->in_len, peer->in_cap - peer->in_len, MSG_DONTWAIT);
 
         if (n > 0) {
             peer->in_len += (size_t)n;

@@ -66,6 +66,7 @@
 #define PDX_SWEEP_MS        10     /* control thread tick: deadlines, heartbeats */
 #define PDX_BYE_WAIT_MS     1000   /* after our BYE, the peer closes first this long */
 #define PDX_PEER_OUT_MAX    (8u << 20) /* bytes queued per control connection */
+#define PDX_PEER_BUF_MIN    (64u << 10) /* a connection's input and output to begin with */
 #define PDX_ERRMSG_MAX      PDX_ROOM_ERR_MAX
 #define PDX_DEP_RESET_STREAK 4     /* resets of an endpoint with no WR done between:
                                     * then its peer fails */
@@ -220,8 +221,9 @@ struct pdx_peer {
     uint32_t            npairs, qps, lanes;
     pdx_dep_t          *deps;          /* npairs * qps, NULL until HELLO */
     /* control thread only */
-    uint8_t            *in;            /* PDX_WIRE_MAX_FRAME; freed at the reap */
-    size_t              in_len;
+    uint8_t            *in;            /* in_cap bytes, grown up to PDX_WIRE_MAX_FRAME
+                                        * for a frame that needs it; freed at the reap */
+    size_t              in_len, in_cap;
     uint64_t            last_heard_ns;
     bool                ready_sent, ready_received;
     pdx_wire_ep_t      *eps_in;        /* acceptor: the connector's EPs until READY */
@@ -230,8 +232,9 @@ struct pdx_peer {
     bool                desc_sent;
     /* output: any thread appends whole frames under out_lock */
     pthread_mutex_t     out_lock;
-    uint8_t            *out;           /* PDX_PEER_OUT_MAX; freed at the reap */
-    size_t              out_head, out_len;
+    uint8_t            *out;           /* a ring of out_cap bytes, grown up to
+                                        * PDX_PEER_OUT_MAX; freed at the reap */
+    size_t              out_head, out_len, out_cap;
     /* pdx_peer_connect waits here for READY or FAILED */
     pthread_mutex_t     wait_lock;
     pthread_cond_t      wait_cond;

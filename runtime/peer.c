@@ -74,8 +74,11 @@ static pdx_peer_t *peer_alloc(void)
     peer = calloc(1, sizeof(*peer));
     if (!peer)
         return NULL;
-    peer->in = malloc(PDX_WIRE_MAX_FRAME);
-    peer->out = malloc(PDX_PEER_OUT_MAX);
+    /* A connection costs little until it needs more: a handshake that never
+     * comes holds 128 KiB. */
+    peer->in = malloc(PDX_PEER_BUF_MIN);
+    peer->out = malloc(PDX_PEER_BUF_MIN);
+    peer->in_cap = peer->out_cap = PDX_PEER_BUF_MIN;
     if (!peer->in || !peer->out)
         goto err_free;
     if (pthread_mutex_init(&peer->out_lock, NULL))
@@ -258,7 +261,7 @@ static bool peer_failed(const pdx_peer_t *peer)
 static int flush_locked(pdx_peer_t *peer)
 {
     while (peer->out_len > 0) {
-        size_t first = PDX_MIN(peer->out_len, (size_t)PDX_PEER_OUT_MAX - peer->out_head);
+        size_t first = PDX_MIN(peer->out_len, peer->out_cap - peer->out_head);
         struct iovec iov[2] = {
             {.iov_base = peer->out + peer->out_head, .iov_len = first},
             {.iov_base = peer->out, .iov_len = peer->out_len - first},
@@ -271,22 +274,52 @@ static int flush_locked(pdx_peer_t *peer)
                 continue;
             return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : errno;
         }
-        peer->out_head = (peer->out_head + (size_t)n) % PDX_PEER_OUT_MAX;
+        peer->out_head = (peer->out_head + (size_t)n) % peer->out_cap;
         peer->out_len -= (size_t)n;
     }
     peer->out_head = 0;
     return 0;
 }
 
-/* Under out_lock, with room checked: copy a frame behind the queued ones. */
-static void append_locked(pdx_peer_t *peer, const void *frame, size_t len)
+/* Under out_lock: room for len more bytes in the ring, grown (up to
+ * PDX_PEER_OUT_MAX) and straightened when needed. False: out of memory. */
+static bool out_room_locked(pdx_peer_t *peer, size_t len)
 {
-    size_t tail = (peer->out_head + peer->out_len) % PDX_PEER_OUT_MAX;
-    size_t first = PDX_MIN(len, (size_t)PDX_PEER_OUT_MAX - tail);
+    size_t cap = peer->out_cap, first;
+    uint8_t *out;
 
+    if (cap - peer->out_len >= len)
+        return true;
+    while (cap - peer->out_len < len)
+        cap *= 2;
+    cap = PDX_MIN(cap, (size_t)PDX_PEER_OUT_MAX);
+    out = malloc(cap);
+    if (!out)
+        return false;
+    first = PDX_MIN(peer->out_len, peer->out_cap - peer->out_head);
+    memcpy(out, peer->out + peer->out_head, first);
+    memcpy(out + first, peer->out, peer->out_len - first);
+    free(peer->out);
+    peer->out = out;
+    peer->out_cap = cap;
+    peer->out_head = 0;
+    return true;
+}
+
+/* Under out_lock, with room checked (PDX_PEER_OUT_MAX): copy a frame behind
+ * the queued ones. False: out of memory to grow the ring. */
+static bool append_locked(pdx_peer_t *peer, const void *frame, size_t len)
+{
+    size_t tail, first;
+
+    if (!out_room_locked(peer, len))
+        return false;
+    tail = (peer->out_head + peer->out_len) % peer->out_cap;
+    first = PDX_MIN(len, peer->out_cap - tail);
     memcpy(peer->out + tail, frame, first);
     memcpy(peer->out, (const uint8_t *)frame + first, len - first);
     peer->out_len += len;
+    return true;
 }
 
 pdx_status_t pdx_peer_send(pdx_peer_t *peer, const void *frame, size_t len)
@@ -306,7 +339,12 @@ pdx_status_t pdx_peer_send(pdx_peer_t *peer, const void *frame, size_t len)
         return PDX_ERR_AGAIN;
     }
     was_empty = peer->out_len == 0;
-    append_locked(peer, frame, len);
+    if (!append_locked(peer, frame, len)) {
+        pthread_mutex_unlock(&peer->out_lock);
+        pdx_peer_fail(peer, PDX_ERR_NOMEM, "out of memory for the control output to %s",
+                      peer->addr);
+        return PDX_ERR_PEER;
+    }
     if (was_empty)
         err = flush_locked(peer);
     pthread_mutex_unlock(&peer->out_lock);
@@ -322,7 +360,7 @@ void pdx_peer_queue_last(pdx_peer_t *peer, const void *frame, size_t len)
 {
     pthread_mutex_lock(&peer->out_lock);
     if (peer->fd >= 0 && PDX_PEER_OUT_MAX - peer->out_len >= len)
-        append_locked(peer, frame, len);
+        (void)append_locked(peer, frame, len); /* best effort */
     pthread_mutex_unlock(&peer->out_lock);
 }
 
@@ -908,22 +946,24 @@ void pdx_peer_fail(pdx_peer_t *peer, pdx_status_t status, const char *fmt, ...)
 
     /* A peer leaving on purpose (a BYE either way) is routine, and so is a
      * connection in that never finished its handshake (a probe, a port
-     * scan, a peer we had no room for), unless it speaks another version
-     * or transport. A peer lost otherwise is a warning; protocol errors of
-     * a peer are errors. */
+     * scan, garbage, a peer we had no room for or of another version: an
+     * engine that dialled says so on its side). A peer lost otherwise is a
+     * warning; protocol errors of a peer are errors. */
     if (peer->id == UINT32_MAX && !peer->outgoing) {
         atomic_fetch_add_explicit(&e->stats.handshakes_refused, 1, memory_order_relaxed);
         atomic_store_explicit(&e->last_refusal, status, memory_order_relaxed);
     }
-    if (atomic_load_explicit(&peer->closed, memory_order_acquire))
+    if (atomic_load_explicit(&peer->closed, memory_order_acquire) ||
+        (peer->id == UINT32_MAX && !peer->outgoing))
         level = PDX_LOG_INFO;
-    else if (peer->id == UINT32_MAX && !peer->outgoing)
-        level = status == PDX_ERR_VERSION || status == PDX_ERR_UNSUPPORTED ? PDX_LOG_WARN
-                                                                           : PDX_LOG_INFO;
     else if (status == PDX_ERR_PEER || status == PDX_ERR_TIMEOUT)
         level = PDX_LOG_WARN;
-    pdx_log(level, "peer %s (%u) failed: %s (%s)", peer->addr, peer->id, msg,
-            pdx_status_str(status));
+    if (peer->id == UINT32_MAX)
+        pdx_log(level, "connection %s %s failed: %s (%s)", peer->outgoing ? "to" : "from",
+                peer->addr, msg, pdx_status_str(status));
+    else
+        pdx_log(level, "peer %s (%u) failed: %s (%s)", peer->addr, peer->id, msg,
+                pdx_status_str(status));
 
     /* The control thread closes the socket and fails the endpoints; once it
      * has stopped, this thread does. */

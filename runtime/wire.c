@@ -79,6 +79,12 @@ static pdx_status_t rd_str(pdx_wire_rd_t *r, char *out, size_t max, const char *
         *why = "NUL byte inside a string";
         return PDX_ERR_PROTO;
     }
+    for (uint16_t i = 0; i < n; i++) {
+        if (r->p[r->off + i] < 0x20 || r->p[r->off + i] == 0x7f) {
+            *why = "control character inside a string"; /* it would reach a log line */
+            return PDX_ERR_PROTO;
+        }
+    }
     pdx_wire_rd_bytes(r, out, n);
     out[n] = '\0';
     return PDX_OK;
@@ -93,9 +99,15 @@ static void wr_str(pdx_wire_wr_t *w, const char *s)
     pdx_wire_wr_bytes(w, s, n);
 }
 
+/* What rd_str() takes back: at most max bytes, no control character. */
 static bool str_fits(const char *s, size_t max)
 {
-    return strnlen(s, max + 1) <= max;
+    size_t n = strnlen(s, max + 1);
+
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || s[i] == 0x7f)
+            return false;
+    return n <= max;
 }
 
 /* ------------------------------------------------------------------ frames */

@@ -310,6 +310,10 @@ Test(wire_bad, bye_fields)
     expect_proto(PDX_WIRE_BYE, &b, "truncated string");
     put_str(&b, "b\0ye", 4);
     expect_proto(PDX_WIRE_BYE, &b, "NUL byte");
+    put_str(&b, "one\nline", 8);
+    expect_proto(PDX_WIRE_BYE, &b, "control character");
+    put_str(&b, "esc\033[2J", 7);
+    expect_proto(PDX_WIRE_BYE, &b, "control character");
     memset(long_reason, 'r', sizeof(long_reason));
     put_str(&b, long_reason, PDX_WIRE_REASON_MAX + 1);
     expect_proto(PDX_WIRE_BYE, &b, "outside the bounds of its type");
