@@ -110,23 +110,38 @@ static void pick_host(pdx_engine_t *e)
     e->host[len] = '\0';
 }
 
+/* A room slot's engine data, the first time the slot is used (under the
+ * room table's lock, before any thread can find the room). */
+static void ext_first_use(void *arg, uint32_t i)
+{
+    pdx_engine_t *e = arg;
+
+    pthread_mutex_init(&e->ext[i].lock, NULL);
+    e->ext[i].head_cell = e->ext[i].tail_cell = UINT32_MAX;
+    e->ext[i].aux_mem = -1;
+}
+
+static size_t ext_bytes(const pdx_engine_t *e)
+{
+    return (size_t)e->cfg.rooms * sizeof(*e->ext);
+}
+
 static pdx_status_t rooms_init(pdx_engine_t *e)
 {
-    pdx_status_t st = pdx_room_table_init(&e->rooms, e->cfg.rooms);
+    pdx_status_t st;
 
-    if (st != PDX_OK)
-        return st;
-    e->ext = calloc(e->rooms.capacity, sizeof(*e->ext));
-    e->held = calloc(PDX_MAX(e->cfg.held_notifies, 1), sizeof(*e->held));
-    if (!e->ext || !e->held) {
-        free(e->ext);
-        free(e->held);
-        pdx_room_table_fini(&e->rooms);
+    /* Mapped, not committed: a slot costs memory once a room used it. */
+    e->ext = pdx_map_zeroed(ext_bytes(e));
+    if (!e->ext)
         return PDX_ERR_NOMEM;
-    }
-    for (uint32_t i = 0; i < e->rooms.capacity; i++) {
-        pthread_mutex_init(&e->ext[i].lock, NULL);
-        e->ext[i].head_cell = e->ext[i].tail_cell = UINT32_MAX;
+    st = pdx_room_table_init(&e->rooms, e->cfg.rooms, ext_first_use, e);
+    e->held = calloc(PDX_MAX(e->cfg.held_notifies, 1), sizeof(*e->held));
+    if (st != PDX_OK || !e->held) {
+        if (st == PDX_OK)
+            pdx_room_table_fini(&e->rooms);
+        pdx_unmap(e->ext, ext_bytes(e));
+        free(e->held);
+        return st != PDX_OK ? st : PDX_ERR_NOMEM;
     }
     pthread_mutex_init(&e->held_lock, NULL);
     return PDX_OK;
@@ -134,7 +149,7 @@ static pdx_status_t rooms_init(pdx_engine_t *e)
 
 static void rooms_fini(pdx_engine_t *e)
 {
-    for (uint32_t i = 0; i < e->rooms.capacity; i++) {
+    for (uint32_t i = 0; i < e->rooms.touched; i++) {
         pdx_room_ext_t *ext = &e->ext[i];
 
         for (uint32_t d = 0; d < PDX_MAX_DESTS; d++)
@@ -145,14 +160,14 @@ static void rooms_fini(pdx_engine_t *e)
     }
     pthread_mutex_destroy(&e->held_lock);
     free(e->held);
-    free(e->ext);
+    pdx_unmap(e->ext, ext_bytes(e));
     pdx_room_table_fini(&e->rooms);
 }
 
 /* Fail every room still in flight: the engine is going away. */
 static void fail_all_rooms(pdx_engine_t *e)
 {
-    for (uint32_t i = 0; i < e->rooms.capacity; i++) {
+    for (uint32_t i = 0; i < pdx_room_span(&e->rooms); i++) {
         pdx_room_obj_t *obj = &e->rooms.objs[i];
         uint64_t id = atomic_load(&obj->id);
         int32_t state;

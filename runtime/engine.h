@@ -202,6 +202,7 @@ struct pdx_peer {
     uint64_t            gone_passes[PDX_MAX_SHARDS];
     _Atomic uint32_t    fence_steps;   /* peer.c: reaped, rooms told it is gone;
                                         * the second calls pdx_rooms_peer_fenced */
+    _Atomic uint32_t    fenced;        /* ... which returned: the peer may be retired */
     pdx_status_t        status;        /* why FAILED (written before state) */
     char                err[PDX_ERRMSG_MAX];
     char                addr[PDX_NAME_MAX];
@@ -489,7 +490,9 @@ pdx_peer_t *pdx_peer_hold(pdx_engine_t *e, uint32_t handle, bool *gone_p);
 /* The admitted peer of a handle without a reference: for the control
  * thread, and tests, that know it is not retired meanwhile. */
 pdx_peer_t *pdx_peer_get(pdx_engine_t *e, uint32_t handle);
-/* Fail a peer: close it, fail its endpoints and the rooms that need it. */
+/* Fail a peer: close it, fail its endpoints and the rooms that need it.
+ * The caller holds a reference (a dep of its shard's table counts), or is
+ * the control thread. */
 void pdx_peer_fail(pdx_peer_t *peer, pdx_status_t status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 /* Engine teardown, after every thread stopped and pdx_shard_fini(): frees the

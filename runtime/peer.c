@@ -507,8 +507,8 @@ bool pdx_peer_retirable(pdx_peer_t *peer)
     return atomic_load_explicit(&peer->state, memory_order_acquire) == PDX_PEER_FAILED &&
            atomic_load_explicit(&peer->reaped, memory_order_acquire) &&
            atomic_load_explicit(&peer->deps_live, memory_order_acquire) == 0 &&
-           atomic_load_explicit(&peer->fence_steps, memory_order_acquire) >=
-               (peer->was_ready ? 2u : 1u);
+           (peer->was_ready ? atomic_load_explicit(&peer->fenced, memory_order_acquire) != 0
+                            : atomic_load_explicit(&peer->fence_steps, memory_order_acquire) != 0);
 }
 
 void pdx_peer_retire(pdx_peer_t *peer)
@@ -868,9 +868,14 @@ static void fail_deps(pdx_peer_t *peer)
  */
 static void fence_step(pdx_peer_t *peer)
 {
+    pdx_engine_t *e = peer->engine;
+
     if (atomic_fetch_add_explicit(&peer->fence_steps, 1, memory_order_acq_rel) == 1) {
-        pdx_rooms_peer_fenced(peer->engine, peer);
-        pdx_ctrl_wake(peer->engine); /* it may retire the peer now */
+        pdx_rooms_peer_fenced(e, peer);
+        /* This thread's last touch of the peer: the control thread may
+         * retire and free it from here on. */
+        atomic_store_explicit(&peer->fenced, 1, memory_order_release);
+        pdx_ctrl_wake(e);
     }
 }
 

@@ -15,44 +15,89 @@ static inline uint64_t slot_make(uint32_t obj, uint32_t hash)
     return ((uint64_t)obj + 1) << 32 | hash;
 }
 
-pdx_status_t pdx_room_table_init(pdx_room_table_t *table, uint32_t capacity)
+static size_t index_bytes(const pdx_room_table_t *t) { return (size_t)(t->mask + 1) * 8; }
+static size_t objs_bytes(const pdx_room_table_t *t)
 {
-    uint32_t nslots;
+    return (size_t)t->capacity * sizeof(*t->objs);
+}
 
+pdx_status_t pdx_room_table_init(pdx_room_table_t *table, uint32_t capacity,
+                                 pdx_room_first_use_fn *first_use, void *arg)
+{
     if (capacity == 0 || capacity > (1u << 30))
         return PDX_ERR_INVALID;
     memset(table, 0, sizeof(*table));
-    nslots = pdx_pow2_ceil(capacity * 2);  /* load factor <= 1/2 */
-    table->index = calloc(nslots, sizeof(*table->index));
-    if (!table->index)
-        goto err;
-    table->objs = calloc(capacity, sizeof(*table->objs));
-    if (!table->objs)
-        goto err_free_index;
-    if (pthread_mutex_init(&table->lock, NULL) != 0)
-        goto err_free_objs;
-    table->mask = nslots - 1;
+    table->mask = pdx_pow2_ceil(capacity * 2) - 1; /* load factor <= 1/2 */
     table->capacity = capacity;
-    for (uint32_t i = 0; i < capacity; i++) {
-        atomic_init(&table->objs[i].gen, 1); /* odd: free */
-        table->objs[i].next_free = i + 1 < capacity ? i + 1 : NO_OBJ;
+    table->first_use = first_use;
+    table->first_use_arg = arg;
+    table->nbusy = (capacity + 63) / 64;
+    table->nfull = (table->nbusy + 63) / 64;
+    table->index = pdx_map_zeroed(index_bytes(table));
+    table->objs = pdx_map_zeroed(objs_bytes(table));
+    table->busy = calloc(table->nbusy, sizeof(*table->busy));
+    table->full = calloc(table->nfull, sizeof(*table->full));
+    if (!table->index || !table->objs || !table->busy || !table->full ||
+        pthread_mutex_init(&table->lock, NULL) != 0) {
+        pdx_unmap(table->index, index_bytes(table));
+        pdx_unmap(table->objs, objs_bytes(table));
+        free(table->busy);
+        free(table->full);
+        return PDX_ERR_NOMEM;
     }
-    table->free_head = 0;
+    /* Slots past the capacity, and words past the last, are never free. */
+    if (capacity % 64)
+        table->busy[table->nbusy - 1] = ~0ull << (capacity % 64);
+    if (table->nbusy % 64)
+        table->full[table->nfull - 1] = ~0ull << (table->nbusy % 64);
     return PDX_OK;
-
-err_free_objs:
-    free(table->objs);
-err_free_index:
-    free(table->index);
-err:
-    return PDX_ERR_NOMEM;
 }
 
 void pdx_room_table_fini(pdx_room_table_t *table)
 {
     pthread_mutex_destroy(&table->lock);
-    free(table->objs);
-    free(table->index);
+    pdx_unmap(table->objs, objs_bytes(table));
+    pdx_unmap(table->index, index_bytes(table));
+    free(table->busy);
+    free(table->full);
+}
+
+/* Under the lock: the lowest free slot, taken; NO_OBJ when none is. */
+static uint32_t slot_take(pdx_room_table_t *t)
+{
+    for (uint32_t s = 0; s < t->nfull; s++) {
+        uint32_t w, i;
+
+        if (t->full[s] == ~0ull)
+            continue;
+        w = s * 64 + (uint32_t)__builtin_ctzll(~t->full[s]);
+        i = w * 64 + (uint32_t)__builtin_ctzll(~t->busy[w]);
+        t->busy[w] |= 1ull << (i % 64);
+        if (t->busy[w] == ~0ull)
+            t->full[s] |= 1ull << (w % 64);
+        if (i == t->touched) { /* lowest first: a new slot comes right after the used ones */
+            atomic_init(&t->objs[i].gen, 1); /* odd: free */
+            if (t->first_use)
+                t->first_use(t->first_use_arg, i);
+            t->touched++;
+        }
+        if (i >= atomic_load_explicit(&t->span, memory_order_relaxed))
+            atomic_store_explicit(&t->span, i + 1, memory_order_release);
+        return i;
+    }
+    return NO_OBJ;
+}
+
+/* Under the lock: slot i is free again; the span shrinks past free slots. */
+static void slot_give(pdx_room_table_t *t, uint32_t i)
+{
+    uint32_t span = atomic_load_explicit(&t->span, memory_order_relaxed);
+
+    t->busy[i / 64] &= ~(1ull << (i % 64));
+    t->full[i / 64 / 64] &= ~(1ull << (i / 64 % 64));
+    while (span > 0 && !(t->busy[(span - 1) / 64] >> ((span - 1) % 64) & 1))
+        span--;
+    atomic_store_explicit(&t->span, span, memory_order_release);
 }
 
 bool pdx_room_read(pdx_room_obj_t *obj, uint64_t id, int32_t *state_p)
@@ -60,7 +105,7 @@ bool pdx_room_read(pdx_room_obj_t *obj, uint64_t id, int32_t *state_p)
     uint32_t gen = atomic_load_explicit(&obj->gen, memory_order_acquire);
     int32_t state;
 
-    if (gen & 1)
+    if (gen & 1 || gen == 0) /* free, being filled, or never used */
         return false;
     if (atomic_load_explicit(&obj->id, memory_order_acquire) != id)
         return false;
@@ -136,13 +181,12 @@ pdx_status_t pdx_room_insert(pdx_room_table_t *table, uint64_t id, pdx_room_stat
             return PDX_ERR_EXISTS;
         }
     }
-    if (table->free_head == NO_OBJ) {
+    o = slot_take(table);
+    if (o == NO_OBJ) {
         pthread_mutex_unlock(&table->lock);
         return PDX_ERR_FULL;
     }
-    o = table->free_head;
     obj = &table->objs[o];
-    table->free_head = obj->next_free;
     table->used++;
 
     /* gen is odd (free) here: readers ignore the object while it fills. */
@@ -209,8 +253,7 @@ pdx_status_t pdx_room_unlink(pdx_room_table_t *table, uint64_t id, pdx_room_obj_
 void pdx_room_free(pdx_room_table_t *table, pdx_room_obj_t *obj)
 {
     pthread_mutex_lock(&table->lock);
-    obj->next_free = table->free_head;
-    table->free_head = (uint32_t)(obj - table->objs);
+    slot_give(table, (uint32_t)(obj - table->objs));
     table->used--;
     pthread_mutex_unlock(&table->lock);
 }

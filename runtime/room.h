@@ -13,6 +13,12 @@
  *   a reader checks the id and an unchanged, even generation around its
  *   loads, so a poll racing a release never reports a recycled room;
  * - state changes are compare-and-swap; SUCCESS and FAILED are terminal.
+ *
+ * Costs follow the rooms, not the capacity: the arrays are mapped, not
+ * committed, a slot is set up the first time it is used (first_use), an
+ * insert takes the lowest free slot (a two-level bitmap), so the slots in
+ * use stay packed below pdx_room_span(), which is what a walk over the
+ * rooms visits.
  */
 #ifndef PDX_ROOM_H
 #define PDX_ROOM_H
@@ -33,22 +39,38 @@ typedef struct pdx_room_obj {
     _Atomic uint32_t fail_claim;     /* 1 once a thread started failing the room */
     pdx_status_t     fail_status;    /* written before state becomes FAILED */
     char             fail_msg[PDX_ROOM_ERR_MAX];
-    uint32_t         next_free;      /* free list, under the table mutex */
 } pdx_room_obj_t;
 
+/* Called under the table's lock the first time slot i is handed out. */
+typedef void pdx_room_first_use_fn(void *arg, uint32_t i);
+
 typedef struct pdx_room_table {
-    pthread_mutex_t   lock;          /* insert, remove, free list */
+    pthread_mutex_t   lock;          /* insert, remove, the bitmaps */
     _Atomic uint32_t  seq;           /* odd while the index is being shifted */
     uint32_t          mask;          /* index slots - 1 */
     uint32_t          capacity;      /* room objects */
     uint32_t          used;
-    uint32_t          free_head;
+    uint32_t          touched;       /* slots set up so far: [0, touched) */
+    _Atomic uint32_t  span;          /* 1 + the highest slot in use; 0: none */
+    uint64_t         *busy;          /* bit i: slot i in use (bits past capacity set) */
+    uint64_t         *full;          /* bit w: busy[w] is all ones */
+    uint32_t          nbusy, nfull;  /* words */
     _Atomic uint64_t *index;         /* 0: empty; else (obj + 1) << 32 | hash32 */
     pdx_room_obj_t   *objs;
+    pdx_room_first_use_fn *first_use;
+    void             *first_use_arg;
 } pdx_room_table_t;
 
-pdx_status_t pdx_room_table_init(pdx_room_table_t *table, uint32_t capacity);
+/* first_use (may be NULL) sets up what the caller keeps per slot. */
+pdx_status_t pdx_room_table_init(pdx_room_table_t *table, uint32_t capacity,
+                                 pdx_room_first_use_fn *first_use, void *arg);
 void pdx_room_table_fini(pdx_room_table_t *table);
+
+/* Every slot a room may be in lies below this (a walk's bound; acquire). */
+static inline uint32_t pdx_room_span(pdx_room_table_t *table)
+{
+    return atomic_load_explicit(&table->span, memory_order_acquire);
+}
 
 /*
  * Insert `id` in `state`. PDX_ERR_EXISTS (and *obj_p set to the present

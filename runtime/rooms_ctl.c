@@ -509,7 +509,7 @@ void pdx_rooms_sweep(pdx_engine_t *e, uint64_t now)
     uint64_t held_limit = (uint64_t)e->cfg.bootstrap_timeout_ms * 1000000ull;
     uint32_t kept = 0, dropped = 0;
 
-    for (uint32_t i = 0; i < e->rooms.capacity; i++) {
+    for (uint32_t i = 0; i < pdx_room_span(&e->rooms); i++) {
         pdx_room_obj_t *obj = &e->rooms.objs[i];
         uint64_t id = atomic_load_explicit(&obj->id, memory_order_relaxed);
         int32_t state;
@@ -541,7 +541,7 @@ void pdx_rooms_peer_gone(pdx_engine_t *e, pdx_peer_t *peer)
     atomic_store_explicit(&peer->gone_ns, pdx_now_ns(), memory_order_release);
     for (uint32_t i = 0; i < e->nshards; i++)
         pdx_shard_wake(&e->shards[i]);
-    for (uint32_t i = 0; i < e->rooms.capacity; i++) {
+    for (uint32_t i = 0; i < pdx_room_span(&e->rooms); i++) {
         pdx_room_obj_t *obj = &e->rooms.objs[i];
         pdx_room_ext_t *ext = &e->ext[i];
         uint64_t id = atomic_load_explicit(&obj->id, memory_order_relaxed);
@@ -573,7 +573,7 @@ void pdx_rooms_peer_gone(pdx_engine_t *e, pdx_peer_t *peer)
 
 void pdx_rooms_drop_peers(pdx_engine_t *e)
 {
-    for (uint32_t i = 0; i < e->rooms.capacity; i++) {
+    for (uint32_t i = 0; i < e->rooms.touched; i++) {
         pdx_room_ext_t *ext = &e->ext[i];
 
         for (uint32_t d = 0; d < PDX_MAX_DESTS; d++) {
@@ -591,7 +591,7 @@ void pdx_rooms_drop_peers(pdx_engine_t *e)
 
 void pdx_rooms_peer_fenced(pdx_engine_t *e, pdx_peer_t *peer)
 {
-    for (uint32_t i = 0; i < e->rooms.capacity; i++) {
+    for (uint32_t i = 0; i < pdx_room_span(&e->rooms); i++) {
         pdx_room_obj_t *obj = &e->rooms.objs[i];
         pdx_room_ext_t *ext = &e->ext[i];
         uint64_t id = atomic_load_explicit(&obj->id, memory_order_relaxed);

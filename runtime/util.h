@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #define PDX_LIKELY(x)   __builtin_expect(!!(x), 1)
@@ -22,6 +23,22 @@ static inline void pdx_cpu_relax(void)
     __builtin_ia32_pause();
 #elif defined(__aarch64__)
     __asm__ __volatile__("yield");
+/* Zeroed memory that costs nothing until touched (a table sized by its
+ * capacity, used by what it holds), or NULL. Give it back with pdx_unmap. */
+static inline void *pdx_map_zeroed(size_t len)
+{
+    void *p = mmap(NULL, len ? len : 1, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static inline void pdx_unmap(void *p, size_t len)
+{
+    if (p)
+        munmap(p, len ? len : 1);
+}
+
 #endif
 }
 
@@ -53,6 +70,22 @@ static inline uint64_t pdx_hash64(uint64_t x)
     x ^= x >> 27; x *= 0x94d049bb133111ebull;
     x ^= x >> 31;
     return x;
+}
+
+/* Zeroed memory that costs nothing until touched (a table sized by its
+ * capacity, used by what it holds), or NULL. Give it back with pdx_unmap. */
+static inline void *pdx_map_zeroed(size_t len)
+{
+    void *p = mmap(NULL, len ? len : 1, PROT_READ | PROT_WRITE,
+                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+
+    return p == MAP_FAILED ? NULL : p;
+}
+
+static inline void pdx_unmap(void *p, size_t len)
+{
+    if (p)
+        munmap(p, len ? len : 1);
 }
 
 #endif

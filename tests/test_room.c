@@ -8,7 +8,7 @@
 
 static pdx_room_table_t table;
 
-static void setup(void)   { cr_assert_eq(pdx_room_table_init(&table, 64), PDX_OK); }
+static void setup(void)   { cr_assert_eq(pdx_room_table_init(&table, 64, NULL, NULL), PDX_OK); }
 static void teardown(void) { pdx_room_table_fini(&table); }
 
 TestSuite(room, .init = setup, .fini = teardown);

@@ -58,7 +58,7 @@ int main(int argc, char **argv)
     int json = argc > 1 && strcmp(argv[1], "--json") == 0;
     pthread_t th;
 
-    if (pdx_room_table_init(&table, ROOMS) != PDX_OK)
+    if (pdx_room_table_init(&table, ROOMS, NULL, NULL) != PDX_OK)
         return 1;
     /* A table filled to 3/4 of its capacity, as under load. */
     for (uint64_t i = 0; i < ROOMS * 3 / 4; i++)

@@ -1,0 +1,181 @@
+/*
+ * A long-lived engine against PDX_TEST_PROCS (default 200) sequential peer
+ * processes (churn_child): half of them prefill engines that send it a
+ * room, half decode engines it sends one to, every byte checked on the
+ * receiving side. Each child leaves in turn by destroying its engine (a
+ * goodbye), by exiting without a word (the kernel closes its sockets), or
+ * by being killed with SIGKILL. The engine's peers are all retired in the
+ * end, and its open fds and RSS after warm-up come back (both printed).
+ */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <pdx/pdx.h>
+#include <stdbool.h>
+#include <errno.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "churn.h"
+#include "util.h"
+
+extern char **environ;
+
+static pdx_engine_t *eng;
+
+static void fini(void)
+{
+    pdx_engine_destroy(eng);
+    eng = NULL;
+}
+
+static long rss_kib(void)
+{
+    long pages = 0, resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+
+    cr_assert_not_null(f);
+    cr_assert_eq(fscanf(f, "%ld %ld", &pages, &resident), 2);
+    fclose(f);
+    return resident * (sysconf(_SC_PAGESIZE) / 1024);
+}
+
+static int open_fds(void)
+{
+    DIR *d = opendir("/proc/self/fd");
+    int n = 0;
+
+    cr_assert_not_null(d);
+    while (readdir(d))
+        n++;
+    closedir(d);
+    return n - 3;
+}
+
+static void wait_no_peers(void)
+{
+    pdx_stats_t st;
+
+    for (int i = 0; i < 10000; i++) {
+        cr_assert_eq(pdx_engine_stats(eng, &st), PDX_OK);
+        if (st.peers == 0 && st.handshakes == 0)
+            return;
+        usleep(1000);
+    }
+    cr_assert_fail("%llu peers left", (unsigned long long)st.peers);
+}
+
+static pdx_room_state_t wait_done(uint64_t room)
+{
+    for (int i = 0; i < 20000; i++) {
+        pdx_room_state_t s = pdx_poll(eng, room);
+
+        if (s == PDX_ROOM_SUCCESS || s == PDX_ROOM_FAILED)
+            return s;
+        usleep(1000);
+    }
+    return pdx_poll(eng, room);
+}
+
+/* Start a child; its stdout is *out_p. */
+static pid_t spawn_child(const char *role, uint64_t room, const char *mode, int *out_p)
+{
+    char roomtxt[32];
+    char *argv[] = {PDX_CHURN_CHILD, (char *)role, (char *)pdx_engine_address(eng), roomtxt,
+                    (char *)mode, NULL};
+    posix_spawn_file_actions_t fa;
+    int fds[2];
+    pid_t pid;
+
+    snprintf(roomtxt, sizeof(roomtxt), "%llu", (unsigned long long)room);
+    cr_assert_eq(pipe(fds), 0);
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    posix_spawn_file_actions_addclose(&fa, fds[1]);
+    cr_assert_eq(posix_spawn(&pid, PDX_CHURN_CHILD, &fa, NULL, argv, environ), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    *out_p = fds[0];
+    return pid;
+}
+
+Test(churn, a_long_lived_engine_serves_peer_processes, .fini = fini, .timeout = 900)
+{
+    static const char *const modes[] = {"clean", "exit", "hang"};
+    static uint8_t pool[CHURN_PAGES * CHURN_PAGE_BYTES];
+    pdx_buffer_desc_t buf = {.bytes_per_page = CHURN_PAGE_BYTES};
+    pdx_group_desc_t group = {.buffers_per_layer = 1, .nbuffers = 1, .npages = CHURN_PAGES,
+                              .buffers = &buf};
+    pdx_layout_desc_t desc = {.field_mask = PDX_LAYOUT_FIELD_GROUPS, .ngroups = 1,
+                              .groups = &group};
+    const char *v = getenv("PDX_TEST_PROCS");
+    uint32_t n = v && atoi(v) > 0 ? (uint32_t)atoi(v) : 200, warm = PDX_MIN(20u, n / 4);
+    uint32_t layout, pages[CHURN_ROOM_PAGES];
+    pdx_pages_t p = {pages, CHURN_ROOM_PAGES};
+    pdx_config_t cfg;
+    pdx_stats_t st;
+    long rss0 = 0, rss1;
+    int fds0 = 0, fds1;
+
+    pdx_config_init(&cfg);
+    pdx_config_set(&cfg, "PDX_LISTEN", "127.0.0.1:0");
+    pdx_config_set(&cfg, "PDX_TRANSPORT", "tcp");
+    pdx_config_set(&cfg, "PDX_SHARDS", "2");
+    cr_assert_eq(pdx_engine_create(&cfg, &eng), PDX_OK);
+    cr_assert_eq(pdx_mem_register(eng, pool, sizeof(pool), &buf.mem), PDX_OK);
+    cr_assert_eq(pdx_layout_create(eng, &desc, &layout), PDX_OK);
+    for (uint32_t i = 0; i < n; i++) {
+        bool child_sends = i % 2 == 0;
+        const char *mode = modes[i / 2 % 3];
+        uint64_t room = 1000 + i;
+        char line[8] = "";
+        uint32_t peer;
+        int out, status;
+        pid_t pid;
+
+        if (i == warm) {
+            wait_no_peers();
+            rss0 = rss_kib();
+            fds0 = open_fds();
+        }
+        churn_pages(room, pages);
+        pid = spawn_child(child_sends ? "prefill" : "decode", room, mode, &out);
+        cr_assert_eq(pdx_peer_accept(eng, 20000, &peer), PDX_OK, "child %u connected", i);
+        if (child_sends) {
+            memset(pool, 0, sizeof(pool));
+            cr_assert_eq(pdx_expect(eng, peer, room, layout, &p, NULL, 1, 20000), PDX_OK);
+        } else {
+            churn_fill(pool, room);
+            cr_assert_eq(pdx_send(eng, room, layout, &p, NULL, NULL, PDX_SEND_LAST), PDX_OK);
+        }
+        cr_assert_eq(wait_done(room), PDX_ROOM_SUCCESS, "child %u's room", i);
+        if (child_sends)
+            cr_assert_eq(churn_check(pool, room), 0, "child %u's bytes", i);
+        while (pdx_release(eng, room) == PDX_INPROGRESS)
+            usleep(1000);
+        cr_assert_eq(read(out, line, 3), 3, "child %u said nothing", i);
+        cr_assert_str_eq(line, "ok\n", "child %u", i);
+        if (strcmp(mode, "hang") == 0)
+            kill(pid, SIGKILL);
+        cr_assert_eq(waitpid(pid, &status, 0), pid);
+        cr_assert(strcmp(mode, "hang") == 0 ? WIFSIGNALED(status)
+                                            : WIFEXITED(status) && WEXITSTATUS(status) == 0,
+                  "child %u (%s) ended with status 0x%x", i, mode, status);
+        close(out);
+    }
+    wait_no_peers();
+    rss1 = rss_kib();
+    fds1 = open_fds();
+    cr_assert_eq(pdx_engine_stats(eng, &st), PDX_OK);
+    printf("engine against %u peer processes: RSS %ld KiB after warm-up, %ld KiB at the end "
+           "(%+ld KiB); open fds %d and %d; %llu peers retired\n", n, rss0, rss1, rss1 - rss0,
+           fds0, fds1, (unsigned long long)st.peers_retired);
+    cr_expect_eq(fds1, fds0);
+    cr_expect_lt(rss1 - rss0, 16 * 1024);
+    cr_expect_eq(st.peers_retired, n);
+}
