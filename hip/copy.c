@@ -1,5 +1,5 @@
 /*
- * hip staging copies for the tcp transport (DESIGN.md §8): pinned host
+ * hip staging copies for the tcp transport (docs/architecture.md §8): pinned host
  * buffers, pdx-owned streams and events, and asynchronous copies between
  * them and device memory.
  *
@@ -12,7 +12,7 @@
  * Events: timing disabled, release at system scope (the host or the NIC
  * reads what a device-to-host copy wrote once the event completes; ROCm 5
  * takes that as hipEventReleaseToSystem, ROCm 6 and CUDA do it by default).
- * The same events serve as gates (DESIGN.md §7).
+ * The same events serve as gates (docs/architecture.md §7).
  *
  * Pinned buffers are mapped and portable (usable from every device), and
  * coherent on amd.

@@ -1,6 +1,6 @@
 /*
  * hip dmabuf export: device memory as a dmabuf fd for ibv_reg_dmabuf_mr
- * (DESIGN.md §6).
+ * (docs/architecture.md §6).
  *
  * amd: hsa_amd_portable_export_dmabuf(ptr, len) exports the allocation
  * holding the range and returns the range's offset inside it. It is

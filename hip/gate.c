@@ -1,6 +1,6 @@
 /*
  * hip gates: what holds a chunk back until the GPU finished writing its
- * pages (DESIGN.md §7).
+ * pages (docs/architecture.md §7).
  *
  * - Event gates: pdx_hip_event_query() on a caller's recorded event. HIP
  *   and CUDA report a never-recorded event as complete; that is the

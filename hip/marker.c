@@ -1,6 +1,6 @@
 /*
  * hip markers: named ranges and instant marks for GPU profilers, so a
- * timeline shows what pdx did next to the kernels (DESIGN.md §7).
+ * timeline shows what pdx did next to the kernels (docs/architecture.md §7).
  *
  * amd: roctx, dlopen'ed at enable time (libroctx64 from roctracer, or
  *      rocprofiler-sdk-roctx); roctxRangePushA, roctxRangePop, roctxMarkA.

@@ -1,5 +1,5 @@
 /*
- * hip/: the GPU layer of pdx (DESIGN.md §7), the only code that includes
+ * hip/: the GPU layer of pdx (docs/architecture.md §7), the only code that includes
  * HIP, HSA or CUDA headers. This header includes none of them: streams and
  * events are opaque pointers (a hipStream_t, a hipEvent_t; on the nvidia
  * platform a cudaStream_t, a cudaEvent_t).
@@ -120,7 +120,7 @@ pdx_status_t pdx_hip_export_dmabuf(const void *ptr, size_t len, int *fd_p, uint6
 /*
  * PDX_OK once everything recorded before event finished, PDX_INPROGRESS
  * before; an error from the runtime is logged with its name. HIP and CUDA
- * report a never-recorded event as complete (DESIGN.md §7). NULL:
+ * report a never-recorded event as complete (docs/architecture.md §7). NULL:
  * PDX_ERR_INVALID. Never blocks.
  */
 pdx_status_t pdx_hip_event_query(void *event);
@@ -211,7 +211,7 @@ pdx_status_t pdx_hip_copy_async(void *stream, pdx_hip_copy_dir_t dir, void *dst,
 
 /*
  * Whether RDMA writes into device memory need a flush before kernels that
- * run afterwards see them (DESIGN.md §5). nvidia: not when the device's
+ * run afterwards see them (docs/architecture.md §5). nvidia: not when the device's
  * GPU_DIRECT_RDMA_WRITES_ORDERING is at least owner scope. amd: always (the
  * engine flushes with a loopback RDMA READ).
  */

@@ -1,7 +1,7 @@
 /*
  * hip visibility: whether data a NIC wrote into device memory (RDMA WRITE
  * over PCIe) is visible to kernels launched after the completion arrived
- * in host memory, and the flush that makes it so (DESIGN.md §5).
+ * in host memory, and the flush that makes it so (docs/architecture.md §5).
  *
  * Data and completion travel different paths, so in general a flush is
  * needed between "the notify arrived" and "the room is SUCCESS":

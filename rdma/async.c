@@ -170,6 +170,7 @@ static void *async_main(void *arg)
     nfds_t nfds = 2;
 
     pthread_setname_np(pthread_self(), "pdx-rdma-async");
+    pdx_log_tag(tp->base.log_id, tp->base.log_engine);
     for (;;) {
         int n = poll(pfd, nfds, RDMA_ASYNC_POLL_MS);
         short rev;

@@ -9,7 +9,7 @@
  *
  * A region longer than tp->base.mr_piece (the largest power of two not
  * above the device's max_mr_size) is registered in pieces of that many bytes
- * (DESIGN.md §6), each an ibv_mr of its own with its own keys; the engine
+ * (docs/architecture.md §6), each an ibv_mr of its own with its own keys; the engine
  * cuts its runs at piece boundaries on both sides and names each piece's
  * rkey (pdx_tp_rkey_at()), and a WR crossing a piece boundary is refused.
  *
@@ -17,7 +17,7 @@
  * released when the completion covering the WR is consumed, or when its ep
  * is destroyed); mr_dereg answers PDX_ERR_STATE while any is held. Writes a
  * remote peer places into the region cannot be seen here: the engine fences
- * those (DESIGN.md §3, pdx_release).
+ * those (docs/architecture.md §3, pdx_release).
  */
 #include "rdma/rdma.h"
 

@@ -16,7 +16,7 @@
  * A call the caller sees refused hands out no completions: see
  * rdma_post_write for the WRs a provider takes before it refuses one.
  *
- * Gather (DESIGN.md §8: SGE lists up to the device limit): consecutive
+ * Gather (docs/architecture.md §8: SGE lists up to the device limit): consecutive
  * WRITEs of one post_write call whose remote ranges follow each other under
  * one rkey go out as one ibv WRITE of several SGEs, one per WRITE (each in
  * one piece of its own region, with that piece's lkey; the regions may

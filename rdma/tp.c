@@ -71,6 +71,7 @@ static pdx_status_t rdma_open(const pdx_tp_params_t *params, pdx_tp_t **tp_p)
     }
     tp = memset(mem, 0, sizeof(*tp));
     tp->base.ops = &pdx_rdma_ops;
+    pdx_tp_log_init(&tp->base, params);
     tp->async_stop_fd = -1;
     atomic_init(&tp->dead, false);
     rdma_knobs_read(params ? params->config : NULL, &tp->knobs);

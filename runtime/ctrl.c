@@ -469,6 +469,7 @@ static void *ctrl_main(void *arg)
     pdx_engine_t *e = ctx->e;
 
     pthread_setname_np(pthread_self(), "pdx-ctrl");
+    pdx_log_tag(e->sender_id, e->address);
     while (!(atomic_load(&e->ctrl_stop) & CTRL_STOP)) {
         uint64_t now = pdx_now_ns();
         bool more = false;
@@ -507,7 +508,7 @@ static void *ctrl_main(void *arg)
 
 /* ------------------------------------------------------------ start/stop */
 
-static pdx_status_t ctrl_listen(pdx_engine_t *e)
+pdx_status_t pdx_ctrl_listen(pdx_engine_t *e)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
@@ -587,14 +588,11 @@ pdx_status_t pdx_ctrl_start(pdx_engine_t *e)
     ctx->e = e;
     ctx->next_sweep = pdx_now_ns();
     ctx->next_beat = ctx->next_sweep + (uint64_t)e->cfg.heartbeat_ms * 1000000u;
-    st = ctrl_listen(e);
-    if (st != PDX_OK)
-        goto err_ctx;
     st = PDX_ERR_IO;
     e->ctrl_epfd = epoll_create1(EPOLL_CLOEXEC);
     if (e->ctrl_epfd < 0) {
         pdx_error("control thread: epoll_create1: %s", strerror(errno));
-        goto err_listen;
+        goto err_ctx;
     }
     e->ctrl_wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     if (e->ctrl_wake_fd < 0) {
@@ -622,9 +620,6 @@ err_wake:
 err_epoll:
     close(e->ctrl_epfd);
     e->ctrl_epfd = -1;
-err_listen:
-    close(e->listen_fd);
-    e->listen_fd = -1;
 err_ctx:
     free(ctx);
     return st;

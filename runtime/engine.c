@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "ctrl.h"
@@ -235,8 +236,14 @@ pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p)
     pthread_cond_init(&e->accept_cond, &cattr);
     pthread_condattr_destroy(&cattr);
 
+    /* The listener first: the engine's address tags every thread's log lines. */
+    st = pdx_ctrl_listen(e);
+    if (st != PDX_OK)
+        goto err_lock;
+    pdx_engine_log_tag(e);
     params = (pdx_tp_params_t){.host = e->host, .progress_timeout_ms = e->cfg.transfer_timeout_ms,
-                               .max_msg_size = e->cfg.max_msg_size, .config = &e->cfg};
+                               .max_msg_size = e->cfg.max_msg_size, .config = &e->cfg,
+                               .log_id = e->sender_id, .log_engine = e->address};
     st = open_transport(e, &params);
     if (st != PDX_OK)
         goto err_lock;
@@ -304,6 +311,8 @@ err_close_gpu:
 err_close_tp:
     close_nics(e);
 err_lock:
+    if (e->listen_fd >= 0)
+        close(e->listen_fd); /* the control thread never took it */
     pthread_cond_destroy(&e->accept_cond);
     pthread_mutex_destroy(&e->accept_lock);
     pthread_mutex_destroy(&e->peers_lock);
@@ -317,6 +326,7 @@ void pdx_engine_destroy(pdx_engine_t *e)
 {
     if (!e)
         return;
+    pdx_engine_log_tag(e);
     pdx_ctrl_stop(e);
     if (!pdx_ctrl_running(e))
         pdx_peer_goodbye_all(e, ENGINE_BYE_WAIT_MS);
@@ -346,6 +356,7 @@ void pdx_engine_destroy(pdx_engine_t *e)
     pthread_mutex_destroy(&e->peers_lock);
     pthread_mutex_destroy(&e->lock);
     free(e);
+    pdx_log_tag(0, NULL);
 }
 
 const char *pdx_engine_address(const pdx_engine_t *e)
@@ -398,6 +409,7 @@ pdx_status_t pdx_layout_create(pdx_engine_t *e, const pdx_layout_desc_t *desc, u
 
     if (!e || !desc || !layout_p)
         return PDX_ERR_INVALID;
+    pdx_engine_log_tag(e);
     st = pdx_layout_from_desc(desc, &layout, err, sizeof(err));
     if (st != PDX_OK) {
         pdx_error("pdx_layout_create: %s", err);

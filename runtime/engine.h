@@ -75,7 +75,7 @@ typedef struct pdx_peer  pdx_peer_t;
 typedef struct pdx_shard pdx_shard_t;
 typedef struct pdx_dep   pdx_dep_t;
 
-/* How a decode room makes its bytes visible before SUCCESS (DESIGN.md §5). */
+/* How a decode room makes its bytes visible before SUCCESS (docs/architecture.md §5). */
 enum {
     PDX_FLUSH_NONE = 0,
     PDX_FLUSH_READ = 1,   /* a loopback RDMA READ (flush.c) */
@@ -445,6 +445,13 @@ struct pdx_engine {
 
 /* ------------------------------------------------------------- interfaces */
 
+/* An API call's log lines are about its engine. */
+void pdx_log_tag(uint64_t id, const char *engine);
+static inline void pdx_engine_log_tag(const pdx_engine_t *e)
+{
+    pdx_log_tag(e->sender_id, e->address);
+}
+
 static inline pdx_room_ext_t *pdx_room_ext(pdx_engine_t *e, const pdx_room_obj_t *obj)
 {
     return &e->ext[obj - e->rooms.objs];
@@ -461,7 +468,9 @@ pdx_status_t pdx_engine_mem_lookup(pdx_engine_t *e, uint32_t mem, pdx_mem_t **me
 void pdx_mem_fini(pdx_engine_t *e);
 const pdx_layout_t *pdx_engine_layout(pdx_engine_t *e, uint32_t id);
 
-/* ctrl.c: the control thread */
+/* ctrl.c: the control thread. pdx_ctrl_listen() binds the listener (the
+ * engine's address is known from then on), pdx_ctrl_start() the thread. */
+pdx_status_t pdx_ctrl_listen(pdx_engine_t *e);
 pdx_status_t pdx_ctrl_start(pdx_engine_t *e);
 void pdx_ctrl_stop(pdx_engine_t *e);
 void pdx_ctrl_wake(pdx_engine_t *e);

@@ -1,5 +1,5 @@
 /*
- * Decode visibility (DESIGN.md §5): before a decode room whose data all
+ * Decode visibility (docs/architecture.md §5): before a decode room whose data all
  * arrived becomes SUCCESS, one RDMA READ per NIC, each over a loopback QP
  * pair of the room's shard on that NIC, reads 8 bytes of this engine's
  * registered memory. A READ completes after the writes its NIC placed

@@ -1,7 +1,7 @@
 /*
  * gpu: the engine's side of hip/ (gpu.h).
  *
- * Registration (DESIGN.md §6), by what pdx_hip_classify() says:
+ * Registration (docs/architecture.md §6), by what pdx_hip_classify() says:
  *   - pageable or pinned host memory: the transport's mr_reg;
  *   - device memory of the engine's GPU over rdma: a dmabuf export (unless
  *     PDX_DMABUF=off) and mr_reg_dmabuf at the export's true offset; where
@@ -11,7 +11,7 @@
  *     with asynchronous copies (tcp/stage.c);
  *   - managed memory: refused (its pages migrate under the NIC).
  *
- * Flush (DESIGN.md §5): PDX_FLUSH=auto flushes rooms with GPU destinations
+ * Flush (docs/architecture.md §5): PDX_FLUSH=auto flushes rooms with GPU destinations
  * when the device needs it: nvidia devices whose GPUDirect RDMA write
  * ordering is below owner scope by the host call, amd devices by the
  * loopback RDMA READ (flush.c). The tcp transport places every byte before

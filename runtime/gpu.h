@@ -1,5 +1,5 @@
 /*
- * gpu: what the engine asks of hip/ (DESIGN.md §5-§7): the GPU it serves,
+ * gpu: what the engine asks of hip/ (docs/architecture.md §5-§7): the GPU it serves,
  * how a region is registered (host memory, GPU memory through a dmabuf or a
  * peer-memory client, managed memory refused), gates, and whether GPU
  * destinations need a flush before decode reports SUCCESS.

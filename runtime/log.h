@@ -10,6 +10,9 @@
 
 void pdx_log_set_level(pdx_log_level_t level);
 pdx_log_level_t pdx_log_get_level(void);
+/* The engine this thread's lines are about: its identity and address
+ * (copied; a repeated identity costs a compare). 0 and NULL: none. */
+void pdx_log_tag(uint64_t id, const char *engine);
 void pdx_log_write(pdx_log_level_t level, const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 

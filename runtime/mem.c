@@ -1,6 +1,6 @@
 /*
  * mem: registered regions (pdx_mem_register) and the registrations behind
- * them (DESIGN.md §6).
+ * them (docs/architecture.md §6).
  *
  * A region is what the caller registered: an id, a base and a length, the
  * rkey its peers write with, and the transport registration it lies in at
@@ -144,6 +144,7 @@ pdx_status_t pdx_mem_register(pdx_engine_t *e, void *base, size_t len, uint32_t 
 
     if (!e || !base || len == 0 || !mem_p || (uintptr_t)base + len < (uintptr_t)base)
         return PDX_ERR_INVALID;
+    pdx_engine_log_tag(e);
     pthread_mutex_lock(&e->lock);
     /* Peers never let a region id change its description (shards read it
      * without a lock): an id described before is taken only when no fresh
@@ -197,6 +198,7 @@ pdx_status_t pdx_mem_deregister(pdx_engine_t *e, uint32_t mem)
 
     if (!e || mem >= PDX_MAX_MEMS)
         return PDX_ERR_INVALID;
+    pdx_engine_log_tag(e);
     pthread_mutex_lock(&e->lock);
     m = &e->mems[mem];
     if (!m->used) {

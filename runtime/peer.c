@@ -487,6 +487,7 @@ pdx_status_t pdx_peer_close(pdx_engine_t *e, uint32_t handle)
 
     if (!e)
         return PDX_ERR_INVALID;
+    pdx_engine_log_tag(e);
     peer = pdx_peer_hold(e, handle, &gone);
     if (!peer)
         return gone ? PDX_OK : PDX_ERR_NOT_FOUND;

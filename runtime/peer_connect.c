@@ -133,6 +133,7 @@ pdx_status_t pdx_peer_connect(pdx_engine_t *e, const char *addr, int timeout_ms,
 
     if (!e || !addr || !peer_p)
         return PDX_ERR_INVALID;
+    pdx_engine_log_tag(e);
     if (atomic_load(&e->ctrl_stop) & PDX_CTRL_STOP) {
         pdx_error("pdx_peer_connect: the engine is being destroyed");
         return PDX_ERR_STATE;
@@ -203,6 +204,7 @@ pdx_status_t pdx_peer_accept(pdx_engine_t *e, int timeout_ms, uint32_t *peer_p)
 
     if (!e || !peer_p)
         return PDX_ERR_INVALID;
+    pdx_engine_log_tag(e);
     clock_gettime(CLOCK_MONOTONIC, &until);
     until.tv_sec += timeout_ms / 1000;
     until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;

@@ -313,6 +313,7 @@ pdx_status_t pdx_send(pdx_engine_t *e, pdx_room_t room, uint32_t layout_id,
 
     if (!e)
         return PDX_ERR_INVALID;
+    pdx_engine_log_tag(e);
     st = pdx_gpu_gate_claim(e, gate);
     if (st != PDX_OK)
         return st;
@@ -328,6 +329,7 @@ pdx_status_t pdx_gate_release(pdx_engine_t *e, const pdx_gate_t *gate)
 {
     if (!e || !gate)
         return PDX_ERR_INVALID;
+    pdx_engine_log_tag(e);
     return pdx_gpu_gate_release(e, gate);
 }
 
@@ -439,6 +441,7 @@ pdx_status_t pdx_gate_arm(pdx_engine_t *e, void *hip_stream, pdx_gate_t *gate_p)
 {
     if (!e || !gate_p)
         return PDX_ERR_INVALID;
+    pdx_engine_log_tag(e);
     return pdx_gpu_gate_arm(e, hip_stream, gate_p);
 }
 
@@ -526,6 +529,7 @@ pdx_status_t pdx_expect(pdx_engine_t *e, uint32_t peer_id, pdx_room_t room, uint
 
     if (!e || !dst || nsenders == 0 || nsenders > PDX_MAX_SENDERS)
         return PDX_ERR_INVALID;
+    pdx_engine_log_tag(e);
     timeout = timeout_or(timeout_ms, e->cfg.transfer_timeout_ms);
     peer = pdx_peer_hold(e, peer_id, &gone);
     if (!peer || atomic_load(&peer->state) != PDX_PEER_READY || atomic_load(&peer->closed)) {
@@ -664,6 +668,7 @@ pdx_status_t pdx_abort(pdx_engine_t *e, pdx_room_t room)
 
     if (!e)
         return PDX_ERR_INVALID;
+    pdx_engine_log_tag(e);
     obj = pdx_room_lookup(&e->rooms, room);
     if (!obj)
         return PDX_ERR_NOT_FOUND;
@@ -741,6 +746,7 @@ pdx_status_t pdx_room_stream_wait(pdx_engine_t *e, pdx_room_t room, void *hip_st
 
     if (!e)
         return PDX_ERR_INVALID;
+    pdx_engine_log_tag(e);
     obj = pdx_room_lookup(&e->rooms, room);
     if (!obj)
         return PDX_ERR_NOT_FOUND;
@@ -772,6 +778,7 @@ pdx_status_t pdx_release(pdx_engine_t *e, pdx_room_t room)
 
     if (!e)
         return PDX_ERR_INVALID;
+    pdx_engine_log_tag(e);
     obj = pdx_room_lookup(&e->rooms, room);
     if (!obj)
         return PDX_ERR_NOT_FOUND;

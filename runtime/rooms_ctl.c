@@ -417,7 +417,8 @@ void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notif
  * second, so a room whose data all arrived still becomes SUCCESS. A room
  * whose last notifies from the peer were all counted (it waits for its
  * flush read) does not fail for the peer: the flush decides. Prefill rooms
- * fail at once.
+ * fail at once, unless every WR of theirs is posted: then their completions
+ * decide (an error for each the peer's reap flushed).
  */
 static bool peer_drained(pdx_engine_t *e, pdx_peer_t *peer, uint64_t now)
 {
@@ -561,6 +562,13 @@ void pdx_rooms_peer_gone(pdx_engine_t *e, pdx_peer_t *peer)
                  * peer's last chunk was counted already */
                 if (!sender_done_locked(ext, peer->remote_id) && !atomic_load(&ext->gone_peer))
                     atomic_store(&ext->gone_peer, peer);
+            } else if (needs && atomic_load(&ext->last_queued) && !atomic_load(&ext->queued) &&
+                       atomic_load(&ext->inflight)) {
+                /* Every WR of the room is posted (the shard counts them in
+                 * flight before it lets the last chunk go): their
+                 * completions decide, failed ones by the reap's flush. The
+                 * peer may have had it all before it left. */
+                needs = false;
             }
         }
         pthread_mutex_unlock(&ext->lock);

@@ -708,6 +708,7 @@ static void *shard_main(void *arg)
     /* A gate backoff of tens of microseconds means that many, not the
      * default 50 us of timer slack on top. */
     prctl(PR_SET_TIMERSLACK, 1000ul, 0, 0, 0);
+    pdx_log_tag(e->sender_id, e->address);
     pdx_gpu_thread_init(e);
 
     while (!atomic_load_explicit(&s->stop, memory_order_acquire)) {

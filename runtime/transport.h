@@ -21,7 +21,7 @@
  *   checks every run against the peer's region before posting, and the
  *   sender fails the room on the error completion.
  *
- * A transport sees nothing of runtime/ but this header (DESIGN.md §2).
+ * A transport sees nothing of runtime/ but this header (docs/architecture.md §2).
  * Unsupported ops point at pdx_tp_unsupported_*(), never at NULL.
  */
 #ifndef PDX_TRANSPORT_H
@@ -41,6 +41,10 @@ typedef struct pdx_transport_ops pdx_transport_ops_t;
 /* Every transport object starts with this header so ops can be found. */
 struct pdx_tp {
     const pdx_transport_ops_t *ops;
+    /* The engine's identity and address, for its threads' log lines
+     * (pdx_log_tag): copied from the params at open. */
+    uint64_t                   log_id;
+    char                       log_engine[PDX_NAME_MAX];
     /* Regions longer than this are registered in pieces of this many bytes
      * (a power of two; 0: never): piece k covers offsets [k * mr_piece,
      * (k + 1) * mr_piece), and no WR may cross from one piece into the next. */
@@ -62,7 +66,21 @@ typedef struct pdx_tp_params {
                                   * in the transport's order of preference;
                                   * PDX_ERR_NO_DEVICE when there are fewer.
                                   * tcp: every tp is the host's stack */
+    uint64_t    log_id;          /* the engine's identity and address: a thread */
+    const char *log_engine;      /* the tp starts tags its log lines with them */
 } pdx_tp_params_t;
+
+/* A transport's open: copy the params' log tag into its tp header. */
+static inline void pdx_tp_log_init(pdx_tp_t *tp, const pdx_tp_params_t *params)
+{
+    tp->log_id = params ? params->log_id : 0;
+    tp->log_engine[0] = '\0';
+    if (params && params->log_engine)
+        for (size_t i = 0; i + 1 < sizeof(tp->log_engine) && params->log_engine[i]; i++) {
+            tp->log_engine[i] = params->log_engine[i];
+            tp->log_engine[i + 1] = '\0';
+        }
+}
 
 /* An ep's address, exchanged over the control channel before ep_connect. */
 #define PDX_TP_ADDR_MAX 64
@@ -197,7 +215,7 @@ struct pdx_transport_ops {
     pdx_status_t (*post_recv)(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,
                               uint64_t offset, uint32_t len);
     /* READ of len bytes at remote_addr (rkey) into mr at offset; always
-     * signaled. The flush read of DESIGN.md §5, on a loopback ep: its
+     * signaled. The flush read of docs/architecture.md §5, on a loopback ep: its
      * completion means every write the NIC placed before it is visible. */
     pdx_status_t (*post_read)(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,
                               uint64_t offset, uint32_t len, uint64_t remote_addr, uint32_t rkey);

@@ -1,5 +1,5 @@
 /*
- * tcp and GPU memory (DESIGN.md §8): the CPU never touches the bytes of a
+ * tcp and GPU memory (docs/architecture.md §8): the CPU never touches the bytes of a
  * region registered with PDX_TP_ACCESS_DEVICE; they travel through pinned
  * staging buffers with asynchronous copies (pdx_tcp_copier_t, tcp.h).
  *

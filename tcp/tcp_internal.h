@@ -1,6 +1,6 @@
 /*
  * tcp transport internals: one stream socket per endpoint with RC-QP
- * semantics (runtime/transport.h, DESIGN.md §8).
+ * semantics (runtime/transport.h, docs/architecture.md §8).
  *
  * Files, one object each:
  *   tp.c     open/close, the progress thread (epoll loop), commands, pause

@@ -313,6 +313,7 @@ static void *progress_main(void *arg)
     uint64_t next_tick = pdx_now_ns() + tick, spin_until = 0;
 
     pthread_setname_np(pthread_self(), "pdx-tcp");
+    pdx_log_tag(tp->base.log_id, tp->base.log_engine);
     for (;;) {
         tcp_ep_t *ep, *next;
         uint64_t now;
@@ -491,6 +492,7 @@ static pdx_status_t tcp_open(const pdx_tp_params_t *params, pdx_tp_t **tp_p)
     }
     tp = memset(mem, 0, sizeof(*tp));
     tp->base.ops = &pdx_tcp_ops;
+    pdx_tp_log_init(&tp->base, params);
     tp->listen_poll.kind = TCP_POLL_LISTEN;
     tp->wake_poll.kind = TCP_POLL_WAKE;
     tp->timeout_ms = params && params->progress_timeout_ms ? params->progress_timeout_ms

@@ -65,16 +65,16 @@ static void write_lands(const side_t *a, const side_t *b)
     cr_assert_eq(ops->mr_dereg(dmr), PDX_OK);
 }
 
-/* Whether the log holds a line "pdx <level> ..." that contains text. */
+/* Whether the log holds a line "... pdx <level> ..." that contains text. */
 static bool log_has(const char *log, const char *level, const char *text)
 {
     char head[16];
 
     snprintf(head, sizeof(head), "pdx %s ", level);
     for (const char *l = log; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
-        const char *end = strchr(l, '\n'), *hit = strstr(l, text);
+        const char *end = strchr(l, '\n'), *hit = strstr(l, text), *h = strstr(l, head);
 
-        if (strncmp(l, head, strlen(head)) == 0 && hit && (!end || hit < end))
+        if (h && hit && (!end || (h < end && hit < end)))
             return true;
     }
     return false;

@@ -93,6 +93,19 @@ typedef enum pdx_log_level {
     PDX_LOG_TRACE = 4,
 } pdx_log_level_t;
 
+/*
+ * Where pdx's log lines go, process-wide. Without a handler each line goes
+ * to stderr as "TIME PID ENGINE pdx LEVEL file:line: message" (TIME in UTC
+ * with microseconds, ENGINE the address of the engine the line is about, "-"
+ * for none). A handler gets the level, the engine's address ("" for none)
+ * and "file:line: message" (no newline), on the thread that logs, and must
+ * not call back into pdx. NULL restores stderr. Install it before creating
+ * engines. Only lines at or above PDX_LOG's level are made.
+ */
+typedef void pdx_log_handler_t(void *arg, pdx_log_level_t level, const char *engine,
+                               const char *message);
+PDX_API void pdx_log_set_handler(pdx_log_handler_t *handler, void *arg);
+
 typedef enum pdx_mode {
     PDX_MODE_AUTO = 0,
     PDX_MODE_ON   = 1,
