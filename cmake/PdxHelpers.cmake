@@ -16,13 +16,16 @@ function(pdx_sanitize target)
 endfunction()
 
 # pdx_library(NAME SOURCES ...): an object library of the product.
+# pdx_library(NAME SOURCES ... [INCLUDES dir...] [LIBS ...]): an object
+# library that sees the public header, base/ and only the INCLUDES it names,
+# so a layer cannot include another's internals (tests/boundary.sh).
 function(pdx_library name)
-  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "SOURCES;LIBS;INCLUDES" ${ARGN})
   add_library(${name} OBJECT ${ARG_SOURCES})
   target_compile_options(${name} PRIVATE ${PDX_WARNINGS})
   target_compile_definitions(${name} PRIVATE PDX_BUILDING_LIBRARY _GNU_SOURCE)
-  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/runtime
-                             ${PROJECT_SOURCE_DIR}/runtime/include ${PROJECT_SOURCE_DIR})
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/runtime/include
+                             ${PROJECT_SOURCE_DIR}/base ${ARG_INCLUDES})
   set_target_properties(${name} PROPERTIES POSITION_INDEPENDENT_CODE ON
                         C_VISIBILITY_PRESET hidden)
   if(ARG_LIBS)

@@ -17,7 +17,7 @@
  * Pinned buffers are mapped and portable (usable from every device), and
  * coherent on amd.
  */
-#include "hip/hip_api.h"
+#include "hip_api.h"
 
 /* Calls below need a GPU; say why when there is none. */
 static pdx_status_t need_gpu(const char *call)

@@ -9,7 +9,7 @@
  * for pdx (the engine serves host memory), so it is logged at info, with
  * the runtime's reason kept for pdx_hip_no_device_reason().
  */
-#include "hip/hip_api.h"
+#include "hip_api.h"
 
 #include <errno.h>
 #include <pthread.h>

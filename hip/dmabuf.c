@@ -16,7 +16,7 @@
  * The fd belongs to the caller from PDX_OK on; no path that fails leaves
  * one open. PDX_DMABUF=off is the caller's decision: this file only exports.
  */
-#include "hip/hip_api.h"
+#include "hip_api.h"
 
 #include <stdio.h>
 #include <unistd.h>

@@ -14,7 +14,7 @@
  * hsa_amd_portable_export_dmabuf came in ROCm 5.3; Debian's 5.2 lacks it,
  * which is PDX_ERR_UNSUPPORTED and sends the caller to peer memory.
  */
-#include "hip/hip_api.h"
+#include "hip_api.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

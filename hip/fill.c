@@ -10,7 +10,7 @@
  * kernel needs a code object built for each gfx target, which this build
  * does not make: PDX_ERR_UNSUPPORTED, and callers write with copies.
  */
-#include "hip/hip_api.h"
+#include "hip_api.h"
 
 #include <pthread.h>
 

@@ -18,7 +18,7 @@
  * allocation, no syscall, so both may run on the post path, from any
  * thread. Bits past `count` are set at creation and never cleared.
  */
-#include "hip/hip_api.h"
+#include "hip_api.h"
 
 #include <stdlib.h>
 

@@ -15,7 +15,7 @@
 #ifndef PDX_HIP_API_H
 #define PDX_HIP_API_H
 
-#include "hip/pdx_hip.h"
+#include "pdx_hip.h"
 #include "log.h"
 
 #if defined(PDX_HIP_PLATFORM_AMD) + defined(PDX_HIP_PLATFORM_NVIDIA) + \
@@ -51,7 +51,7 @@
 #endif
 
 #elif defined(PDX_HIP_PLATFORM_NVIDIA)
-#include "hip/hip_nvidia.h"
+#include "hip_nvidia.h"
 #define PDX_HIP_PLATFORM "nvidia"
 #define HIPX_ATTR_TYPE(a)        ((a).type)
 #define HIPX_HAVE_MEM_UNREGISTERED 1

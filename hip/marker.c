@@ -15,7 +15,7 @@
  * per thread (push and pop on the same thread); turn markers on or off
  * only while no range is open.
  */
-#include "hip/hip_api.h"
+#include "hip_api.h"
 
 #include <dlfcn.h>
 #include <pthread.h>

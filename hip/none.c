@@ -6,7 +6,7 @@
  * instead: without a GPU runtime all memory is pageable host memory.
  * Markers are in marker.c (always off here).
  */
-#include "hip/hip_api.h"
+#include "hip_api.h"
 
 #define NO_RUNTIME "no GPU runtime in this build (PDX_HIP_PLATFORM=none)"
 

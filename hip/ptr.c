@@ -16,7 +16,7 @@
  * is none, a hash of base and size, which cannot tell those apart
  * (pdx_hip_ptr_t.id_unique says which). A registration cache keys on it.
  */
-#include "hip/hip_api.h"
+#include "hip_api.h"
 
 #include <string.h>
 

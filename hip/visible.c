@@ -18,7 +18,7 @@
  *   with an RDMA READ over a loopback QP per NIC (the RCCL recipe). This
  *   awaits validation on real AMD hardware.
  */
-#include "hip/hip_api.h"
+#include "hip_api.h"
 
 #if defined(PDX_HIP_PLATFORM_NVIDIA)
 

@@ -42,7 +42,7 @@
  *   the thread exits. Ep error state is written with the atomics of
  *   rdma_ep_set_error.
  */
-#include "rdma/rdma.h"
+#include "rdma.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -67,7 +67,7 @@
  * cq_fd is the completion channel's fd (nonblocking): cq_arm, poll once
  * more, sleep on the fd, cq_ack (reads and acks every pending event).
  */
-#include "rdma/rdma.h"
+#include "rdma.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -20,9 +20,9 @@
  * the caller falls back to another transport (params->quiet_no_device),
  * else as an error.
  */
-#include "rdma/rdma.h"
-#include "rdma/topo.h"
-#include "hip/pdx_hip.h"
+#include "rdma.h"
+#include "topo.h"
+#include "pdx_hip.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

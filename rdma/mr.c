@@ -19,7 +19,7 @@
  * remote peer places into the region cannot be seen here: the engine fences
  * those (docs/architecture.md §3, pdx_release).
  */
-#include "rdma/rdma.h"
+#include "rdma.h"
 
 #include <errno.h>
 #include <stdlib.h>

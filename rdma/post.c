@@ -27,14 +27,14 @@
  * completion covers every entry it carries (rdma.h). A signaled WRITE ends
  * its ibv WR: the ibv WR is signaled exactly when its last WRITE is, and
  * every signaled WRITE still completes under its own wr_id, covering the
- * unsignaled ones before it (runtime/transport.h). An error completion of
+ * unsignaled ones before it (base/transport.h). An error completion of
  * a gathered WR becomes one completion per entry still outstanding, as
  * separate WRs would have had (cq.c: wc_split).
  * Send-queue accounting counts the caller's WRITEs, so the QP holds at most
  * as many ibv WRs as sq_depth. The check costs one compare for a WRITE
  * whose remote range does not follow the one before it.
  */
-#include "rdma/rdma.h"
+#include "rdma.h"
 
 #include <errno.h>
 

@@ -27,7 +27,7 @@
  * The QP's send and receive CQ is the one ibv CQ of its pdx CQ that
  * rdma_cq_reserve found room on (cq.c: split past max_cqe).
  */
-#include "rdma/rdma.h"
+#include "rdma.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

@@ -1,6 +1,6 @@
 /*
  * rdma transport internals: ibverbs RC QPs behind the ops table of
- * runtime/transport.h (docs/architecture.md §8).
+ * base/transport.h (docs/architecture.md §8).
  *
  * Files, one object each:
  *   device.c    device, port and GID selection, device limits

@@ -30,7 +30,7 @@
  * It runs when the CQ's owner polls: an owner asleep on an armed CQ that
  * gets no event waits for its next wakeup.
  */
-#include "rdma/rdma.h"
+#include "rdma.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -14,7 +14,7 @@
  *
  * The sysfs root is a parameter so tests build a fake tree.
  */
-#include "rdma/topo.h"
+#include "topo.h"
 
 #include <stdbool.h>
 #include <string.h>

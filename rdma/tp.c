@@ -24,7 +24,7 @@
  * an ep in error whose WRs are still outstanding that long after it failed
  * is flushed in software too.
  */
-#include "rdma/rdma.h"
+#include "rdma.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

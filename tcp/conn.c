@@ -10,7 +10,7 @@
  * hands it the socket and answers with its own HELLO. WRs posted meanwhile
  * wait in the SQ. No connection by progress_timeout_ms -> the ep fails.
  */
-#include "tcp/tcp_internal.h"
+#include "tcp_internal.h"
 
 #include <errno.h>
 #include <netinet/in.h>

@@ -8,10 +8,10 @@
  * Any other thread is the caller's: its current device is switched for the
  * call and put back after it.
  */
-#include "tcp/tcp.h"
-#include "tcp/tcp_internal.h"
+#include "tcp.h"
+#include "tcp_internal.h"
 
-#include "hip/pdx_hip.h"
+#include "pdx_hip.h"
 
 static _Atomic(const pdx_tcp_copier_t *) installed;
 

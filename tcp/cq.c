@@ -11,7 +11,7 @@
  * cq_fd is an eventfd written only when armed: cq_arm, poll once more, sleep
  * on the fd, cq_ack.
  */
-#include "tcp/tcp_internal.h"
+#include "tcp_internal.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -10,7 +10,7 @@
  * ep_create/connect/fail/destroy hand a command to the progress thread,
  * which owns the socket and the ep's protocol state, and wait for it.
  */
-#include "tcp/tcp_internal.h"
+#include "tcp_internal.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -13,7 +13,7 @@
  * first GPU region sets up staging (stage.c), and WRITEs from or into it go
  * through it. A running copy holds a reference on its region too.
  */
-#include "tcp/tcp_internal.h"
+#include "tcp_internal.h"
 
 #include <stdlib.h>
 

@@ -1,5 +1,5 @@
 /* tcp wire format: endpoint addresses and statuses (headers are inline in proto.h). */
-#include "tcp/proto.h"
+#include "proto.h"
 
 #include "log.h"
 

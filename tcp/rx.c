@@ -22,7 +22,7 @@
  * completes only after every WRITE before it is placed. Without GPU
  * regions rx_placed == rx_seq and nothing is recorded.
  */
-#include "tcp/tcp_internal.h"
+#include "tcp_internal.h"
 
 #include <errno.h>
 #include <sys/uio.h>

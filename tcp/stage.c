@@ -41,7 +41,7 @@
  * been enqueued (hip records its event after enqueueing the copy), and
  * nothing tells when it ends: that staging is never freed (logged).
  */
-#include "tcp/tcp_internal.h"
+#include "tcp_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,6 +1,6 @@
 /*
  * tcp transport: hooks for tests. The transport itself is reached through
- * pdx_tcp_ops (runtime/transport.h).
+ * pdx_tcp_ops (base/transport.h).
  */
 #ifndef PDX_TCP_H
 #define PDX_TCP_H

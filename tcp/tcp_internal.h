@@ -1,6 +1,6 @@
 /*
  * tcp transport internals: one stream socket per endpoint with RC-QP
- * semantics (runtime/transport.h, docs/architecture.md §8).
+ * semantics (base/transport.h, docs/architecture.md §8).
  *
  * Files, one object each:
  *   tp.c     open/close, the progress thread (epoll loop), commands, pause
@@ -43,8 +43,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#include "tcp/proto.h"
-#include "tcp/tcp.h"
+#include "proto.h"
+#include "tcp.h"
 
 #define TCP_DEFAULT_TIMEOUT_MS  10000u
 #define TCP_DEFAULT_MAX_MSG     (4ull << 20)

@@ -23,8 +23,8 @@
  *   polls for TCP_SPIN_NS first. While GPU copies run (they signal no fd)
  *   it polls them, sleeping at most TCP_COPY_SLEEP_MS at a time.
  */
-#include "tcp/tcp.h"
-#include "tcp/tcp_internal.h"
+#include "tcp.h"
+#include "tcp_internal.h"
 
 #include <errno.h>
 #include <netdb.h>

@@ -15,7 +15,7 @@
  * failed), which is after placement: signaled ones and failed ones get a
  * completion; each completion frees the SQ slots of the WRs it covers.
  */
-#include "tcp/tcp_internal.h"
+#include "tcp_internal.h"
 
 #include <errno.h>
 #include <sys/socket.h>
