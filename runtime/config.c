@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -366,35 +367,21 @@ static void field_text(const pdx_config_row_t *row, const pdx_config_t *cfg, cha
     }
 }
 
-void pdx_config_print(FILE *out, const pdx_config_t *cfg)
+pdx_status_t pdx_config_describe(const pdx_config_t *cfg, uint32_t index, pdx_config_var_t *var_p)
 {
-    char value[PDX_NAME_MAX + 8];
+    const pdx_config_row_t *row;
 
-    fprintf(out, "%-26s %-12s %-12s %s\n", "variable", "value", "default", "meaning");
-    for (size_t i = 0; i < PDX_ARRAY_SIZE(config_table); i++) {
-        const pdx_config_row_t *row = &config_table[i];
-
-        field_text(row, cfg, value, sizeof(value));
-        fprintf(out, "%-26s %-12s %-12s %s\n", row->name, value, row->defval, row->help);
-    }
-}
-
-void pdx_config_print_markdown(FILE *out)
-{
-    fprintf(out, "| variable | default | meaning |\n|---|---|---|\n");
-    for (size_t i = 0; i < PDX_ARRAY_SIZE(config_table); i++) {
-        const pdx_config_row_t *row = &config_table[i];
-
-        fprintf(out, "| `%s` | `%s` | %s", row->name, row->defval, row->help);
-        if (row->choices) {
-            fprintf(out, ": ");
-            for (const char *c = row->choices; *c; c++) {
-                if (*c == '|')
-                    fprintf(out, ", ");
-                else
-                    fputc(*c, out);
-            }
-        }
-        fprintf(out, " |\n");
-    }
+    if (!var_p)
+        return PDX_ERR_INVALID;
+    if (index >= PDX_ARRAY_SIZE(config_table))
+        return PDX_ERR_NOT_FOUND;
+    row = &config_table[index];
+    var_p->name = row->name;
+    var_p->default_value = row->defval;
+    var_p->help = row->help;
+    var_p->choices = row->choices;
+    var_p->value[0] = '\0';
+    if (cfg)
+        field_text(row, cfg, var_p->value, sizeof(var_p->value));
+    return PDX_OK;
 }

@@ -6,8 +6,6 @@
 #ifndef PDX_CONFIG_H
 #define PDX_CONFIG_H
 
-#include <stdio.h>
-
 #include "pdx/pdx.h"
 
 typedef struct pdx_config_row pdx_config_row_t;
@@ -36,9 +34,5 @@ pdx_status_t pdx_config_resolve(const pdx_config_t *user, pdx_config_t *cfg);
 
 /* Rules between fields (signal_every <= sq_depth / 2, ...). */
 pdx_status_t pdx_config_check(const pdx_config_t *cfg, char *err, size_t errlen);
-
-/* The table as `pdx-info --config` prints it, or as the README's markdown. */
-void pdx_config_print(FILE *out, const pdx_config_t *cfg);
-void pdx_config_print_markdown(FILE *out);
 
 #endif

@@ -345,12 +345,24 @@ static bool count_last(pdx_room_ext_t *ext, const pdx_wire_notify_t *n, const ch
     return ext->ndone == ext->nsenders;
 }
 
+/* Under ext->lock: every byte of the decode room is placed and visible. */
+static void arrived_locked(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_room_ext_t *ext,
+                           uint64_t room)
+{
+    if (!pdx_room_advance(obj, PDX_ROOM_SUCCESS))
+        return;
+    pdx_rooms_end_signal_locked(ext);
+    atomic_fetch_add_explicit(&e->stats.rooms_success, 1, memory_order_relaxed);
+    PDX_MARKER_PUSH_ROOM("pdx room arrived", room);
+    PDX_MARKER_POP();
+}
+
 void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notify_t *n)
 {
     pdx_room_obj_t *obj;
     const char *why = NULL;
     pdx_room_ext_t *ext;
-    bool done = false, ignore = false, flush = false;
+    bool done = false, ignore = false, flush = false, host_flush = false;
     pdx_status_t fail = PDX_ERR_PROTO;
     uint32_t mode;
 
@@ -381,19 +393,25 @@ void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notif
             mode = done ? atomic_load_explicit(&ext->flush, memory_order_relaxed) : 0;
             if (mode == PDX_FLUSH_READ)
                 flush = true;
-            else if (mode == PDX_FLUSH_HOST && (fail = pdx_gpu_flush_host(e)) != PDX_OK)
-                why = "the GPU runtime's flush of RDMA writes failed";
-            else if (done && pdx_room_advance(obj, PDX_ROOM_SUCCESS)) {
-                pdx_rooms_end_signal_locked(ext);
-                atomic_fetch_add_explicit(&e->stats.rooms_success, 1, memory_order_relaxed);
-                PDX_MARKER_PUSH_ROOM("pdx room arrived", n->room);
-                PDX_MARKER_POP();
-            }
+            else if (mode == PDX_FLUSH_HOST)
+                host_flush = true; /* a GPU runtime call: not under the room's lock */
+            else if (done)
+                arrived_locked(e, obj, ext, n->room);
         }
     }
     pthread_mutex_unlock(&ext->lock);
     if (flush)
         pdx_flush_defer(e, obj, n->room);
+    if (host_flush) {
+        if ((fail = pdx_gpu_flush_host(e)) != PDX_OK) {
+            why = "the GPU runtime's flush of RDMA writes failed";
+        } else {
+            pthread_mutex_lock(&ext->lock);
+            if (pdx_rooms_live(obj, n->room))
+                arrived_locked(e, obj, ext, n->room);
+            pthread_mutex_unlock(&ext->lock);
+        }
+    }
     if (ignore)
         pdx_warn("room %llu: notify from %s (sender %016llx) ignored: not one of the room's "
                  "senders", (unsigned long long)n->room, peer->addr,

@@ -1,8 +1,7 @@
-/* pdx-info: what this pdx build is and how it is configured. */
+/* pdx-info: what this pdx build is and how it is configured (public API only). */
+#include <pdx/pdx.h>
 #include <stdio.h>
 #include <string.h>
-
-#include "config.h"
 
 static void usage(FILE *out)
 {
@@ -31,6 +30,30 @@ static int show_transport(void)
     return 0;
 }
 
+/* Every variable: as a table with values, or as the README's markdown. */
+static void show_config(const pdx_config_t *cfg, int markdown)
+{
+    pdx_config_var_t v;
+
+    if (markdown)
+        printf("| variable | default | meaning |\n|---|---|---|\n");
+    else
+        printf("%-26s %-12s %-12s %s\n", "variable", "value", "default", "meaning");
+    for (uint32_t i = 0; pdx_config_describe(cfg, i, &v) == PDX_OK; i++) {
+        if (!markdown) {
+            printf("%-26s %-12s %-12s %s\n", v.name, v.value, v.default_value, v.help);
+            continue;
+        }
+        printf("| `%s` | `%s` | %s", v.name, v.default_value, v.help);
+        if (v.choices) {
+            printf(": ");
+            for (const char *c = v.choices; *c; c++)
+                fputs(*c == '|' ? ", " : (char[]){*c, '\0'}, stdout);
+        }
+        printf(" |\n");
+    }
+}
+
 int main(int argc, char **argv)
 {
     int config = 0, markdown = 0;
@@ -52,7 +75,7 @@ int main(int argc, char **argv)
         }
     }
     if (markdown) {
-        pdx_config_print_markdown(stdout);
+        show_config(NULL, 1);
         return 0;
     }
     if (!config) {
@@ -61,6 +84,6 @@ int main(int argc, char **argv)
     }
     if (pdx_config_init(&cfg) != PDX_OK)
         fprintf(stderr, "pdx-info: some PDX_* variables are invalid (see above); showing the rest\n");
-    pdx_config_print(stdout, &cfg);
+    show_config(&cfg, 0);
     return 0;
 }

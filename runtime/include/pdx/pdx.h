@@ -205,6 +205,23 @@ PDX_API pdx_status_t pdx_config_init(pdx_config_t *cfg);
  */
 PDX_API pdx_status_t pdx_config_set(pdx_config_t *cfg, const char *name, const char *value);
 
+/* One PDX_* variable, as pdx_config_describe() tells it. */
+typedef struct pdx_config_var {
+    const char *name;           /* "PDX_SHARDS" */
+    const char *default_value;  /* as text */
+    const char *help;           /* what it means */
+    const char *choices;        /* the words it takes, "|"-separated; NULL: not words */
+    char        value[PDX_NAME_MAX + 8]; /* its value in cfg as text; "" without cfg */
+} pdx_config_var_t;
+
+/*
+ * The index-th PDX_* variable (0, 1, ...; PDX_ERR_NOT_FOUND past the last):
+ * its name, default and meaning, and its value in cfg (may be NULL). The
+ * strings are static. `pdx-info --config` prints the table this way.
+ */
+PDX_API pdx_status_t pdx_config_describe(const pdx_config_t *cfg, uint32_t index,
+                                         pdx_config_var_t *var_p);
+
 /* ------------------------------------------------------------------ engine */
 
 typedef struct pdx_engine pdx_engine_t;
