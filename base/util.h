@@ -23,22 +23,6 @@ static inline void pdx_cpu_relax(void)
     __builtin_ia32_pause();
 #elif defined(__aarch64__)
     __asm__ __volatile__("yield");
-/* Zeroed memory that costs nothing until touched (a table sized by its
- * capacity, used by what it holds), or NULL. Give it back with pdx_unmap. */
-static inline void *pdx_map_zeroed(size_t len)
-{
-    void *p = mmap(NULL, len ? len : 1, PROT_READ | PROT_WRITE,
-                   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-
-    return p == MAP_FAILED ? NULL : p;
-}
-
-static inline void pdx_unmap(void *p, size_t len)
-{
-    if (p)
-        munmap(p, len ? len : 1);
-}
-
 #endif
 }
 

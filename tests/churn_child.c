@@ -27,31 +27,12 @@ static void die(const char *what, pdx_status_t st)
     exit(1);
 }
 
-static pdx_room_state_t wait_done(pdx_engine_t *e, uint64_t room)
-{
-    struct timespec ms = {0, 1000000};
-
-    for (int i = 0; i < 20000; i++) {
-        pdx_room_state_t s = pdx_poll(e, room);
-
-        if (s == PDX_ROOM_SUCCESS || s == PDX_ROOM_FAILED)
-            return s;
-        nanosleep(&ms, NULL);
-    }
-    return pdx_poll(e, room);
-}
 
 int main(int argc, char **argv)
 {
     static uint8_t pool[CHURN_PAGES * CHURN_PAGE_BYTES];
-    pdx_buffer_desc_t buf = {.bytes_per_page = CHURN_PAGE_BYTES};
-    pdx_group_desc_t group = {.buffers_per_layer = 1, .nbuffers = 1, .npages = CHURN_PAGES,
-                              .buffers = &buf};
-    pdx_layout_desc_t desc = {.field_mask = PDX_LAYOUT_FIELD_GROUPS, .ngroups = 1,
-                              .groups = &group};
     uint32_t pages[CHURN_ROOM_PAGES], layout, peer;
     pdx_pages_t p = {pages, CHURN_ROOM_PAGES};
-    pdx_config_t cfg;
     pdx_engine_t *e;
     pdx_status_t st;
     uint64_t room;
@@ -64,16 +45,8 @@ int main(int argc, char **argv)
     prefill = strcmp(argv[1], "prefill") == 0;
     room = strtoull(argv[3], NULL, 10);
     churn_pages(room, pages);
-    pdx_config_init(&cfg);
-    pdx_config_set(&cfg, "PDX_LISTEN", "127.0.0.1:0");
-    pdx_config_set(&cfg, "PDX_TRANSPORT", "tcp");
-    pdx_config_set(&cfg, "PDX_SHARDS", "1");
-    if ((st = pdx_engine_create(&cfg, &e)) != PDX_OK)
-        die("pdx_engine_create", st);
-    if ((st = pdx_mem_register(e, pool, sizeof(pool), &buf.mem)) != PDX_OK)
-        die("pdx_mem_register", st);
-    if ((st = pdx_layout_create(e, &desc, &layout)) != PDX_OK)
-        die("pdx_layout_create", st);
+    if ((st = churn_open(pool, "1", &e, &layout)) != PDX_OK)
+        die("the engine", st);
     if ((st = pdx_peer_connect(e, argv[2], 10000, &peer)) != PDX_OK)
         die("pdx_peer_connect", st);
     if (prefill) {
@@ -83,7 +56,7 @@ int main(int argc, char **argv)
     } else if ((st = pdx_expect(e, peer, room, layout, &p, NULL, 1, 20000)) != PDX_OK) {
         die("pdx_expect", st);
     }
-    if (wait_done(e, room) != PDX_ROOM_SUCCESS)
+    if (churn_wait(e, room) != PDX_ROOM_SUCCESS)
         die("the room", PDX_ERR_TIMEOUT);
     if (!prefill && churn_check(pool, room) != 0)
         die("the room's bytes", PDX_ERR_PROTO);

@@ -8,7 +8,6 @@
  * end, and its open fds and RSS after warm-up come back (both printed).
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <pdx/pdx.h>
 #include <stdbool.h>
 #include <errno.h>
@@ -21,6 +20,7 @@
 #include <unistd.h>
 
 #include "churn.h"
+#include "proc_usage.h"
 #include "sanitized.h"
 #include "util.h"
 
@@ -34,28 +34,7 @@ static void fini(void)
     eng = NULL;
 }
 
-static long rss_kib(void)
-{
-    long pages = 0, resident = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
 
-    cr_assert_not_null(f);
-    cr_assert_eq(fscanf(f, "%ld %ld", &pages, &resident), 2);
-    fclose(f);
-    return resident * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
-static int open_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-
-    cr_assert_not_null(d);
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n - 3;
-}
 
 static void wait_no_peers(void)
 {
@@ -70,17 +49,6 @@ static void wait_no_peers(void)
     cr_assert_fail("%llu peers left", (unsigned long long)st.peers);
 }
 
-static pdx_room_state_t wait_done(uint64_t room)
-{
-    for (int i = 0; i < 20000; i++) {
-        pdx_room_state_t s = pdx_poll(eng, room);
-
-        if (s == PDX_ROOM_SUCCESS || s == PDX_ROOM_FAILED)
-            return s;
-        usleep(1000);
-    }
-    return pdx_poll(eng, room);
-}
 
 /* Start a child; its stdout is *out_p. */
 static pid_t spawn_child(const char *role, uint64_t room, const char *mode, int *out_p)
@@ -109,27 +77,15 @@ Test(churn, a_long_lived_engine_serves_peer_processes, .fini = fini, .timeout = 
 {
     static const char *const modes[] = {"clean", "exit", "hang"};
     static uint8_t pool[CHURN_PAGES * CHURN_PAGE_BYTES];
-    pdx_buffer_desc_t buf = {.bytes_per_page = CHURN_PAGE_BYTES};
-    pdx_group_desc_t group = {.buffers_per_layer = 1, .nbuffers = 1, .npages = CHURN_PAGES,
-                              .buffers = &buf};
-    pdx_layout_desc_t desc = {.field_mask = PDX_LAYOUT_FIELD_GROUPS, .ngroups = 1,
-                              .groups = &group};
     const char *v = getenv("PDX_TEST_PROCS");
     uint32_t n = v && atoi(v) > 0 ? (uint32_t)atoi(v) : 200, warm = PDX_MIN(20u, n / 4);
     uint32_t layout, pages[CHURN_ROOM_PAGES];
     pdx_pages_t p = {pages, CHURN_ROOM_PAGES};
-    pdx_config_t cfg;
     pdx_stats_t st;
     long rss0 = 0, rss1;
     int fds0 = 0, fds1;
 
-    pdx_config_init(&cfg);
-    pdx_config_set(&cfg, "PDX_LISTEN", "127.0.0.1:0");
-    pdx_config_set(&cfg, "PDX_TRANSPORT", "tcp");
-    pdx_config_set(&cfg, "PDX_SHARDS", "2");
-    cr_assert_eq(pdx_engine_create(&cfg, &eng), PDX_OK);
-    cr_assert_eq(pdx_mem_register(eng, pool, sizeof(pool), &buf.mem), PDX_OK);
-    cr_assert_eq(pdx_layout_create(eng, &desc, &layout), PDX_OK);
+    cr_assert_eq(churn_open(pool, "2", &eng, &layout), PDX_OK);
     for (uint32_t i = 0; i < n; i++) {
         bool child_sends = i % 2 == 0;
         const char *mode = modes[i / 2 % 3];
@@ -141,8 +97,8 @@ Test(churn, a_long_lived_engine_serves_peer_processes, .fini = fini, .timeout = 
 
         if (i == warm) {
             wait_no_peers();
-            rss0 = rss_kib();
-            fds0 = open_fds();
+            rss0 = proc_rss_kib();
+            fds0 = proc_open_fds();
         }
         churn_pages(room, pages);
         pid = spawn_child(child_sends ? "prefill" : "decode", room, mode, &out);
@@ -154,7 +110,7 @@ Test(churn, a_long_lived_engine_serves_peer_processes, .fini = fini, .timeout = 
             churn_fill(pool, room);
             cr_assert_eq(pdx_send(eng, room, layout, &p, NULL, NULL, PDX_SEND_LAST), PDX_OK);
         }
-        cr_assert_eq(wait_done(room), PDX_ROOM_SUCCESS, "child %u's room", i);
+        cr_assert_eq(churn_wait(eng, room), PDX_ROOM_SUCCESS, "child %u's room", i);
         if (child_sends)
             cr_assert_eq(churn_check(pool, room), 0, "child %u's bytes", i);
         while (pdx_release(eng, room) == PDX_INPROGRESS)
@@ -170,8 +126,8 @@ Test(churn, a_long_lived_engine_serves_peer_processes, .fini = fini, .timeout = 
         close(out);
     }
     wait_no_peers();
-    rss1 = rss_kib();
-    fds1 = open_fds();
+    rss1 = proc_rss_kib();
+    fds1 = proc_open_fds();
     cr_assert_eq(pdx_engine_stats(eng, &st), PDX_OK);
     printf("engine against %u peer processes: RSS %ld KiB after warm-up, %ld KiB at the end "
            "(%+ld KiB); open fds %d and %d; %llu peers retired\n", n, rss0, rss1, rss1 - rss0,

@@ -13,7 +13,6 @@
  */
 #include <criterion/criterion.h>
 #include <arpa/inet.h>
-#include <dirent.h>
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -26,6 +25,7 @@
 
 #include "engine.h"
 #include "engine_fixture.h"
+#include "proc_usage.h"
 
 #define DEADLINE_MS 1000
 /* A real peer's connect: the handshake deadline, and TCP's 1 s SYN
@@ -44,17 +44,6 @@ static void fini(void)
         side_close(&pf);
 }
 
-static int open_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-
-    cr_assert_not_null(d);
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n - 3;
-}
 
 static uint64_t rng(uint64_t *s)
 {
@@ -186,7 +175,7 @@ Test(handshake, hostile_connections_never_keep_real_peers_out, .fini = fini, .ti
         usleep(1000);
     }
     usleep(20000); /* the decode side's retire too */
-    base_fds = open_fds();
+    base_fds = proc_open_fds();
     t0 = pdx_now_ns();
 
     /* 64 tricklers from four addresses: as many as all handshake slots. */
@@ -263,17 +252,17 @@ Test(handshake, hostile_connections_never_keep_real_peers_out, .fini = fini, .ti
     /* Nothing of them is left. */
     for (int i = 0; i < 5000; i++) {
         cr_assert_eq(pdx_engine_stats(pf.e, &st), PDX_OK);
-        if (st.handshakes == 0 && st.peers == 0 && open_fds() == base_fds)
+        if (st.handshakes == 0 && st.peers == 0 && proc_open_fds() == base_fds)
             break;
         usleep(1000);
     }
     printf("handshakes: %llu refused or failed, %llu real peers served and retired; "
            "open fds %d at the start, %d at the end\n",
            (unsigned long long)st.handshakes_refused, (unsigned long long)st.peers_retired,
-           base_fds, open_fds());
+           base_fds, proc_open_fds());
     cr_expect_eq(st.handshakes, 0);
     cr_expect_eq(st.peers, 0);
-    cr_expect_eq(open_fds(), base_fds);
+    cr_expect_eq(proc_open_fds(), base_fds);
     cr_expect_geq(st.handshakes_refused, 64 + 500 + 2000 + 64 - 16 /* some may still pend */);
     cr_expect_eq(st.peers_retired, room - 100);
 }

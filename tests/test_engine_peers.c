@@ -17,7 +17,6 @@
  * peer of the old one, whose rooms fail while the new one's transfer.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,6 +24,7 @@
 
 #include "ctrl.h"
 #include "engine_fixture.h"
+#include "proc_usage.h"
 #include "sanitized.h"
 #include "log.h"
 
@@ -48,28 +48,7 @@ static uint32_t test_peers(void)
     return v && atoi(v) > 0 ? (uint32_t)atoi(v) : 300;
 }
 
-static long rss_kib(void)
-{
-    long pages = 0, resident = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
 
-    cr_assert_not_null(f);
-    cr_assert_eq(fscanf(f, "%ld %ld", &pages, &resident), 2);
-    fclose(f);
-    return resident * (sysconf(_SC_PAGESIZE) / 1024);
-}
-
-static int open_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    int n = 0;
-
-    cr_assert_not_null(d);
-    while (readdir(d))
-        n++;
-    closedir(d);
-    return n - 3; /* ".", "..", and the directory's own fd */
-}
 
 static pdx_stats_t stats_of(pdx_engine_t *e)
 {
@@ -175,8 +154,8 @@ static void note_handle(churn_t *c, uint32_t handle)
 
 static void report(const char *who, churn_t *c, pdx_engine_t *e, uint32_t n)
 {
-    long rss1 = rss_kib();
-    int fds1 = open_fds();
+    long rss1 = proc_rss_kib();
+    int fds1 = proc_open_fds();
     pdx_stats_t st = stats_of(e);
 
     printf("%s engine, %u peers (%s): RSS %ld KiB after warm-up, %ld KiB at the end "
@@ -212,8 +191,8 @@ Test(peers, a_decode_engine_outlives_its_peers, .fini = fini, .timeout = 900)
 
         if (i == warm) {
             wait_peers(dc.e, 0);
-            c.rss0 = rss_kib();
-            c.fds0 = open_fds();
+            c.rss0 = proc_rss_kib();
+            c.fds0 = proc_open_fds();
         }
         side_open(&pf, &g, NULL);
         peer = side_connect(&dc, &pf);
@@ -251,8 +230,8 @@ Test(peers, a_prefill_engine_outlives_its_peers, .fini = fini, .timeout = 900)
 
         if (i == warm) {
             wait_peers(pf.e, 0);
-            c.rss0 = rss_kib();
-            c.fds0 = open_fds();
+            c.rss0 = proc_rss_kib();
+            c.fds0 = proc_open_fds();
         }
         side_open(&dc, &g, NULL);
         peer = side_connect(&dc, &pf);
