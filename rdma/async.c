@@ -201,7 +201,6 @@ static void *async_main(void *arg)
 
 pdx_status_t rdma_async_start(rdma_tp_t *tp)
 {
-    sigset_t all, old;
     int flags, rc;
 
     flags = fcntl(tp->ctx->async_fd, F_GETFL);
@@ -215,11 +214,7 @@ pdx_status_t rdma_async_start(rdma_tp_t *tp)
         pdx_error("rdma: %s: eventfd: %s", tp->dev.name, strerror(errno));
         return PDX_ERR_IO;
     }
-    /* The thread takes no signals: the caller's handlers stay the caller's. */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    rc = pthread_create(&tp->async_thread, NULL, async_main, tp);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    rc = pdx_thread_start(&tp->async_thread, async_main, tp);
     if (rc) {
         pdx_error("rdma: %s: cannot start the async-event thread: %s", tp->dev.name,
                   strerror(rc));
@@ -233,22 +228,16 @@ pdx_status_t rdma_async_start(rdma_tp_t *tp)
 
 bool rdma_async_stop(rdma_tp_t *tp)
 {
+    char what[RDMA_DEVNAME_MAX + 40];
     uint64_t one = 1;
-    struct timespec ts;
-    int rc;
 
     if (!tp->async_started)
         return true;
     if (write(tp->async_stop_fd, &one, sizeof(one)) < 0)
         pdx_error("rdma: %s: eventfd write: %s", tp->dev.name, strerror(errno));
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += RDMA_ASYNC_JOIN_MS / 1000;
-    rc = pthread_timedjoin_np(tp->async_thread, NULL, &ts);
-    if (rc) {
-        pdx_error("rdma: %s: async-event thread did not stop within %u ms: %s", tp->dev.name,
-                  RDMA_ASYNC_JOIN_MS, strerror(rc));
+    snprintf(what, sizeof(what), "rdma: %s: the async-event thread", tp->dev.name);
+    if (!pdx_thread_join(tp->async_thread, RDMA_ASYNC_JOIN_MS, what))
         return false;
-    }
     tp->async_started = false;
     close(tp->async_stop_fd);
     tp->async_stop_fd = -1;

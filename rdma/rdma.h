@@ -71,6 +71,7 @@
 #define PDX_RDMA_INTERNAL_H
 
 #include "log.h"
+#include "thread.h"
 #include "transport.h"
 #include "util.h"
 

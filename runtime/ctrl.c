@@ -49,6 +49,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "thread.h"
 
 #define CTRL_STOP         PDX_CTRL_STOP
 #define CTRL_GONE         2u
@@ -574,7 +575,6 @@ static pdx_status_t ctrl_add(pdx_engine_t *e, int fd, uint32_t tag, uint32_t eve
 pdx_status_t pdx_ctrl_start(pdx_engine_t *e)
 {
     ctrl_ctx_t *ctx;
-    sigset_t all, old;
     pdx_status_t st;
     int rc;
 
@@ -602,11 +602,7 @@ pdx_status_t pdx_ctrl_start(pdx_engine_t *e)
     if (ctrl_add(e, e->listen_fd, CTRL_TAG_LISTEN, EPOLLIN | EPOLLET) != PDX_OK ||
         ctrl_add(e, e->ctrl_wake_fd, CTRL_TAG_WAKE, EPOLLIN) != PDX_OK)
         goto err_wake;
-    /* The thread takes no signals: the caller's handlers stay the caller's. */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    rc = pthread_create(&e->ctrl_thread, NULL, ctrl_main, ctx);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    rc = pdx_thread_start(&e->ctrl_thread, ctrl_main, ctx);
     if (rc) {
         pdx_error("cannot start the control thread: %s", strerror(rc));
         goto err_wake;
@@ -636,20 +632,13 @@ void pdx_ctrl_stop(pdx_engine_t *e)
 {
     bool close_wake = true;
     uint64_t deadline;
-    struct timespec ts;
-    int rc;
 
     if (!e || e->ctrl_wake_fd < 0 || (atomic_fetch_or(&e->ctrl_stop, CTRL_STOP) & CTRL_STOP))
         return;
     wake_write(e);
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += CTRL_JOIN_MS / 1000;
-    rc = pthread_timedjoin_np(e->ctrl_thread, NULL, &ts);
-    if (rc) {
-        /* Closing its fds under a running thread would be worse than the leak. */
-        pdx_error("control thread did not stop within %u ms: %s", CTRL_JOIN_MS, strerror(rc));
+    /* Closing its fds under a running thread would be worse than the leak. */
+    if (!pdx_thread_join(e->ctrl_thread, CTRL_JOIN_MS, "the control thread"))
         return;
-    }
     /* seq_cst: a peer failed from here on is reaped by its failer; one
      * failed before is FAILED in the loop below. */
     atomic_fetch_or(&e->ctrl_stop, CTRL_GONE);

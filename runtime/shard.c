@@ -49,6 +49,7 @@
 
 #include "ctrl.h"
 #include "log.h"
+#include "thread.h"
 
 /*
  * A shard has a CQ per NIC, for the endpoints on that NIC. A CQ takes
@@ -755,15 +756,10 @@ static void *shard_main(void *arg)
 
 pdx_status_t pdx_shard_start(pdx_shard_t *s)
 {
-    sigset_t all, old;
     int rc;
 
     atomic_store_explicit(&s->stop, 0, memory_order_relaxed);
-    /* The worker takes no signals: the caller's handlers stay the caller's. */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    rc = pthread_create(&s->thread, NULL, shard_main, s);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    rc = pdx_thread_start(&s->thread, shard_main, s);
     if (rc) {
         pdx_error("shard %u: cannot start its worker: %s", s->index, strerror(rc));
         return PDX_ERR_IO;
@@ -774,20 +770,14 @@ pdx_status_t pdx_shard_start(pdx_shard_t *s)
 
 void pdx_shard_stop(pdx_shard_t *s)
 {
-    struct timespec ts;
-    int rc;
+    char what[32];
 
     if (!s->running)
         return;
     atomic_store_explicit(&s->stop, 1, memory_order_release);
     shard_kick(s);
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += PDX_SHARD_JOIN_MS / 1000;
-    rc = pthread_timedjoin_np(s->thread, NULL, &ts);
-    if (rc) {
-        pdx_error("shard %u: worker did not stop within %u ms: %s", s->index,
-                  PDX_SHARD_JOIN_MS, strerror(rc));
+    snprintf(what, sizeof(what), "shard %u's worker", s->index);
+    if (!pdx_thread_join(s->thread, PDX_SHARD_JOIN_MS, what))
         return; /* still running: pdx_shard_fini() keeps its memory */
-    }
     s->running = false;
 }

@@ -33,6 +33,7 @@
 #define PDX_TCP_INTERNAL_H
 
 #include "log.h"
+#include "thread.h"
 #include "transport.h"
 #include "util.h"
 

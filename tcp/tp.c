@@ -431,14 +431,8 @@ err_free_ai:
 
 static pdx_status_t tp_start(tcp_tp_t *tp)
 {
-    sigset_t all, old;
-    int rc;
+    int rc = pdx_thread_start(&tp->thread, progress_main, tp);
 
-    /* The thread takes no signals: the caller's handlers stay the caller's. */
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    rc = pthread_create(&tp->thread, NULL, progress_main, tp);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
     if (rc) {
         pdx_error("tcp: %s: cannot start the progress thread: %s", tp->name, strerror(rc));
         return PDX_ERR_IO;
@@ -567,25 +561,18 @@ err_free:
 
 static void tcp_close(pdx_tp_t *ptp)
 {
-    struct timespec ts;
+    char what[64 + 40];
     tcp_tp_t *tp;
-    int rc;
 
     if (!ptp)
         return;
     tp = tcp_tp(ptp);
     atomic_store(&tp->stop, true);
     tp_wake(tp);
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += TCP_JOIN_MS / 1000;
-    rc = pthread_timedjoin_np(tp->thread, NULL, &ts);
-    if (rc) {
-        /* Freeing under a running thread would be worse than the leak. */
-        pdx_error("tcp: %s: progress thread did not stop within %u ms: %s", tp->name,
-                  TCP_JOIN_MS, strerror(rc));
-        return;
-    }
-    tp_free(tp);
+    snprintf(what, sizeof(what), "tcp: %s: the progress thread", tp->name);
+    /* Freeing under a running thread would be worse than the leak. */
+    if (pdx_thread_join(tp->thread, TCP_JOIN_MS, what))
+        tp_free(tp);
 }
 
 const pdx_transport_ops_t pdx_tcp_ops = {
