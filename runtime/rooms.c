@@ -624,9 +624,19 @@ static pdx_status_t expect_held(pdx_engine_t *e, pdx_peer_t *peer, pdx_room_t ro
     }
     st = send_room_msg(peer, &m, dst, total);
     if (st != PDX_OK) {
-        pdx_rooms_fail_id(e, obj, room, st, "could not send the room's metadata to %s: %s", peer->addr,
-                       pdx_status_str(st));
+        pdx_rooms_fail_id(e, obj, room, st, "could not send the room's metadata to %s: %s",
+                          peer->addr, pdx_status_str(st));
         return st;
+    }
+    /* The peer may have gone after our READY check, its walk over the rooms
+     * (pdx_rooms_peer_gone, which marks it gone first) passing this one
+     * before it named the peer: then the room learns it here, and the sweep
+     * decides as for any room of a gone sender. */
+    if (atomic_load_explicit(&peer->gone_ns, memory_order_acquire)) {
+        pthread_mutex_lock(&ext->lock);
+        if (pdx_rooms_live(obj, room) && !atomic_load(&ext->gone_peer))
+            atomic_store(&ext->gone_peer, peer);
+        pthread_mutex_unlock(&ext->lock);
     }
     pdx_rooms_apply_held(e, obj, room);
     return PDX_OK;

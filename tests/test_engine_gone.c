@@ -105,3 +105,28 @@ Test(gone, a_sender_that_finished_may_leave, .fini = fini, .timeout = 30)
     cr_expect_eq(pdx_poll(dc.e, 20), PDX_ROOM_SUCCESS);
     cr_expect_eq(release_wait(dc.e, 20, 5000), PDX_OK);
 }
+
+/*
+ * pdx_expect racing its peer's loss: the peer goes (its rooms are walked)
+ * after pdx_expect found it READY and before the room named it. The room
+ * learns it once its metadata went out and fails "gone" within the grace,
+ * not at its own deadline (20 s here).
+ */
+Test(gone, an_expect_that_races_the_loss_fails_soon, .fini = fini, .timeout = 30)
+{
+    geom_t g = {.layers = 1, .bytes_per_page = 256, .npages = 16};
+    uint32_t pages[1] = {3};
+    pdx_pages_t p = {pages, 1};
+    uint32_t id;
+    char err[256] = "";
+
+    side_open(&pf, &g, NULL);
+    side_open(&dc, &g, NULL);
+    id = side_connect(&dc, &pf);
+    pdx_rooms_peer_gone(dc.e, pdx_peer_get(dc.e, id)); /* the walk, before the room */
+    cr_assert_eq(pdx_expect(dc.e, id, 40, dc.layout, &p, NULL, 1, 20000), PDX_OK);
+    cr_assert_eq(wait_done(dc.e, 40, 3000), PDX_ROOM_FAILED, "the room waited for its deadline");
+    pdx_room_error(dc.e, 40, err, sizeof(err));
+    cr_expect(strstr(err, "is gone"), "%s", err);
+    cr_expect_eq(release_wait(dc.e, 40, 5000), PDX_OK);
+}
