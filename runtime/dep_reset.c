@@ -29,7 +29,7 @@
  * dep->ep after the handshake. Control messages go out after the lock is
  * released (never two locks at once).
  */
-#include "shard.h"
+#include "shard_loop.h"
 
 #include <stdio.h>
 

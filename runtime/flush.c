@@ -25,7 +25,7 @@
  * ordering uses the runtime's flush call instead). Host memory needs none;
  * tcp places bytes before the notify and needs none.
  */
-#include "shard.h"
+#include "shard_loop.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -1,10 +1,131 @@
-/* Helpers shared by rooms.c (the room API) and rooms_ctl.c (control messages). */
+/*
+ * Rooms' engine data and what changes it: rooms.c (the API, failing and
+ * completing), rooms_ctl.c (control messages, notifies, deadlines, gone
+ * peers). The table itself is room.h.
+ */
 #ifndef PDX_ROOMS_H
 #define PDX_ROOMS_H
 
+#include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
+#include <stdbool.h>
 
 #include "engine.h"
+#include "plan.h"
+
+
+/* Where one prefill room's chunks go: one decode rank's pdx_expect(). */
+typedef struct pdx_dest {
+    pdx_peer_t         *peer;
+    uint32_t            layout;        /* the peer's layout id */
+    uint32_t            nsenders;
+    uint32_t            ngroups;
+    uint32_t            npages[PDX_LAYOUT_MAX_GROUPS];
+    uint32_t            cursor[PDX_LAYOUT_MAX_GROUPS]; /* next unused page (shard) */
+    uint32_t           *pages;         /* all groups back to back */
+    bool                has_aux;
+    pdx_region_t        aux;           /* the peer's mem id, offset, len */
+} pdx_dest_t;
+
+/*
+ * Engine data of a room, parallel to the room table's objects
+ * (engine->ext[obj - rooms.objs]). Fields marked (shard) belong to the
+ * room's shard; the rest are written under ext->lock or are atomics.
+ */
+typedef struct pdx_room_ext {
+    pthread_mutex_t  lock;             /* first: pdx_release clears what follows */
+    _Atomic uint64_t deadline_ns;      /* 0: none; bootstrap (prefill) or expect (decode) */
+    _Atomic uint64_t xfer_deadline_ns; /* prefill: first chunk + transfer timeout */
+    _Atomic uint32_t ack_mask;         /* prefill: owes ABORT_ACKs to these dests (bit i:
+                                        * dests[i].peer) */
+    _Atomic bool     app;              /* the local app used the id (send/expect) */
+    int32_t          aux_mem;          /* aux region pinned by the room (users), -1: none;
+                                        * set by the API thread, read at release */
+    _Atomic uint32_t inflight;         /* WRs posted, not completed */
+    _Atomic uint32_t queued;           /* chunks in the shard's ring for it */
+    _Atomic uint32_t fenced;           /* decode: nothing more can land */
+    _Atomic bool     decode;           /* expected here (receiver); set once */
+    _Atomic uint32_t flush;            /* decode: PDX_FLUSH_* before SUCCESS */
+    volatile uint64_t *end_word;       /* decode: pdx_room_stream_wait's word: 1 once the
+                                        * room ended, 2 once the stream passed (ext->lock) */
+    pdx_peer_t *_Atomic gone_peer;     /* decode: a sender gone, the room fails once
+                                        * what it sent before is polled */
+    _Atomic uint32_t last_queued;      /* prefill: pdx_send had PDX_SEND_LAST */
+    /* prefill: destinations, published by ndests (release). The shard sets
+     * PDX_DESTS_CLOSED in ndests (fetch_or) before a room's first chunk and
+     * uses the count it got back; a ROOM message adds a destination only by
+     * a CAS that fails once CLOSED is set, so no destination misses a chunk. */
+    pdx_dest_t       dests[PDX_MAX_DESTS];
+    _Atomic uint32_t ndests;
+    /* prefill (shard) */
+    uint32_t         head_cell, tail_cell; /* FIFO of ring cells, UINT32_MAX: none */
+    _Atomic bool     active;           /* on the shard's active list (shard writes) */
+    uint32_t         next_active;
+    uint32_t         seq;              /* chunks sent */
+    uint32_t         dest_at;          /* destination being planned */
+    bool             planning;         /* plan below is live */
+    pdx_plan_t       plan;
+    pdx_pages_t      plan_src[PDX_LAYOUT_MAX_GROUPS];
+    pdx_pages_t      plan_dst[PDX_LAYOUT_MAX_GROUPS];
+    uint32_t         rr;               /* endpoint striping cursor */
+    uint32_t         wrs;              /* WRs posted for this chunk and destination */
+    bool             last_sent;        /* the last chunk's notifies are posted: SUCCESS
+                                        * once inflight reaches 0 */
+    /* decode (under lock) */
+    pdx_peer_t      *peers[PDX_MAX_DESTS]; /* peers it expects data from, not yet fenced */
+    uint32_t         npeers;
+    pdx_peer_t      *holds[PDX_MAX_DESTS]; /* every peer expected: a reference each */
+    uint32_t         nholds;
+    uint32_t         nsenders;         /* expected, over all peers */
+    uint32_t         nseen;            /* senders with a LAST notify so far */
+    uint32_t         ndone;            /* senders whose last chunk arrived */
+    uint64_t        *senders;          /* [nsenders]: ids of done senders */
+    uint32_t        *last_left;        /* [nsenders]: LAST notifies still due */
+    uint32_t         acks;             /* ABORT_ACKs or gone peers, after a failure */
+} pdx_room_ext_t;
+
+#define PDX_DESTS_CLOSED  (1u << 31)
+#define PDX_DESTS_COUNT(v) ((v) & ~PDX_DESTS_CLOSED)
+
+/* A notify that arrived before its room's pdx_expect (bounded). */
+typedef struct pdx_held_notify {
+    pdx_peer_t       *peer;            /* who sent it */
+    pdx_wire_notify_t notify;
+    uint64_t          at_ns;
+} pdx_held_notify_t;
+
+static inline pdx_room_ext_t *pdx_room_ext(pdx_engine_t *e, const pdx_room_obj_t *obj)
+{
+    return &e->ext[obj - e->rooms.objs];
+}
+
+/* rooms.c: room-side control messages and deadlines */
+void pdx_rooms_on_room_msg(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_room_t *m);
+void pdx_rooms_on_abort(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_abort_t *m);
+void pdx_rooms_on_abort_ack(pdx_engine_t *e, pdx_peer_t *peer, uint64_t room);
+void pdx_rooms_on_error(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_error_t *m);
+/* A notify record arrived (shard thread). */
+void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notify_t *n);
+/* Fail rooms whose deadline passed (control thread, every PDX_SWEEP_MS). */
+void pdx_rooms_sweep(pdx_engine_t *e, uint64_t now_ns);
+/* The peer is gone: fail every room that needs it. */
+void pdx_rooms_peer_gone(pdx_engine_t *e, pdx_peer_t *peer);
+/* Under ext->lock, as the room becomes SUCCESS or FAILED: release a stream
+ * waiting for it (pdx_room_stream_wait). */
+void pdx_rooms_end_signal_locked(pdx_room_ext_t *ext);
+/* The gone peer's endpoints are in error (peer->reaped set first): decode
+ * rooms stop waiting for its ABORT_ACK. Called once, after pdx_rooms_peer_gone. */
+void pdx_rooms_peer_fenced(pdx_engine_t *e, pdx_peer_t *peer);
+/* Fail a room (any thread), count it, tell its peers; false if terminal. */
+bool pdx_rooms_fail(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_status_t status, const char *fmt,
+                    ...) __attribute__((format(printf, 4, 5)));
+/* Engine teardown, threads stopped: every reference rooms and held notifies
+ * hold on peers is dropped. */
+void pdx_rooms_drop_peers(pdx_engine_t *e);
+/* Room reached SUCCESS (count it). */
+void pdx_rooms_succeed(pdx_engine_t *e, pdx_room_obj_t *obj);
+
 
 /*
  * A room object found by id may be released and reused by another id at any

@@ -35,7 +35,7 @@
  *   PDX_GATE_BACKOFF_US while gates are pending (the thread's timer slack
  *   is 1 us, so the sleep is that long and not 50 us more).
  */
-#include "shard.h"
+#include "shard_loop.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -15,7 +15,7 @@
  * buffer reposted and, every PDX_CREDIT_BATCH reposts, returned to the
  * sender as a CREDIT message (retried while the control buffer is full).
  */
-#include "shard.h"
+#include "shard_loop.h"
 
 #include <stdio.h>
 

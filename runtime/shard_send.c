@@ -26,7 +26,7 @@
  * write. Decode counts LAST notifies per sender, so its SUCCESS follows the
  * data of every endpoint (RC order: a SEND lands after the WRITEs before it).
  */
-#include "shard.h"
+#include "shard_loop.h"
 
 #include <stdarg.h>
 #include <stdio.h>
