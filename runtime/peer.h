@@ -102,6 +102,11 @@ pdx_status_t pdx_peer_send_credit(pdx_peer_t *peer, uint32_t pair, uint32_t inde
  * without engine->lock: it takes it). */
 void pdx_peer_broadcast_mem(pdx_engine_t *e, uint32_t mem);
 void pdx_peer_broadcast_layout(pdx_engine_t *e, uint32_t layout);
+static inline bool pdx_peer_failed(const pdx_peer_t *peer)
+{
+    return atomic_load_explicit(&peer->state, memory_order_acquire) == PDX_PEER_FAILED;
+}
+
 /* A reference: the caller already holds one (a room's, a dep's, ...). */
 void pdx_peer_ref(pdx_peer_t *peer);
 /* Drop a reference; the last frees the peer. NULL is fine. */
