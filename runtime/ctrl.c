@@ -18,7 +18,9 @@
  *   peer slot, until its READY. At most PDX_MAX_HANDSHAKES of them are in
  *   their handshake, PDX_HANDSHAKES_PER_HOST from one address: one more from
  *   that address is refused with an ERROR that says why; one more when all
- *   are taken displaces the oldest (a real handshake takes milliseconds).
+ *   are taken displaces the oldest without a valid HELLO, else the oldest
+ *   (a real handshake takes milliseconds). Before its HELLO a connection's
+ *   input may not pass PDX_PEER_BUF_MIN.
  * - What feeds it: the sockets; pdx_ctrl_wake() (a peer failed on another
  *   thread and its socket must be closed); its own tick.
  * - Locks: engine->lock (peer table), a peer's out_lock (its output) and
@@ -197,8 +199,15 @@ static bool read_peer(pdx_engine_t *e, pdx_peer_t *peer)
          * grows to take it. */
         if (peer->in_len == peer->in_cap) {
             size_t cap = PDX_MIN(peer->in_cap * 2, (size_t)PDX_WIRE_MAX_FRAME);
-            uint8_t *in = realloc(peer->in, cap);
+            uint8_t *in;
 
+            /* A HELLO is small: before one, a connection gets no more room. */
+            if (peer->remote_shards == 0) {
+                pdx_ctrl_fail(peer, PDX_ERR_PROTO, "%s sent %zu bytes without a whole HELLO",
+                              peer->addr, peer->in_len);
+                return false;
+            }
+            in = realloc(peer->in, cap);
             if (!in) {
                 pdx_peer_fail(peer, PDX_ERR_NOMEM, "out of memory for the input of %s",
                               peer->addr);
@@ -282,7 +291,9 @@ static void refuse(int fd, pdx_status_t status, const char *fmt, ...)
     close(fd);
 }
 
-/* The connection in that has waited longest for its handshake. */
+/* The connection in to give up for a new one: of those that have not sent
+ * a valid HELLO yet the oldest, else the oldest of all in their handshake
+ * (a real peer's handshake takes milliseconds). */
 static pdx_peer_t *oldest_handshake(pdx_engine_t *e)
 {
     pdx_peer_t *oldest = NULL;
@@ -290,9 +301,12 @@ static pdx_peer_t *oldest_handshake(pdx_engine_t *e)
     for (uint32_t i = 0; i < PDX_MAX_CONNS; i++) {
         pdx_peer_t *peer = atomic_load_explicit(&e->conns[i], memory_order_acquire);
 
-        if (peer && !peer->outgoing && peer->id == UINT32_MAX && peer->fd >= 0 &&
-            atomic_load_explicit(&peer->state, memory_order_acquire) == PDX_PEER_HELLO &&
-            (!oldest || peer->opened_ns < oldest->opened_ns))
+        if (!peer || peer->outgoing || peer->id != UINT32_MAX || peer->fd < 0 ||
+            atomic_load_explicit(&peer->state, memory_order_acquire) != PDX_PEER_HELLO)
+            continue;
+        if (!oldest || (peer->remote_shards == 0) > (oldest->remote_shards == 0) ||
+            ((peer->remote_shards == 0) == (oldest->remote_shards == 0) &&
+             peer->opened_ns < oldest->opened_ns))
             oldest = peer;
     }
     return oldest;

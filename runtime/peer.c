@@ -137,7 +137,8 @@ static bool take_slot(pdx_engine_t *e, pdx_peer_t *peer)
         /* 24 bits of generation; 0 never names a live peer */
         if (++e->peer_gen[id] >= 1u << (32 - PDX_PEER_SLOT_BITS))
             e->peer_gen[id] = 1;
-        peer->id = id;
+        /* read by any thread that fails or logs a peer: atomic */
+        __atomic_store_n(&peer->id, id, __ATOMIC_RELAXED);
         peer->handle = e->peer_gen[id] << PDX_PEER_SLOT_BITS | id;
         atomic_store_explicit(&e->peers[id], peer, memory_order_release);
         atomic_fetch_add_explicit(&e->stats.peers_admitted, 1, memory_order_relaxed);
@@ -531,11 +532,12 @@ void pdx_peer_say_bye(pdx_peer_t *peer, const char *reason)
     size_t len;
 
     snprintf(m.reason, sizeof(m.reason), "%s", reason);
+    /* the time first: the sweep reads it once it sees the reason */
+    atomic_store_explicit(&peer->bye_ns, pdx_now_ns(), memory_order_relaxed);
     pthread_mutex_lock(&peer->wait_lock);
     if (!peer->bye)
         peer->bye = reason;
     pthread_mutex_unlock(&peer->wait_lock);
-    atomic_store_explicit(&peer->bye_ns, pdx_now_ns(), memory_order_relaxed);
     atomic_store_explicit(&peer->closed, 1, memory_order_release);
     if (pdx_wire_encode_bye(&m, frame, sizeof(frame), &len) == PDX_OK)
         pdx_peer_queue_last(peer, frame, len);
@@ -668,6 +670,7 @@ bool pdx_peer_reap(pdx_peer_t *peer)
 void pdx_peer_fail(pdx_peer_t *peer, pdx_status_t status, const char *fmt, ...)
 {
     pdx_log_level_t level = PDX_LOG_ERROR;
+    uint32_t id;
     char msg[PDX_ERRMSG_MAX];
     pdx_engine_t *e;
     va_list ap;
@@ -700,20 +703,21 @@ void pdx_peer_fail(pdx_peer_t *peer, pdx_status_t status, const char *fmt, ...)
      * scan, garbage, a peer we had no room for or of another version: an
      * engine that dialled says so on its side). A peer lost otherwise is a
      * warning; protocol errors of a peer are errors. */
-    if (peer->id == UINT32_MAX && !peer->outgoing) {
+    id = __atomic_load_n(&peer->id, __ATOMIC_RELAXED); /* admission may be under way */
+    if (id == UINT32_MAX && !peer->outgoing) {
         atomic_fetch_add_explicit(&e->stats.handshakes_refused, 1, memory_order_relaxed);
         atomic_store_explicit(&e->last_refusal, status, memory_order_relaxed);
     }
     if (atomic_load_explicit(&peer->closed, memory_order_acquire) ||
-        (peer->id == UINT32_MAX && !peer->outgoing))
+        (id == UINT32_MAX && !peer->outgoing))
         level = PDX_LOG_INFO;
     else if (status == PDX_ERR_PEER || status == PDX_ERR_TIMEOUT)
         level = PDX_LOG_WARN;
-    if (peer->id == UINT32_MAX)
+    if (id == UINT32_MAX)
         pdx_log(level, "connection %s %s failed: %s (%s)", peer->outgoing ? "to" : "from",
                 peer->addr, msg, pdx_status_str(status));
     else
-        pdx_log(level, "peer %s (%u) failed: %s (%s)", peer->addr, peer->id, msg,
+        pdx_log(level, "peer %s (%u) failed: %s (%s)", peer->addr, id, msg,
                 pdx_status_str(status));
 
     /* The control thread closes the socket and fails the endpoints; once it

@@ -344,14 +344,17 @@ pdx_status_t pdx_shard_add_dep(pdx_shard_t *s, pdx_dep_t *dep)
 
     if (dep->nic >= e->ntps) {
         pdx_error("shard %u: data endpoint on NIC %u of %u", s->index, dep->nic, e->ntps);
-        return PDX_ERR_INVALID;
+        status = PDX_ERR_INVALID;
+        goto err_slot;
     }
     dep->cq = cq_with_room(s, dep->nic, attr.sq_depth + attr.rq_depth, &cq_i);
-    if (!dep->cq)
-        return PDX_ERR_FULL;
+    if (!dep->cq) {
+        status = PDX_ERR_FULL;
+        goto err_slot;
+    }
     status = e->ops->ep_create(e->tps[dep->nic], dep->cq, &attr, &dep->ep);
     if (status != PDX_OK)
-        return status; /* the transport said why */
+        goto err_slot; /* the transport said why */
     dep->ledger = calloc(dep->sq_depth, sizeof(*dep->ledger));
     if (!dep->ledger) {
         pdx_error("shard %u: out of memory for a ledger of %u entries", s->index,
@@ -392,6 +395,8 @@ err_ledger:
 err_ep:
     e->ops->ep_destroy(dep->ep);
     dep->ep = NULL;
+err_slot:
+    /* A slot reused or not: a used one goes back (a fresh one never left). */
     pthread_mutex_lock(&s->deps_lock);
     if (slot < atomic_load_explicit(&s->ndeps, memory_order_relaxed))
         s->free_slots[s->nfree++] = (uint16_t)slot;

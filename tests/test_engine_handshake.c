@@ -225,6 +225,25 @@ Test(handshake, hostile_connections_never_keep_real_peers_out, .fini = fini, .ti
     }
 
     printf("mutated: %.0f ms\n", (pdx_now_ns() - t0) / 1e6);
+    /* A HELLO that claims megabytes: no more than 64 KiB of it is taken in
+     * before the engine closes the connection (well before the deadline). */
+    {
+        static uint8_t big[80 << 10];
+        uint64_t t1 = pdx_now_ns();
+        int fd = raw_connect(250, port);
+        char c;
+
+        memcpy(big, hello, 12);
+        big[8] = 0x00, big[9] = 0x00, big[10] = 0x30, big[11] = 0x00; /* a 3 MiB body */
+        (void)!send(fd, big, sizeof(big), MSG_NOSIGNAL);
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        while (poll(&p, 1, 2000) > 0 && recv(fd, &c, 1, 0) > 0)
+            ; /* an ERROR frame, then the close */
+        cr_expect_lt(pdx_now_ns() - t1, (uint64_t)DEADLINE_MS * 1000000ull,
+                     "a HELLO of megabytes was taken in for %.0f ms", (pdx_now_ns() - t1) / 1e6);
+        close(fd);
+    }
+
     /* 64 valid HELLOs that close at once. */
     for (int i = 0; i < 64; i++) {
         int fd = raw_connect(240 + (uint32_t)i % 4, port);
