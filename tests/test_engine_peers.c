@@ -26,6 +26,11 @@
 #include "engine_fixture.h"
 #include "proc_usage.h"
 #include "sanitized.h"
+#ifdef PDX_TEST_SOFTNIC
+#include <errno.h>
+
+#include "softnic.h"
+#endif
 #include "log.h"
 
 static side_t pf, dc, dc2;
@@ -351,3 +356,32 @@ Test(peers, a_new_incarnation_replaces_the_old_peer, .fini = fini, .timeout = 60
     side_close(&dc2);
     side_close(&pf);
 }
+
+#ifdef PDX_TEST_SOFTNIC
+/*
+ * Creating a data endpoint fails (the device refuses a QP) for every other
+ * new peer, after earlier peers left their endpoint slots free: each slot
+ * taken for the failed endpoint goes back, so the shards' tables stay as
+ * small as the peers they hold.
+ */
+Test(peers, a_failed_endpoint_gives_its_slot_back, .fini = fini, .timeout = 120)
+{
+    uint32_t peer;
+
+    side_open(&dc, &g, NULL);
+    for (uint32_t i = 0; i < 120; i++) {
+        side_open(&pf, &g, NULL);
+        if (i % 2) {
+            softnic_fault_call(SOFTNIC_CALL_CREATE_QP, 1, ENOMEM);
+            cr_expect_neq(pdx_peer_connect(dc.e, pdx_engine_address(pf.e), 5000, &peer), PDX_OK,
+                          "a connect whose first QP the device refused");
+        }
+        peer = side_connect(&dc, &pf);
+        transfer(&pf, &dc, peer, 7000 + i);
+        side_close(&pf);
+    }
+    wait_peers(dc.e, 0);
+    cr_expect_leq(dep_high_water(dc.e), 16u, "%u endpoint slots used: failed adds leaked theirs",
+                  dep_high_water(dc.e));
+}
+#endif
