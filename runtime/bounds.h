@@ -17,7 +17,7 @@
 #define PDX_MAX_NICS        4      /* PDX_NICS at most (config.c) */
 #define PDX_SHARD_MAX_CQS   (4 * PDX_MAX_NICS) /* CQs of one shard, all NICs */
 #define PDX_NOTIFY_RQ       64     /* receive buffers per data endpoint */
-#define PDX_CREDIT_BATCH    16     /* reposts returned per CREDIT message */
+#define PDX_CREDIT_BATCH    16     /* reposts returned per credit record */
 #define PDX_SWEEP_MS        10     /* control thread tick: deadlines, heartbeats */
 #define PDX_BYE_WAIT_MS     1000   /* after our BYE, the peer closes first this long */
 #define PDX_PEER_OUT_MAX    (8u << 20) /* bytes queued per control connection */

@@ -1,6 +1,6 @@
 /*
  * ctrl_msg: what the control thread does with each message from a peer:
- * the handshake, descriptors, credits, and handing room messages to
+ * the handshake, descriptors, reset credits, and handing room messages to
  * rooms_ctl.c. Everything here runs on the control thread (ctrl.c).
  *
  * Handshake, connector C (called pdx_peer_connect) and acceptor A; both
@@ -473,10 +473,11 @@ static void on_credit(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_credit_t
         return;
     }
     dep = &peer->deps[m->pair * peer->qps + m->index];
-    if (pdx_dep_on_credit(e, peer, dep, m))
-        return; /* about a reset endpoint */
-    atomic_fetch_add(&dep->credits, (int32_t)m->count);
-    pdx_shard_wake(&e->shards[m->pair % e->nshards]);
+    /* Only a reset endpoint's peer says so here (its receives are posted);
+     * routine credits travel on the endpoint itself (shard_cq.c). */
+    if (!pdx_dep_on_credit(e, peer, dep, m))
+        pdx_ctrl_fail(peer, PDX_ERR_PROTO, "CREDIT from %s for endpoint %u/%u, which is not "
+                      "being reset", peer->addr, m->pair, m->index);
 }
 
 void pdx_ctrl_on_msg(pdx_engine_t *e, pdx_peer_t *peer, pdx_wire_msg_t *msg)

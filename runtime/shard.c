@@ -8,16 +8,18 @@
  *   each active room it works the head chunk only (gate, plan, post the
  *   writes striped over the room's endpoints, aux, notifies), so a closed
  *   gate, missing metadata or a full send queue never holds up another room.
- *   It polls its one completion queue: write completions retire ledger
- *   entries (a room whose last chunk's WRs all completed becomes SUCCESS),
- *   error completions fail the rooms of the failed WRs and the endpoint's
- *   peer; notify receives go to pdx_rooms_on_notify, are reposted and
- *   returned to the sender as credits (shard_send.c, shard_cq.c).
+ *   It polls its completion queues (one per NIC, more when endpoints fill
+ *   them): write completions retire ledger entries (a room whose last
+ *   chunk's WRs all completed becomes SUCCESS), error completions fail the
+ *   rooms of the failed WRs and reset the endpoint; notify receives go to
+ *   pdx_rooms_on_notify, are reposted and returned to the sender as credit
+ *   records on the endpoint itself (shard_send.c, shard_cq.c). It drops the
+ *   endpoints of retired peers once they drained.
  * - What feeds it: the ring (pdx_send on any thread pushes, then calls
- *   pdx_shard_wake), room metadata and notify credits (the control thread
- *   publishes them, then calls pdx_shard_wake), endpoints (the control
- *   thread adds them with pdx_shard_add_dep and publishes them with
- *   pdx_dep_connect), and the CQ.
+ *   pdx_shard_wake), room metadata (the control thread publishes it, then
+ *   calls pdx_shard_wake), endpoints (the control thread adds them with
+ *   pdx_shard_add_dep and publishes them with pdx_dep_connect), and the
+ *   CQs (completions, and the peers' credit records).
  * - Locks: none of its own. The post path takes none, allocates nothing
  *   and makes no syscall but the transport's post calls (and their wakeup
  *   of a sleeping progress thread). Failure, notify and credit handling call
@@ -64,7 +66,7 @@
  */
 #define PDX_SHARD_CQ_MAX   (1u << 18)
 #define PDX_SHARD_SPIN_NS  20000u     /* poll this long after activity before sleeping */
-#define PDX_SHARD_RETRY_US 1000u      /* sleep while a credit waits for the control buffer */
+#define PDX_SHARD_RETRY_US 1000u      /* sleep while a credit record waits for a slot */
 #define PDX_SHARD_JOIN_MS  10000u
 
 enum { EV_WAKE = 0, EV_CQ = 1 }; /* EV_CQ + i: shard->cq[i] */

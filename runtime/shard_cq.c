@@ -11,9 +11,10 @@
  * (dep_reset.c), and its later WRs come back flushed, each failing its own
  * room.
  *
- * RECV: a notify record from the peer: decoded, handed to rooms.c, the
- * buffer reposted and, every PDX_CREDIT_BATCH reposts, returned to the
- * sender as a CREDIT message (retried while the control buffer is full).
+ * RECV: a notify record from the peer: decoded, handed to rooms.c (or, a
+ * credit record, added to the endpoint's credits), the buffer reposted and,
+ * every PDX_CREDIT_BATCH reposts, returned to the sender in a credit record
+ * of our own on the same endpoint (retried while it has no credit or slot).
  */
 #include "shard_loop.h"
 
@@ -117,19 +118,65 @@ static void on_send(pdx_shard_loop_t *L, pdx_dep_t *dep, const pdx_tp_wc_t *wc)
         pdx_shard_dep_broken(dep, wc->status, why);
 }
 
-/* Return the reposted receives to the sender; kept while its output is full. */
+/*
+ * Return the reposted receives to the sender: a credit record, a SEND on
+ * the endpoint itself (it spends one of our credits; the peer returns those
+ * the same way). Kept while the endpoint has no credit or send slot: the
+ * worker retries, sleeping bounded.
+ */
 static void credit_return(pdx_shard_loop_t *L, pdx_dep_t *dep)
 {
-    pdx_status_t status = pdx_peer_send_credit(dep->peer, dep->pair, dep->index,
-                                               atomic_load_explicit(&dep->epoch,
-                                                                    memory_order_relaxed),
-                                               dep->reposted);
+    pdx_engine_t *e = L->e;
+    const pdx_wire_notify_t n = {.sender = e->sender_id, .flags = PDX_WIRE_NOTIFY_CREDIT,
+                                 .count = dep->reposted};
+    uint8_t buf[PDX_TP_SEND_MAX];
+    pdx_status_t status;
+    size_t len;
 
-    if (status == PDX_ERR_AGAIN) {
-        L->credit_retry = true; /* keep the count; the worker sleeps bounded */
+    if (atomic_load_explicit(&dep->failed, memory_order_acquire)) {
+        dep->reposted = 0; /* its reset or its peer's loss: nothing is owed */
         return;
     }
-    dep->reposted = 0; /* sent, or the peer is gone and nothing is owed */
+    if (atomic_load_explicit(&dep->credits, memory_order_acquire) <= 0 ||
+        pdx_dep_room(dep, 0) == 0) {
+        L->credit_retry = true;
+        return;
+    }
+    status = pdx_wire_notify_encode(&n, buf, sizeof(buf), &len);
+    if (status == PDX_OK)
+        status = e->ops->post_send(dep->ep, pdx_wr_id_send(dep, dep->posted), buf,
+                                   (uint32_t)len, PDX_TP_SIGNALED);
+    if (status != PDX_OK) {
+        const char *err = e->ops->ep_error(dep->ep);
+
+        pdx_shard_dep_broken(dep, status, err[0] ? err : "a credit record was refused");
+        return;
+    }
+    atomic_fetch_sub_explicit(&dep->credits, 1, memory_order_relaxed);
+    dep->ledger[dep->posted % dep->sq_depth] = (pdx_ledger_entry_t){.room = NULL};
+    dep->posted++;
+    dep->unsignaled = 0;
+    dep->reposted = 0;
+    L->progress = true;
+}
+
+/* A credit record from the peer: it reposted that many receives for us. */
+static bool on_credit(pdx_dep_t *dep, const pdx_wire_notify_t *n, char *why, size_t len)
+{
+    int32_t have = atomic_load_explicit(&dep->credits, memory_order_relaxed);
+
+    if (n->sender != dep->peer->remote_id) {
+        snprintf(why, len, "credit record from sender %016llx on an endpoint of %016llx",
+                 (unsigned long long)n->sender, (unsigned long long)dep->peer->remote_id);
+        return false;
+    }
+    if ((int64_t)have + n->count > PDX_NOTIFY_RQ) {
+        snprintf(why, len, "credit record of %u with %d credits: more than the %u receives "
+                 "an endpoint has", n->count, have, PDX_NOTIFY_RQ);
+        return false;
+    }
+    atomic_fetch_add_explicit(&dep->credits, (int32_t)n->count, memory_order_release);
+    return true;
 }
 
 static void on_recv(pdx_shard_loop_t *L, pdx_dep_t *dep, const pdx_tp_wc_t *wc)
@@ -162,10 +209,19 @@ static void on_recv(pdx_shard_loop_t *L, pdx_dep_t *dep, const pdx_tp_wc_t *wc)
         pdx_shard_dep_broken(dep, PDX_ERR_PROTO, msg);
         return;
     }
-    atomic_fetch_add_explicit(&L->s->stats.notifies_received, 1, memory_order_relaxed);
     if (PDX_UNLIKELY(atomic_load_explicit(&dep->streak, memory_order_relaxed)))
         atomic_store_explicit(&dep->streak, 0, memory_order_relaxed); /* it works */
-    pdx_rooms_on_notify(e, dep->peer, &n);
+    if (n.flags & PDX_WIRE_NOTIFY_CREDIT) {
+        char msg[PDX_ERRMSG_MAX];
+
+        if (!on_credit(dep, &n, msg, sizeof(msg))) {
+            pdx_shard_dep_broken(dep, PDX_ERR_PROTO, msg);
+            return;
+        }
+    } else {
+        atomic_fetch_add_explicit(&L->s->stats.notifies_received, 1, memory_order_relaxed);
+        pdx_rooms_on_notify(e, dep->peer, &n);
+    }
 
     if (atomic_load_explicit(&dep->failed, memory_order_acquire))
         return;

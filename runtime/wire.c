@@ -20,7 +20,14 @@
 #define RESET_FIXED  (4u + 4u + 4u + 4u + 2u)
 #define BYE_FIXED    2u
 
-#define NOTIFY_FLAGS (PDX_WIRE_NOTIFY_LAST | PDX_WIRE_NOTIFY_STATUS_ONLY)
+#define NOTIFY_FLAGS (PDX_WIRE_NOTIFY_LAST | PDX_WIRE_NOTIFY_STATUS_ONLY | PDX_WIRE_NOTIFY_CREDIT)
+
+/* A credit record: that flag alone, no room, a count in range, status OK. */
+static bool credit_ok(const pdx_wire_notify_t *n)
+{
+    return n->flags == PDX_WIRE_NOTIFY_CREDIT && n->room == 0 && n->seq == 0 &&
+           n->count >= 1 && n->count <= PDX_WIRE_MAX_CREDIT && n->status == PDX_OK;
+}
 
 _Static_assert(PDX_WIRE_NOTIFY_SIZE <= PDX_TP_SEND_MAX, "a notify record must fit one SEND");
 _Static_assert(PDX_WIRE_NOTIFY_SIZE == 4 + 2 + 2 + 8 + 8 + 4 + 4 + 4, "notify record size");
@@ -612,7 +619,8 @@ pdx_status_t pdx_wire_notify_encode(const pdx_wire_notify_t *n, void *buf, size_
     pdx_wire_wr_t w = {buf, 0};
 
     if (!n || (n->flags & ~(uint32_t)NOTIFY_FLAGS) || n->status > 0 ||
-        ((n->flags & PDX_WIRE_NOTIFY_STATUS_ONLY) && n->count))
+        ((n->flags & PDX_WIRE_NOTIFY_STATUS_ONLY) && n->count) ||
+        ((n->flags & PDX_WIRE_NOTIFY_CREDIT) && !credit_ok(n)))
         return PDX_ERR_INVALID;
     if (!buf || cap < PDX_WIRE_NOTIFY_SIZE)
         return PDX_ERR_RANGE;
@@ -668,6 +676,10 @@ pdx_status_t pdx_wire_notify_decode(const void *buf, size_t len, pdx_wire_notify
         return PDX_ERR_PROTO;
     }
     n.status = (pdx_status_t)status;
+    if ((n.flags & PDX_WIRE_NOTIFY_CREDIT) && !credit_ok(&n)) {
+        *why = "credit record with other flags, a room, or a count outside 1..4096";
+        return PDX_ERR_PROTO;
+    }
     *n_p = n;
     return PDX_OK;
 }

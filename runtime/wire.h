@@ -175,7 +175,9 @@ typedef struct pdx_wire_error {
 /*
  * CREDIT: the receiver reposted `count` receive buffers on data endpoint
  * (pair, index) of incarnation `epoch`: the sender may send that many more
- * notify records on it.
+ * notify records on it. Only in an endpoint's reset (its receives of the new
+ * incarnation are posted); routine credits are credit records on the
+ * endpoint (PDX_WIRE_NOTIFY_CREDIT).
  */
 typedef struct pdx_wire_credit {
     uint32_t pair;
@@ -307,7 +309,12 @@ pdx_status_t pdx_wire_encode_error(const pdx_wire_error_t *m, void *buf, size_t 
 enum {
     PDX_WIRE_NOTIFY_LAST        = 1u << 0, /* the sender's last chunk of the room */
     PDX_WIRE_NOTIFY_STATUS_ONLY = 1u << 1, /* no data; count must be 0 */
+    PDX_WIRE_NOTIFY_CREDIT      = 1u << 2, /* not about a room: the sender reposted `count`
+                                            * receive buffers for this endpoint's notifies
+                                            * (1..PDX_WIRE_MAX_CREDIT; room, seq 0; alone) */
 };
+
+#define PDX_WIRE_MAX_CREDIT 4096u
 
 typedef struct pdx_wire_notify {
     uint64_t     room;

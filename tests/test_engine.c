@@ -108,6 +108,27 @@ Test(engine, small_writes_and_one_shard, .fini = fini, .timeout = 60)
     run_transfer(&g, 8, 16, 2);
 }
 
+/*
+ * One shard, one endpoint per peer: 4 batches of 64 rooms of 4 chunks put
+ * 1,024 notifies through one endpoint, whose peer has 64 receives for them:
+ * the rooms complete only if the credits come back (on the endpoint itself),
+ * batch after batch.
+ */
+Test(engine, notify_credits_come_back_on_the_endpoint, .fini = fini, .timeout = 120)
+{
+    static const char *const cfg[] = {"PDX_SHARDS=1", "PDX_QPS_PER_PEER=1", NULL};
+    geom_t g = {.layers = 1, .bytes_per_page = 64, .npages = 256};
+    pdx_stats_t a, b;
+
+    open_pair(&g, cfg);
+    for (int batch = 0; batch < 4; batch++)
+        run_transfer(&g, 64, 4, 4);
+    cr_assert_eq(pdx_engine_stats(pf.e, &a), PDX_OK);
+    cr_assert_eq(pdx_engine_stats(dc.e, &b), PDX_OK);
+    cr_expect_geq(a.notifies_sent, 1024);
+    cr_expect_eq(b.notifies_received, a.notifies_sent, "credit records are not notifies");
+}
+
 Test(engine, aux_bytes_arrive_with_the_last_chunk, .fini = fini, .timeout = 30)
 {
     geom_t g = {.layers = 2, .bytes_per_page = 4096, .npages = 32};

@@ -328,6 +328,29 @@ Test(wire, notify_round_trip_and_bytes)
     free(f);
 }
 
+Test(wire, credit_record_round_trip_and_limits)
+{
+    pdx_wire_notify_t n = {.sender = 0x55, .flags = PDX_WIRE_NOTIFY_CREDIT, .count = 16}, got;
+    uint8_t buf[PDX_TP_SEND_MAX];
+    const char *why = NULL;
+    size_t len;
+
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_OK);
+    cr_assert_eq(pdx_wire_notify_decode(buf, len, &got, NULL), PDX_OK);
+    cr_expect_eq(got.flags, PDX_WIRE_NOTIFY_CREDIT);
+    cr_expect_eq(got.count, 16);
+    cr_expect_eq(got.sender, 0x55);
+    buf[4] |= PDX_WIRE_NOTIFY_LAST; /* flags: a credit that also claims a last chunk */
+    cr_expect_eq(pdx_wire_notify_decode(buf, len, &got, &why), PDX_ERR_PROTO);
+    cr_expect(why && strstr(why, "credit record"), "%s", why ? why : "");
+    buf[4] &= (uint8_t)~PDX_WIRE_NOTIFY_LAST;
+    buf[8] = 1; /* a room */
+    cr_expect_eq(pdx_wire_notify_decode(buf, len, &got, NULL), PDX_ERR_PROTO);
+    buf[8] = 0;
+    memset(buf + 28, 0, 4); /* count 0 */
+    cr_expect_eq(pdx_wire_notify_decode(buf, len, &got, NULL), PDX_ERR_PROTO);
+}
+
 Test(wire, frame_bytes_are_little_endian)
 {
     static const uint8_t want[] = {

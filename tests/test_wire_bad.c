@@ -653,6 +653,19 @@ Test(wire_bad, encoders_refuse_bad_fields)
     cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_ERR_INVALID);
     n = sample_notify(), n.status = PDX_INPROGRESS;
     cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    /* credit records: the flag alone, no room or seq, 1..4096 */
+    n = (pdx_wire_notify_t){.sender = 7, .flags = PDX_WIRE_NOTIFY_CREDIT, .count = 16};
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_OK);
+    n.flags |= PDX_WIRE_NOTIFY_LAST;
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    n.flags = PDX_WIRE_NOTIFY_CREDIT, n.room = 5;
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    n.room = 0, n.count = 0;
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    n.count = PDX_WIRE_MAX_CREDIT + 1;
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    n.count = 16, n.status = PDX_ERR_PEER;
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_ERR_INVALID);
     n = sample_notify();
     cr_assert_eq(pdx_wire_notify_encode(&n, buf, PDX_WIRE_NOTIFY_SIZE - 1, &len), PDX_ERR_RANGE);
     pdx_layout_free(l);
