@@ -99,4 +99,34 @@ void pdx_dep_on_ep(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_ep_t *m);
 bool pdx_dep_on_credit(pdx_engine_t *e, pdx_peer_t *peer, pdx_dep_t *dep,
                        const pdx_wire_credit_t *m);
 
+/*
+ * wr_id of a WR on a data endpoint: the dep's slot in shard->deps << 48,
+ * then for WRITE/SEND the low 47 bits of the endpoint's WR sequence, for a
+ * RECV PDX_WR_RECV | its receive buffer. The RECV bit keeps the two apart
+ * without trusting wc.opcode (verbs leave it undefined on error).
+ */
+#define PDX_WR_SLOT_SHIFT 48
+#define PDX_WR_RECV       (1ull << 47)
+#define PDX_WR_SEQ_MASK   (PDX_WR_RECV - 1)
+
+static inline uint64_t pdx_wr_id_send(const pdx_dep_t *dep, uint64_t seq)
+{
+    return (uint64_t)dep->slot << PDX_WR_SLOT_SHIFT | (seq & PDX_WR_SEQ_MASK);
+}
+
+static inline uint64_t pdx_wr_id_recv(const pdx_dep_t *dep, uint32_t i)
+{
+    return (uint64_t)dep->slot << PDX_WR_SLOT_SHIFT | PDX_WR_RECV | i;
+}
+
+/* Free the dep's ep, receive buffers and ledger (its shard, or teardown). */
+void pdx_dep_free(pdx_engine_t *e, pdx_dep_t *dep);
+
+/*
+ * The endpoint broke (error completion, post refused, malformed notify):
+ * reset it (dep_reset.c), or fail its peer while the handshake runs. Once
+ * per failure. Any shard function.
+ */
+void pdx_shard_dep_broken(pdx_dep_t *dep, pdx_status_t status, const char *why);
+
 #endif

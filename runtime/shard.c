@@ -179,29 +179,6 @@ err_ring:
     return status;
 }
 
-static void dep_free(pdx_engine_t *e, pdx_dep_t *dep)
-{
-    pdx_status_t status;
-
-    if (dep->ep)
-        e->ops->ep_destroy(dep->ep);
-    dep->ep = NULL;
-    if (dep->rx_mr) {
-        status = e->ops->mr_dereg(dep->rx_mr);
-        if (status != PDX_OK)
-            pdx_error("data endpoint %u.%u: receive buffers still in use (%s): kept",
-                      dep->pair, dep->index, pdx_status_str(status));
-        else
-            free(dep->rx_buf);
-    } else {
-        free(dep->rx_buf);
-    }
-    dep->rx_mr = NULL;
-    dep->rx_buf = NULL;
-    free(dep->ledger);
-    dep->ledger = NULL;
-}
-
 void pdx_shard_fini(pdx_shard_t *s)
 {
     pdx_engine_t *e = s->engine;
@@ -219,7 +196,7 @@ void pdx_shard_fini(pdx_shard_t *s)
         pdx_dep_t *dep = atomic_load_explicit(&s->deps[i], memory_order_acquire);
 
         if (dep)
-            dep_free(e, dep);
+            pdx_dep_free(e, dep);
         atomic_store_explicit(&s->deps[i], NULL, memory_order_relaxed);
     }
     atomic_store_explicit(&s->ndeps, 0, memory_order_relaxed);
@@ -429,7 +406,7 @@ void pdx_shard_drop_deps(pdx_shard_loop_t *L)
             continue; /* live, its reset not abandoned yet (pdx_shard_resets), or draining */
         peer = dep->peer;
         pthread_mutex_lock(&dep->lock);
-        dep_free(e, dep);
+        pdx_dep_free(e, dep);
         pthread_mutex_unlock(&dep->lock);
         atomic_store_explicit(&s->deps[i], NULL, memory_order_release);
         atomic_fetch_add_explicit(&s->cq_room[dep->cq_i], dep->sq_depth + PDX_NOTIFY_RQ,
@@ -443,48 +420,6 @@ void pdx_shard_drop_deps(pdx_shard_loop_t *L)
         if (atomic_fetch_sub_explicit(&peer->deps_live, 1, memory_order_acq_rel) == 1)
             pdx_ctrl_wake(e);
     }
-}
-
-pdx_status_t pdx_dep_ep_connect(pdx_dep_t *dep, const pdx_tp_addr_t *remote)
-{
-    pdx_engine_t *e = dep->shard->engine;
-    pdx_status_t status = e->ops->ep_connect(dep->ep, remote);
-
-    if (status != PDX_OK)
-        return status; /* the transport said why */
-    for (uint32_t i = 0; i < PDX_NOTIFY_RQ; i++) {
-        status = e->ops->post_recv(dep->ep, pdx_wr_id_recv(dep, i), dep->rx_mr,
-                                   (uint64_t)i * PDX_TP_SEND_MAX, PDX_TP_SEND_MAX);
-        if (status != PDX_OK) {
-            pdx_error("data endpoint %u.%u to %s: posting notify receive %u of %u: %s",
-                      dep->pair, dep->index, dep->peer->addr, i, PDX_NOTIFY_RQ,
-                      pdx_status_str(status));
-            return status;
-        }
-        atomic_fetch_add_explicit(&dep->rx_out, 1, memory_order_relaxed);
-    }
-    return PDX_OK;
-}
-
-pdx_status_t pdx_dep_connect(pdx_dep_t *dep, const pdx_tp_addr_t *remote)
-{
-    pdx_shard_t *s = dep->shard;
-    pdx_status_t status;
-
-    if (atomic_load_explicit(&dep->connected, memory_order_relaxed)) {
-        pdx_error("data endpoint %u.%u to %s is already connected", dep->pair, dep->index,
-                  dep->peer->addr);
-        return PDX_ERR_STATE;
-    }
-    status = pdx_dep_ep_connect(dep, remote);
-    if (status != PDX_OK)
-        return status;
-    /* The peer posted as many for us; CREDIT messages add to it later. */
-    atomic_fetch_add_explicit(&dep->credits, PDX_NOTIFY_RQ, memory_order_relaxed);
-    atomic_store_explicit(&dep->connected, 1, memory_order_release);
-    atomic_fetch_add_explicit(&s->deps_gen, 1, memory_order_release);
-    pdx_shard_wake(s); /* rooms may wait for an endpoint to their peer */
-    return PDX_OK;
 }
 
 /*

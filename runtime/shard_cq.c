@@ -22,21 +22,6 @@
 
 #include "log.h"
 
-void pdx_shard_dep_broken(pdx_dep_t *dep, pdx_status_t status, const char *why)
-{
-    /* Failed already: being reset, or failed with its peer (peer.c). */
-    if (atomic_load_explicit(&dep->failed, memory_order_acquire))
-        return;
-    if (status == PDX_ERR_PROTO) {
-        /* Malformed bytes from the peer: it goes, not only the endpoint. */
-        atomic_store_explicit(&dep->failed, 1, memory_order_release);
-        pdx_peer_fail(dep->peer, status, "data endpoint %u.%u to %s: %s", dep->pair,
-                      dep->index, dep->peer->addr, why);
-        return;
-    }
-    pdx_dep_reset_begin(dep, status, why, true);
-}
-
 /*
  * WRs [from, to) of dep completed (or were flushed): they no longer hold
  * their rooms. One decrement per run of entries of one room.

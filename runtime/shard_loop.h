@@ -19,26 +19,6 @@ _Static_assert(PDX_SHARD_MAX_DEPS == PDX_ARRAY_SIZE(((pdx_shard_t *)0)->deps),
                "the shard's dep table");
 _Static_assert(PDX_SHARD_MAX_DEPS <= UINT16_MAX, "dep index entries are 16 bits");
 
-/*
- * wr_id of a WR on a data endpoint: the dep's slot in shard->deps << 48,
- * then for WRITE/SEND the low 47 bits of the endpoint's WR sequence, for a
- * RECV PDX_WR_RECV | its receive buffer. The RECV bit keeps the two apart
- * without trusting wc.opcode (verbs leave it undefined on error).
- */
-#define PDX_WR_SLOT_SHIFT 48
-#define PDX_WR_RECV       (1ull << 47)
-#define PDX_WR_SEQ_MASK   (PDX_WR_RECV - 1)
-
-static inline uint64_t pdx_wr_id_send(const pdx_dep_t *dep, uint64_t seq)
-{
-    return (uint64_t)dep->slot << PDX_WR_SLOT_SHIFT | (seq & PDX_WR_SEQ_MASK);
-}
-
-static inline uint64_t pdx_wr_id_recv(const pdx_dep_t *dep, uint32_t i)
-{
-    return (uint64_t)dep->slot << PDX_WR_SLOT_SHIFT | PDX_WR_RECV | i;
-}
-
 /* The worker's context for one run of its thread. */
 typedef struct pdx_shard_loop {
     pdx_shard_t    *s;
@@ -81,12 +61,6 @@ void pdx_shard_send(pdx_shard_loop_t *L);
 void pdx_shard_poll(pdx_shard_loop_t *L);
 void pdx_shard_credit_retry(pdx_shard_loop_t *L);
 
-/*
- * The endpoint broke (error completion, post refused, malformed notify):
- * reset it (dep_reset.c), or fail its peer while the handshake runs. Once
- * per failure. Any shard function.
- */
-void pdx_shard_dep_broken(pdx_dep_t *dep, pdx_status_t status, const char *why);
 /* shard.c: drop the deps of reaped peers that drained. */
 void pdx_shard_drop_deps(pdx_shard_loop_t *L);
 /* dep_reset.c: rebuild the deps of this shard whose reset drained. */
