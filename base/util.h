@@ -56,6 +56,27 @@ static inline uint64_t pdx_hash64(uint64_t x)
     return x;
 }
 
+/* Intrusive doubly linked lists: structs with `prev` and `next` members,
+ * headed by a pointer. Push at the head; unlink from anywhere. */
+#define PDX_LIST_PUSH(head, node)                 \
+    do {                                          \
+        (node)->prev = NULL;                      \
+        (node)->next = (head);                    \
+        if (head)                                 \
+            (head)->prev = (node);                \
+        (head) = (node);                          \
+    } while (0)
+
+#define PDX_LIST_UNLINK(head, node)               \
+    do {                                          \
+        if ((node)->prev)                         \
+            (node)->prev->next = (node)->next;    \
+        else                                      \
+            (head) = (node)->next;                \
+        if ((node)->next)                         \
+            (node)->next->prev = (node)->prev;    \
+    } while (0)
+
 /* Zeroed memory that costs nothing until touched (a table sized by its
  * capacity, used by what it holds), or NULL. Give it back with pdx_unmap. */
 static inline void *pdx_map_zeroed(size_t len)

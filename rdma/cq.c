@@ -662,10 +662,7 @@ pdx_status_t rdma_cq_create(pdx_tp_t *ptp, uint32_t depth, pdx_tp_cq_t **cq_p)
         }
     }
     pthread_mutex_lock(&tp->lock);
-    cq->next = tp->cqs;
-    if (tp->cqs)
-        tp->cqs->prev = cq;
-    tp->cqs = cq;
+    PDX_LIST_PUSH(tp->cqs, cq);
     pthread_mutex_unlock(&tp->lock);
     *cq_p = (pdx_tp_cq_t *)(void *)cq;
     return PDX_OK;
@@ -727,12 +724,7 @@ void rdma_cq_destroy(pdx_tp_cq_t *pcq)
         return;
     }
     pthread_mutex_lock(&tp->lock);
-    if (cq->prev)
-        cq->prev->next = cq->next;
-    else
-        tp->cqs = cq->next;
-    if (cq->next)
-        cq->next->prev = cq->prev;
+    PDX_LIST_UNLINK(tp->cqs, cq);
     pthread_mutex_unlock(&tp->lock);
     rdma_cq_free(cq);
 }

@@ -114,23 +114,14 @@ static void mr_keys(rdma_mr_t *mr)
 static void mr_link(rdma_tp_t *tp, rdma_mr_t *mr)
 {
     pthread_mutex_lock(&tp->lock);
-    mr->prev = NULL;
-    mr->next = tp->mrs;
-    if (tp->mrs)
-        tp->mrs->prev = mr;
-    tp->mrs = mr;
+    PDX_LIST_PUSH(tp->mrs, mr);
     pthread_mutex_unlock(&tp->lock);
 }
 
 static void mr_unlink(rdma_tp_t *tp, rdma_mr_t *mr)
 {
     pthread_mutex_lock(&tp->lock);
-    if (mr->prev)
-        mr->prev->next = mr->next;
-    else
-        tp->mrs = mr->next;
-    if (mr->next)
-        mr->next->prev = mr->prev;
+    PDX_LIST_UNLINK(tp->mrs, mr);
     pthread_mutex_unlock(&tp->lock);
 }
 

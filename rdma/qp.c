@@ -381,11 +381,7 @@ pdx_status_t rdma_ep_create(pdx_tp_t *ptp, pdx_tp_cq_t *pcq, const pdx_tp_ep_att
         goto err_destroy_qp;
 
     pthread_mutex_lock(&tp->lock);
-    ep->prev = NULL;
-    ep->next = tp->eps;
-    if (tp->eps)
-        tp->eps->prev = ep;
-    tp->eps = ep;
+    PDX_LIST_PUSH(tp->eps, ep);
     pthread_mutex_unlock(&tp->lock);
     pdx_debug("rdma: %s: endpoint QP 0x%x (sq %u, rq %u, inline %u)", tp->dev.name,
               ep->qpn, ep->sq_depth, ep->rq_depth, ep->max_inline);
@@ -613,12 +609,7 @@ void rdma_ep_destroy(pdx_tp_ep_t *pep)
     int rc;
 
     pthread_mutex_lock(&tp->lock);
-    if (ep->prev)
-        ep->prev->next = ep->next;
-    else
-        tp->eps = ep->next;
-    if (ep->next)
-        ep->next->prev = ep->prev;
+    PDX_LIST_UNLINK(tp->eps, ep);
     pthread_mutex_unlock(&tp->lock);
     rdma_cq_retire(ep->cq, ep);
 

@@ -106,12 +106,7 @@ void tcp_ep_detach(tcp_ep_t *ep)
     }
     tcp_work_remove(ep);
     tcp_stage_untrack(ep); /* ep_destroy waits for its copies */
-    if (ep->prev)
-        ep->prev->next = ep->next;
-    else
-        tp->eps = ep->next;
-    if (ep->next)
-        ep->next->prev = ep->prev;
+    PDX_LIST_UNLINK(tp->eps, ep);
     ep->state = TCP_EP_DEAD;
     /* Outstanding WRs are dropped without completions; their regions are freed. */
     tcp_rx_flush(ep, PDX_ERR_ABORTED, false);
@@ -151,12 +146,7 @@ static void conn_free(tcp_conn_t *conn, bool close_fd)
     tcp_tp_t *tp = conn->tp;
 
     tp->nconns--;
-    if (conn->prev)
-        conn->prev->next = conn->next;
-    else
-        tp->conns = conn->next;
-    if (conn->next)
-        conn->next->prev = conn->prev;
+    PDX_LIST_UNLINK(tp->conns, conn);
     if (close_fd) {
         tcp_poll_del(tp, conn->fd);
         close(conn->fd);
@@ -315,10 +305,7 @@ void tcp_conn_accept(tcp_tp_t *tp)
             tcp_addr_format(&from, conn->peer, sizeof(conn->peer));
         else
             snprintf(conn->peer, sizeof(conn->peer), "?");
-        conn->next = tp->conns;
-        if (tp->conns)
-            tp->conns->prev = conn;
-        tp->conns = conn;
+        PDX_LIST_PUSH(tp->conns, conn);
         tp->nconns++;
         if (tcp_poll_add(tp, fd, &conn->poll, EPOLLIN | EPOLLRDHUP | EPOLLET) != PDX_OK) {
             conn_free(conn, false);

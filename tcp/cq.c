@@ -54,10 +54,7 @@ pdx_status_t tcp_cq_create(pdx_tp_t *ptp, uint32_t depth, pdx_tp_cq_t **cq_p)
         goto err_mutex;
     }
     pthread_mutex_lock(&tp->obj_lock);
-    cq->next = tp->cqs;
-    if (tp->cqs)
-        tp->cqs->prev = cq;
-    tp->cqs = cq;
+    PDX_LIST_PUSH(tp->cqs, cq);
     pthread_mutex_unlock(&tp->obj_lock);
     *cq_p = (pdx_tp_cq_t *)(void *)cq;
     return PDX_OK;
@@ -98,12 +95,7 @@ void tcp_cq_destroy(pdx_tp_cq_t *pcq)
         return;
     }
     pthread_mutex_lock(&tp->obj_lock);
-    if (cq->prev)
-        cq->prev->next = cq->next;
-    else
-        tp->cqs = cq->next;
-    if (cq->next)
-        cq->next->prev = cq->prev;
+    PDX_LIST_UNLINK(tp->cqs, cq);
     pthread_mutex_unlock(&tp->obj_lock);
     tcp_cq_free(cq);
 }

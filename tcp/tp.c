@@ -172,11 +172,7 @@ static pdx_status_t cmd_exec(tcp_tp_t *tp, tcp_cmd_t *cmd)
 
     switch (cmd->kind) {
     case TCP_CMD_ADD:
-        ep->next = tp->eps;
-        ep->prev = NULL;
-        if (tp->eps)
-            tp->eps->prev = ep;
-        tp->eps = ep;
+        PDX_LIST_PUSH(tp->eps, ep);
         ep_scan(ep, pdx_now_ns());
         return PDX_OK;
     case TCP_CMD_CONNECT:
