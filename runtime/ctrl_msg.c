@@ -1,7 +1,8 @@
 /*
  * ctrl_msg: what the control thread does with each message from a peer:
  * the handshake, descriptors, reset credits, and handing room messages to
- * rooms_ctl.c. Everything here runs on the control thread (ctrl.c).
+ * room_send.c, room_recv.c and rooms.c. Everything here runs on the
+ * control thread (ctrl.c).
  *
  * Handshake, connector C (called pdx_peer_connect) and acceptor A; both
  * engines run this code, the peer's `outgoing` says which side we are:

@@ -1,7 +1,8 @@
 /*
- * Rooms' engine data and what changes it: rooms.c (the API, failing and
- * completing), rooms_ctl.c (control messages, notifies, deadlines, gone
- * peers). The table itself is room.h.
+ * Rooms' engine data and what changes it: room_state.c (every state change:
+ * fail, succeed, the fence, remove), room_send.c (the prefill side),
+ * room_recv.c (the decode side), rooms.c (calls of both sides, deadlines,
+ * gone peers). The table itself is room.h.
  */
 #ifndef PDX_ROOMS_H
 #define PDX_ROOMS_H
@@ -163,6 +164,27 @@ pdx_status_t pdx_rooms_remove(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id)
 
 /* Send an ABORT_ACK for `room`. */
 pdx_status_t pdx_rooms_send_abort_ack(pdx_peer_t *peer, uint64_t room);
+
+/* room_state.c, shared by the room files */
+static inline bool pdx_rooms_terminal(int32_t state)
+{
+    return state == PDX_ROOM_SUCCESS || state == PDX_ROOM_FAILED;
+}
+/* Pin a registered region for a room (pdx_mem_deregister refuses it), and unpin it. */
+pdx_status_t pdx_rooms_aux_pin(pdx_engine_t *e, uint32_t mem);
+void pdx_rooms_aux_unpin(pdx_engine_t *e, int32_t mem);
+/* Under ext->lock: the first use of the room by the local app. */
+void pdx_rooms_app_claim_locked(pdx_room_ext_t *ext);
+/* A region of this engine's memory: registered, and the range inside it. */
+pdx_status_t pdx_rooms_check_region(pdx_engine_t *e, const pdx_region_t *r, const char *what);
+/* Under ext->lock: a prefill room's destinations of `peer`, as bits. */
+uint32_t pdx_rooms_dests_of_locked(pdx_room_ext_t *ext, const pdx_peer_t *peer);
+/* Under ext->lock: `peer` is one of the room's senders (decode) or destinations. */
+bool pdx_rooms_has_peer_locked(pdx_room_ext_t *ext, const pdx_peer_t *peer);
+/* Under ext->lock: whether sender's last chunk was counted. */
+bool pdx_rooms_sender_done_locked(const pdx_room_ext_t *ext, uint64_t sender);
+/* room_send.c: a prefill room's owed ABORT_ACKs, once nothing of it is in flight. */
+void pdx_rooms_flush_acks(pdx_room_obj_t *obj, pdx_room_ext_t *ext, uint64_t id);
 
 /* pdx_rooms_fail_id() logged at `level` (a routine loss: info). */
 bool pdx_rooms_fail_at(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id, pdx_log_level_t level,
