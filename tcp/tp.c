@@ -183,6 +183,11 @@ static pdx_status_t cmd_exec(tcp_tp_t *tp, tcp_cmd_t *cmd)
         tcp_ep_start(ep);
         return PDX_OK;
     case TCP_CMD_FAIL:
+        /* What already arrived counts first: a peer that acknowledged our
+         * WRITEs and then left (its goodbye on the control connection may
+         * overtake those acks) has them completed, not flushed. */
+        if (ep->state == TCP_EP_UP)
+            tcp_rx_progress(ep);
         tcp_ep_set_error(ep, cmd->why, true, "%s", cmd->msg ? cmd->msg :
                          pdx_status_str(cmd->why));
         ep_scan(ep, pdx_now_ns()); /* WRs posted as it failed */

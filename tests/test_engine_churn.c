@@ -1,8 +1,8 @@
 /*
- * A long-lived engine against PDX_TEST_PROCS (default 200) sequential peer
- * processes (churn_child): half of them prefill engines that send it a
- * room, half decode engines it sends one to, every byte checked on the
- * receiving side. Each child leaves in turn by destroying its engine (a
+ * A long-lived decode engine against PDX_TEST_PROCS (default 200)
+ * sequential prefill processes (churn_child) that each send it a room, and
+ * a long-lived prefill engine against as many decode processes it sends a
+ * room to, every byte checked on the receiving side. Each child leaves in turn by destroying its engine (a
  * goodbye), by exiting without a word (the kernel closes its sockets), or
  * by being killed with SIGKILL. The engine's peers are all retired in the
  * end, and its open fds and RSS after warm-up come back (both printed).
@@ -73,7 +73,8 @@ static pid_t spawn_child(const char *role, uint64_t room, const char *mode, int 
     return pid;
 }
 
-Test(churn, a_long_lived_engine_serves_peer_processes, .fini = fini, .timeout = 900)
+/* The long-lived engine receives each child's room (decode), or sends one. */
+static void serve_processes(bool decode)
 {
     static const char *const modes[] = {"clean", "exit", "hang"};
     static uint8_t pool[CHURN_PAGES * CHURN_PAGE_BYTES];
@@ -87,8 +88,8 @@ Test(churn, a_long_lived_engine_serves_peer_processes, .fini = fini, .timeout = 
 
     cr_assert_eq(churn_open(pool, "2", &eng, &layout), PDX_OK);
     for (uint32_t i = 0; i < n; i++) {
-        bool child_sends = i % 2 == 0;
-        const char *mode = modes[i / 2 % 3];
+        bool child_sends = decode;
+        const char *mode = modes[i % 3];
         uint64_t room = 1000 + i;
         char line[8] = "";
         uint32_t peer;
@@ -129,12 +130,23 @@ Test(churn, a_long_lived_engine_serves_peer_processes, .fini = fini, .timeout = 
     rss1 = proc_rss_kib();
     fds1 = proc_open_fds();
     cr_assert_eq(pdx_engine_stats(eng, &st), PDX_OK);
-    printf("engine against %u peer processes: RSS %ld KiB after warm-up, %ld KiB at the end "
-           "(%+ld KiB); open fds %d and %d; %llu peers retired\n", n, rss0, rss1, rss1 - rss0,
+    printf("%s engine against %u peer processes: RSS %ld KiB after warm-up, %ld KiB at the end "
+           "(%+ld KiB); open fds %d and %d; %llu peers retired\n", decode ? "decode" : "prefill",
+           n, rss0, rss1, rss1 - rss0,
            fds0, fds1, (unsigned long long)st.peers_retired);
     cr_expect_eq(fds1, fds0);
 #if !SANITIZED
     cr_expect_lt(rss1 - rss0, 32 * 1024, "RSS grew by %ld KiB", rss1 - rss0);
 #endif
     cr_expect_eq(st.peers_retired, n);
+}
+
+Test(churn, a_decode_engine_serves_prefill_processes, .fini = fini, .timeout = 900)
+{
+    serve_processes(true);
+}
+
+Test(churn, a_prefill_engine_serves_decode_processes, .fini = fini, .timeout = 900)
+{
+    serve_processes(false);
 }
