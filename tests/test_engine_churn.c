@@ -83,6 +83,7 @@ static void serve_processes(bool decode)
     uint32_t layout, pages[CHURN_ROOM_PAGES];
     pdx_pages_t p = {pages, CHURN_ROOM_PAGES};
     pdx_stats_t st;
+    uint32_t unacked = 0;
     long rss0 = 0, rss1;
     int fds0 = 0, fds1;
 
@@ -92,6 +93,7 @@ static void serve_processes(bool decode)
         const char *mode = modes[i % 3];
         uint64_t room = 1000 + i;
         char line[8] = "";
+        pdx_room_state_t state;
         uint32_t peer;
         int out, status;
         pid_t pid;
@@ -111,7 +113,20 @@ static void serve_processes(bool decode)
             churn_fill(pool, room);
             cr_assert_eq(pdx_send(eng, room, layout, &p, NULL, NULL, PDX_SEND_LAST), PDX_OK);
         }
-        cr_assert_eq(churn_wait(eng, room), PDX_ROOM_SUCCESS, "child %u's room", i);
+        state = churn_wait(eng, room);
+        if (!child_sends && state == PDX_ROOM_FAILED && strcmp(mode, "hang") != 0) {
+            /* A decode process that leaves at once after its SUCCESS may take
+             * the acknowledgements of our last writes with it (over tcp):
+             * then this side cannot know they landed, and fails the room for
+             * the peer's loss. The child's "ok" below says they did. */
+            char err[256] = "";
+
+            pdx_room_error(eng, room, err, sizeof(err));
+            cr_assert(strstr(err, "peer") != NULL, "child %u's room: %s", i, err);
+            unacked++;
+        } else {
+            cr_assert_eq(state, PDX_ROOM_SUCCESS, "child %u's room", i);
+        }
         if (child_sends)
             cr_assert_eq(churn_check(pool, room), 0, "child %u's bytes", i);
         while (pdx_release(eng, room) == PDX_INPROGRESS)
@@ -131,9 +146,9 @@ static void serve_processes(bool decode)
     fds1 = proc_open_fds();
     cr_assert_eq(pdx_engine_stats(eng, &st), PDX_OK);
     printf("%s engine against %u peer processes: RSS %ld KiB after warm-up, %ld KiB at the end "
-           "(%+ld KiB); open fds %d and %d; %llu peers retired\n", decode ? "decode" : "prefill",
-           n, rss0, rss1, rss1 - rss0,
-           fds0, fds1, (unsigned long long)st.peers_retired);
+           "(%+ld KiB); open fds %d and %d; %llu peers retired; %u rooms whose last acks "
+           "left with their process\n", decode ? "decode" : "prefill", n, rss0, rss1,
+           rss1 - rss0, fds0, fds1, (unsigned long long)st.peers_retired, unacked);
     cr_expect_eq(fds1, fds0);
 #if !SANITIZED
     cr_expect_lt(rss1 - rss0, 32 * 1024, "RSS grew by %ld KiB", rss1 - rss0);
