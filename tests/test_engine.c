@@ -109,6 +109,20 @@ Test(engine, small_writes_and_one_shard, .fini = fini, .timeout = 60)
 }
 
 /*
+ * Room tables at the largest PDX_ROOMS on both sides (once too big to
+ * create: they were committed up front) carry rooms like any other; what
+ * an idle one costs is bench_idle's to say.
+ */
+Test(engine, the_largest_room_tables_serve_rooms, .fini = fini, .timeout = 60)
+{
+    static const char *const cfg[] = {"PDX_ROOMS=16777216", NULL};
+    geom_t g = {.layers = 2, .bytes_per_page = 512, .npages = 64};
+
+    open_pair(&g, cfg);
+    run_transfer(&g, 8, 4, 2);
+}
+
+/*
  * One shard, one endpoint per peer: 4 batches of 64 rooms of 4 chunks put
  * 1,024 notifies through one endpoint, whose peer has 64 receives for them:
  * the rooms complete only if the credits come back (on the endpoint itself),
