@@ -5,6 +5,7 @@
 #include <time.h>
 
 #include "log.h"
+#include "util.h"
 
 int pdx_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg)
 {
@@ -20,17 +21,9 @@ int pdx_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg)
 
 bool pdx_thread_join(pthread_t thread, uint32_t ms, const char *what)
 {
-    struct timespec ts;
-    int rc;
+    struct timespec ts = pdx_timespec_in(CLOCK_REALTIME, ms);
+    int rc = pthread_timedjoin_np(thread, NULL, &ts);
 
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += ms / 1000;
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    rc = pthread_timedjoin_np(thread, NULL, &ts);
     if (rc)
         pdx_error("%s did not stop within %u ms: %s", what, ms, strerror(rc));
     return rc == 0;

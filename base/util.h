@@ -39,6 +39,21 @@ static inline uint64_t pdx_deadline_ns(uint32_t timeout_ms)
     return pdx_now_ns() + (uint64_t)timeout_ms * 1000000ull;
 }
 
+/* `ms` milliseconds from now on `clock`, as pthread's timed waits take it. */
+static inline struct timespec pdx_timespec_in(clockid_t clock, uint32_t ms)
+{
+    struct timespec ts;
+
+    clock_gettime(clock, &ts);
+    ts.tv_sec += ms / 1000;
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
 /* Smallest power of two >= v (v >= 1, v <= 2^31). */
 static inline uint32_t pdx_pow2_ceil(uint32_t v)
 {

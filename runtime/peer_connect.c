@@ -205,13 +205,7 @@ pdx_status_t pdx_peer_accept(pdx_engine_t *e, int timeout_ms, uint32_t *peer_p)
     if (!e || !peer_p)
         return PDX_ERR_INVALID;
     pdx_engine_log_tag(e);
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += timeout_ms / 1000;
-    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    until = pdx_timespec_in(CLOCK_MONOTONIC, timeout_ms > 0 ? (uint32_t)timeout_ms : 0);
     pthread_mutex_lock(&e->accept_lock);
     while (!(handle = next_incoming(e)) && rc != ETIMEDOUT)
         rc = pthread_cond_timedwait(&e->accept_cond, &e->accept_lock, &until);
