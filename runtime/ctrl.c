@@ -50,6 +50,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "epoll.h"
 #include "log.h"
 #include "thread.h"
 
@@ -138,16 +139,11 @@ void pdx_ctrl_wake(pdx_engine_t *e)
 
 pdx_status_t pdx_ctrl_watch(pdx_engine_t *e, pdx_peer_t *peer)
 {
-    struct epoll_event ev = {
-        .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
-        .data.u64 = (uint64_t)(uint32_t)peer->fd << 32 | peer->conn,
-    };
+    epoll_data_t data = {.u64 = (uint64_t)(uint32_t)peer->fd << 32 | peer->conn};
 
-    if (epoll_ctl(e->ctrl_epfd, EPOLL_CTL_ADD, peer->fd, &ev) < 0) {
-        pdx_error("control connection with %s: epoll add: %s", peer->addr, strerror(errno));
-        return PDX_ERR_IO;
-    }
-    return PDX_OK;
+    return pdx_epoll_ctl(e->ctrl_epfd, EPOLL_CTL_ADD, peer->fd,
+                         EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET, data,
+                         "control connection with %s", peer->addr);
 }
 
 /* ----------------------------------------------------------------- input */
@@ -257,9 +253,8 @@ static void reap_failed(ctrl_ctx_t *ctx)
         if (!peer || atomic_load_explicit(&peer->state, memory_order_acquire) != PDX_PEER_FAILED)
             continue;
         if (peer->fd >= 0) {
-            if (epoll_ctl(e->ctrl_epfd, EPOLL_CTL_DEL, peer->fd, NULL) < 0)
-                pdx_debug("control connection with %s: epoll del: %s", peer->addr,
-                          strerror(errno));
+            pdx_epoll_ctl(e->ctrl_epfd, EPOLL_CTL_DEL, peer->fd, 0, (epoll_data_t){0},
+                          "control connection with %s", peer->addr);
             pdx_peer_reap(peer);
             ctx->more[i] = false;
         }
@@ -577,13 +572,8 @@ err_res:
 
 static pdx_status_t ctrl_add(pdx_engine_t *e, int fd, uint32_t tag, uint32_t events)
 {
-    struct epoll_event ev = {.events = events, .data.u64 = tag};
-
-    if (epoll_ctl(e->ctrl_epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-        pdx_error("control thread: epoll add: %s", strerror(errno));
-        return PDX_ERR_IO;
-    }
-    return PDX_OK;
+    return pdx_epoll_ctl(e->ctrl_epfd, EPOLL_CTL_ADD, fd, events, (epoll_data_t){.u64 = tag},
+                         "control thread");
 }
 
 pdx_status_t pdx_ctrl_start(pdx_engine_t *e)

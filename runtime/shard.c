@@ -50,6 +50,7 @@
 #include <unistd.h>
 
 #include "ctrl.h"
+#include "epoll.h"
 #include "log.h"
 #include "thread.h"
 
@@ -82,13 +83,8 @@ static uint32_t shard_cq_depth(const pdx_config_t *cfg)
 
 static pdx_status_t shard_epoll_add(pdx_shard_t *s, int fd, uint32_t tag)
 {
-    struct epoll_event ev = {.events = EPOLLIN, .data.u32 = tag};
-
-    if (epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-        pdx_error("shard %u: epoll add: %s", s->index, strerror(errno));
-        return PDX_ERR_IO;
-    }
-    return PDX_OK;
+    return pdx_epoll_ctl(s->epfd, EPOLL_CTL_ADD, fd, EPOLLIN, (epoll_data_t){.u32 = tag},
+                         "shard %u", s->index);
 }
 
 pdx_status_t pdx_shard_init(pdx_engine_t *e, pdx_shard_t *s, uint32_t index)

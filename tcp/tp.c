@@ -35,6 +35,8 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include "epoll.h"
+
 #define TCP_EVENTS      64
 #define TCP_JOIN_MS     10000u
 /* After an event the thread polls (epoll_wait with timeout 0) this long
@@ -62,30 +64,19 @@ void tcp_tp_kick(tcp_tp_t *tp)
 
 pdx_status_t tcp_poll_add(tcp_tp_t *tp, int fd, tcp_pollable_t *p, uint32_t events)
 {
-    struct epoll_event ev = {.events = events, .data.ptr = p};
-
-    if (epoll_ctl(tp->epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-        pdx_error("tcp: %s: epoll add: %s", tp->name, strerror(errno));
-        return PDX_ERR_IO;
-    }
-    return PDX_OK;
+    return pdx_epoll_ctl(tp->epfd, EPOLL_CTL_ADD, fd, events, (epoll_data_t){.ptr = p},
+                         "tcp: %s", tp->name);
 }
 
 pdx_status_t tcp_poll_mod(tcp_tp_t *tp, int fd, tcp_pollable_t *p, uint32_t events)
 {
-    struct epoll_event ev = {.events = events, .data.ptr = p};
-
-    if (epoll_ctl(tp->epfd, EPOLL_CTL_MOD, fd, &ev) < 0) {
-        pdx_error("tcp: %s: epoll mod: %s", tp->name, strerror(errno));
-        return PDX_ERR_IO;
-    }
-    return PDX_OK;
+    return pdx_epoll_ctl(tp->epfd, EPOLL_CTL_MOD, fd, events, (epoll_data_t){.ptr = p},
+                         "tcp: %s", tp->name);
 }
 
 void tcp_poll_del(tcp_tp_t *tp, int fd)
 {
-    if (epoll_ctl(tp->epfd, EPOLL_CTL_DEL, fd, NULL) < 0)
-        pdx_debug("tcp: %s: epoll del: %s", tp->name, strerror(errno));
+    pdx_epoll_ctl(tp->epfd, EPOLL_CTL_DEL, fd, 0, (epoll_data_t){0}, "tcp: %s", tp->name);
 }
 
 void tcp_work_add(tcp_ep_t *ep)
