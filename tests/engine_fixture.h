@@ -29,6 +29,8 @@ typedef struct side {
 
 /* Open an engine; cfg_pairs is "NAME=VALUE" strings ended by NULL. */
 void side_open(side_t *s, const geom_t *g, const char *const *cfg_pairs);
+/* Destroy the engine and free the side; a side never opened, or closed
+ * already, is left as it is. */
 void side_close(side_t *s);
 
 /* decode connects to prefill; returns decode's peer id for prefill. */

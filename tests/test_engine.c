@@ -16,12 +16,9 @@ static uint32_t peer;
 
 static void fini(void)
 {
-    if (dc.e)
-        side_close(&dc);
-    if (pf.e)
-        side_close(&pf);
-    if (pf2.e)
-        side_close(&pf2);
+    side_close(&dc);
+    side_close(&pf);
+    side_close(&pf2);
 }
 
 static void open_pair(const geom_t *g, const char *const *cfg)

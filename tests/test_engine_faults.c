@@ -18,12 +18,9 @@ static const geom_t g = {.layers = 2, .bytes_per_page = 4096, .npages = 64};
 
 static void fini(void)
 {
-    if (dc.e)
-        side_close(&dc);
-    if (pf.e)
-        side_close(&pf);
-    if (pf2.e)
-        side_close(&pf2);
+    side_close(&dc);
+    side_close(&pf);
+    side_close(&pf2);
 }
 
 static void open_pair(const char *const *cfg)

@@ -16,12 +16,9 @@ static side_t pf, pf2, dc;
 
 static void fini(void)
 {
-    if (dc.e)
-        side_close(&dc);
-    if (pf.e)
-        side_close(&pf);
-    if (pf2.e)
-        side_close(&pf2);
+    side_close(&dc);
+    side_close(&pf);
+    side_close(&pf2);
 }
 
 static pdx_wire_notify_t last_notify(const pdx_peer_t *p, uint64_t room)

@@ -38,10 +38,8 @@ static const geom_t g = {.layers = 1, .bytes_per_page = 256, .npages = 64};
 
 static void fini(void)
 {
-    if (dc.e)
-        side_close(&dc);
-    if (pf.e)
-        side_close(&pf);
+    side_close(&dc);
+    side_close(&pf);
 }
 
 

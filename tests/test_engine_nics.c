@@ -25,12 +25,9 @@ static uint32_t peer;
 
 static void fini(void)
 {
-    if (dc2.e)
-        side_close(&dc2);
-    if (dc.e)
-        side_close(&dc);
-    if (pf.e)
-        side_close(&pf);
+    side_close(&dc2);
+    side_close(&dc);
+    side_close(&pf);
 #ifdef PDX_TEST_SOFTNIC
     softnic_config_t c;
 

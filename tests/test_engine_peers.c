@@ -38,12 +38,9 @@ static const geom_t g = {.layers = 2, .bytes_per_page = 512, .npages = 64};
 
 static void fini(void)
 {
-    if (dc2.e)
-        side_close(&dc2);
-    if (dc.e)
-        side_close(&dc);
-    if (pf.e)
-        side_close(&pf);
+    side_close(&dc2);
+    side_close(&dc);
+    side_close(&pf);
 }
 
 static uint32_t test_peers(void)

@@ -15,12 +15,9 @@ static side_t pf, dc, dc2;
 
 static void fini(void)
 {
-    if (dc.e)
-        side_close(&dc);
-    if (dc2.e)
-        side_close(&dc2);
-    if (pf.e)
-        side_close(&pf);
+    side_close(&dc);
+    side_close(&dc2);
+    side_close(&pf);
 }
 
 /* Poll the room until it is in `want` or the deadline passes; the last state. */

@@ -25,12 +25,9 @@ static void fini(void)
 {
     softnic_config_t c;
 
-    if (dc2.e)
-        side_close(&dc2);
-    if (dc.e)
-        side_close(&dc);
-    if (pf.e)
-        side_close(&pf);
+    side_close(&dc2);
+    side_close(&dc);
+    side_close(&pf);
     softnic_faults_clear();
     softnic_config_default(&c);
     softnic_configure(&c);
