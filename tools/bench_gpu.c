@@ -1,6 +1,7 @@
 /*
  * pdx-bench --gpu N: the KV pool and the aux slots in memory of GPU N,
- * through hip/'s interface (hip/pdx_hip.h includes no GPU runtime header).
+ * through hip/'s interface (hip/pdx_hip.h includes no GPU runtime header),
+ * linked as pdx_gpu_helpers: the engine itself is reached only through pdx.h.
  *
  * Prefill: a kernel on the side's stream writes each page of the chunk
  * (hip/'s fill kernel, one launch per page and layer). Where hip/ has no
