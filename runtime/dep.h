@@ -22,6 +22,27 @@ typedef struct pdx_ledger_entry {
 } pdx_ledger_entry_t;
 
 /*
+ * A reset (dep_reset.c) as this side sees it: each step follows the one
+ * before, and the endpoint carries rooms only in PDX_DEP_RESET_NONE.
+ */
+typedef enum pdx_dep_reset {
+    PDX_DEP_RESET_NONE = 0,  /* not resetting (or abandoned with its peer) */
+    PDX_DEP_RESET_DRAINING,  /* failed: the old ep's WRs and receives complete */
+    PDX_DEP_RESET_REBUILT,   /* the ep of epoch + 1 exists; its EP goes out */
+    PDX_DEP_RESET_OFFERED,   /* its EP went out: connect once the peer's came */
+    PDX_DEP_RESET_CONNECTED, /* connected, receives posted, our CREDIT sent:
+                              * up at the peer's CREDIT */
+} pdx_dep_reset_t;
+
+/* The same reset as the peer's messages tell it: its EP comes before its
+ * CREDIT on the ordered control connection. */
+typedef enum pdx_dep_peer_reset {
+    PDX_PEER_RESET_SILENT = 0, /* nothing of this reset yet */
+    PDX_PEER_RESET_EP,         /* its EP of the new epoch: dep->remote */
+    PDX_PEER_RESET_UP,         /* ... and its CREDIT: its receives are posted */
+} pdx_dep_peer_reset_t;
+
+/*
  * A data endpoint: one RC connection of pair `pair`, queue `index`, owned by
  * one shard. Queue index runs over lane index % lanes: lane k joins our NIC
  * k % ntps to the peer's NIC k % its NICs. wr_id = (uint64_t)local index in
@@ -53,19 +74,16 @@ struct pdx_dep {
     pdx_tp_mr_t        *rx_mr;
     uint8_t            *rx_buf;        /* PDX_NOTIFY_RQ * PDX_TP_SEND_MAX */
     _Atomic uint32_t    rx_out;        /* receives posted, not completed */
-    /* reset and reconnect (dep_reset.c): lock guards ep replacement and
-     * what follows; epoch is also read without it */
+    /* reset and reconnect (dep_reset.c): lock guards ep replacement, both
+     * reset states and what the peer sent; epoch and reset are also read
+     * without it */
     pthread_mutex_t     lock;
     _Atomic uint32_t    epoch;         /* incarnation: 0, + 1 per reset */
-    _Atomic uint32_t    resetting;     /* failed; not usable until reconnected */
+    _Atomic uint32_t    reset;         /* pdx_dep_reset_t: ours */
+    uint32_t            peer_reset;    /* pdx_dep_peer_reset_t: the peer's */
     _Atomic uint32_t    streak;        /* resets since a WR last succeeded on it */
-    bool                rebuilt;       /* the ep of `epoch` exists */
-    bool                ep_sent;       /* ... and its EP went out */
-    bool                up_local;      /* ... and is connected, receives posted */
-    bool                have_remote;   /* the peer's EP of the next incarnation */
-    bool                peer_up;       /* its CREDIT of the epoch came first */
-    uint32_t            peer_credits;
-    pdx_tp_addr_t       remote;
+    uint32_t            peer_credits;  /* its CREDIT's count (PDX_PEER_RESET_UP) */
+    pdx_tp_addr_t       remote;        /* its EP's address (PDX_PEER_RESET_EP on) */
 };
 
 /*

@@ -1,10 +1,10 @@
 /*
- * Resetting a failed data endpoint and reconnecting it (engine.h).
+ * Resetting a failed data endpoint and reconnecting it (dep.h).
  *
  * A dep that fails (an error completion, a refused post, an async event
  * surfacing as flushed WRs, or the peer's RESET) while its peer is READY:
  *
- *   1 begin (any thread): failed, resetting, not connected (the shard's
+ *   1 begin (any thread): failed, DRAINING, not connected (the shard's
  *     index then holds the peer's rooms on this shard back); ep_fail, so
  *     every outstanding WR and receive completes with an error, each WR
  *     failing its own room; RESET(pair, index, epoch) to the peer unless it
@@ -15,19 +15,25 @@
  *   3 connect (whichever thread completes the pair: the shard once its EP
  *     went out, or the control thread on the peer's EP): ep_connect, post
  *     the notify receives, CREDIT(epoch, PDX_NOTIFY_RQ) to the peer.
- *   4 up (control thread, the peer's first CREDIT of the epoch): the peer's
- *     receives are posted, so notifies may flow: credits, connected, index
- *     rebuilt, the shard woken.
+ *   4 up (whichever thread completes the pair: the peer's CREDIT of the
+ *     epoch says its receives are posted): notifies may flow: credits,
+ *     connected, index rebuilt, the shard woken.
  *
  * Each side sends its RESET before its EP and its EP before its CREDIT on
  * one ordered control connection, so a message of an older epoch is
  * recognised and dropped, and no WRITE reaches a QP the peer has not
  * connected. If the peer fails meanwhile, the reset is abandoned with it.
  *
- * dep->lock guards the ep pointer against fail_deps (peer.c) and the fields
- * rebuilt, up_local, have_remote, remote; the shard is the only writer of
- * dep->ep after the handshake. Control messages go out after the lock is
- * released (never two locks at once).
+ * Our steps are dep->reset (pdx_dep_reset_t: DRAINING at 1, REBUILT and
+ * OFFERED at 2, CONNECTED at 3, NONE again at 4), the peer's messages
+ * dep->peer_reset (its EP, then its CREDIT). Steps 3 and 4 need both: each
+ * event records itself and then advance_locked() moves our side on as far as the
+ * peer's allows, whichever came first.
+ *
+ * dep->lock guards the ep pointer against fail_deps (peer.c), every write
+ * of both states, and remote and peer_credits; the shard is the only
+ * writer of dep->ep after the handshake. Control messages go out after the
+ * lock is released (never two locks at once).
  */
 #include "shard_loop.h"
 
@@ -102,16 +108,16 @@ void pdx_dep_reset_begin(pdx_dep_t *dep, pdx_status_t status, const char *why, b
         return;
     }
     pthread_mutex_lock(&dep->lock);
-    if (atomic_load_explicit(&dep->resetting, memory_order_relaxed) || !dep->ep) {
+    if (atomic_load_explicit(&dep->reset, memory_order_relaxed) != PDX_DEP_RESET_NONE ||
+        !dep->ep) {
         pthread_mutex_unlock(&dep->lock);
         return; /* under way already */
     }
     atomic_store_explicit(&dep->failed, 1, memory_order_release);
-    atomic_store_explicit(&dep->resetting, 1, memory_order_release);
+    atomic_store_explicit(&dep->reset, PDX_DEP_RESET_DRAINING, memory_order_release);
     atomic_store_explicit(&dep->connected, 0, memory_order_release);
     atomic_fetch_add_explicit(&dep->streak, 1, memory_order_relaxed);
-    dep->rebuilt = dep->ep_sent = dep->up_local = dep->have_remote = false;
-    dep->peer_up = false;
+    dep->peer_reset = PDX_PEER_RESET_SILENT;
     epoch = atomic_load_explicit(&dep->epoch, memory_order_relaxed);
     e->ops->ep_fail(dep->ep, status < 0 ? status : PDX_ERR_PEER, why);
     pthread_mutex_unlock(&dep->lock);
@@ -130,38 +136,60 @@ void pdx_dep_reset_begin(pdx_dep_t *dep, pdx_status_t status, const char *why, b
 }
 
 /* Both sides' receives are posted (dep->lock held): the endpoint carries
- * rooms again; the caller calls up_done() once unlocked. */
-static void up_locked(pdx_dep_t *dep, uint32_t credits)
+ * rooms again. */
+static void up_locked(pdx_dep_t *dep)
 {
-    atomic_store_explicit(&dep->credits, (int32_t)credits, memory_order_relaxed);
-    dep->rebuilt = dep->ep_sent = dep->up_local = dep->have_remote = false;
-    dep->peer_up = false;
+    atomic_store_explicit(&dep->credits, (int32_t)dep->peer_credits, memory_order_relaxed);
+    dep->peer_reset = PDX_PEER_RESET_SILENT;
     atomic_store_explicit(&dep->failed, 0, memory_order_release);
     atomic_store_explicit(&dep->connected, 1, memory_order_release);
-    atomic_store_explicit(&dep->resetting, 0, memory_order_release);
+    atomic_store_explicit(&dep->reset, PDX_DEP_RESET_NONE, memory_order_release);
 }
 
-static void up_done(pdx_dep_t *dep, uint32_t epoch)
+/*
+ * Our side as far on as the peer's allows (dep->lock held): connect once our
+ * EP went out and the peer's came, up once its CREDIT came too. Then,
+ * unlocked, advance_done() sends our CREDIT and announces the endpoint.
+ */
+typedef struct advance {
+    bool         credit; /* connected: our CREDIT goes out */
+    bool         up;     /* the endpoint carries rooms again */
+    uint32_t     epoch;
+    pdx_status_t status;
+} advance_t;
+
+static advance_t advance_locked(pdx_dep_t *dep)
 {
-    pdx_info("data endpoint %u.%u to %s reconnected (epoch %u)", dep->pair, dep->index,
-             dep->peer->addr, epoch);
-    reset_over(dep);
+    advance_t a = {.epoch = atomic_load_explicit(&dep->epoch, memory_order_relaxed),
+                   .status = PDX_OK};
+    uint32_t state = atomic_load_explicit(&dep->reset, memory_order_relaxed);
+
+    if (state == PDX_DEP_RESET_OFFERED && dep->peer_reset >= PDX_PEER_RESET_EP) {
+        a.status = pdx_dep_ep_connect(dep, &dep->remote);
+        if (a.status != PDX_OK)
+            return a;
+        state = PDX_DEP_RESET_CONNECTED;
+        atomic_store_explicit(&dep->reset, state, memory_order_release);
+        a.credit = true;
+    }
+    if (state == PDX_DEP_RESET_CONNECTED && dep->peer_reset == PDX_PEER_RESET_UP) {
+        up_locked(dep);
+        a.up = true;
+    }
+    return a;
 }
 
-/* Connect the rebuilt ep to the peer's new one (dep->lock held); the caller
- * then sends the CREDIT that says our receives are posted, unlocked. */
-static pdx_status_t connect_locked(pdx_dep_t *dep)
+static pdx_status_t advance_done(pdx_dep_t *dep, advance_t a)
 {
-    pdx_status_t st = pdx_dep_ep_connect(dep, &dep->remote);
-
-    if (st == PDX_OK)
-        dep->up_local = true;
-    return st;
-}
-
-static pdx_status_t send_credit(pdx_dep_t *dep, uint32_t epoch)
-{
-    return pdx_peer_send_credit(dep->peer, dep->pair, dep->index, epoch, PDX_NOTIFY_RQ);
+    if (a.status == PDX_OK && a.credit)
+        a.status = pdx_peer_send_credit(dep->peer, dep->pair, dep->index, a.epoch,
+                                        PDX_NOTIFY_RQ);
+    if (a.up) {
+        pdx_info("data endpoint %u.%u to %s reconnected (epoch %u)", dep->pair, dep->index,
+                 dep->peer->addr, a.epoch);
+        reset_over(dep);
+    }
+    return a.status;
 }
 
 /* Shard: the old ep has nothing outstanding; replace it and offer the new one. */
@@ -171,12 +199,12 @@ static void rebuild(pdx_shard_loop_t *L, pdx_dep_t *dep)
     pdx_peer_t *peer = dep->peer;
     const pdx_tp_ep_attr_t attr = {.sq_depth = dep->sq_depth, .rq_depth = PDX_NOTIFY_RQ};
     uint32_t epoch = atomic_load_explicit(&dep->epoch, memory_order_relaxed) + 1;
-    bool connected = false, up = false;
     ep_frame_t f;
     pdx_status_t st;
 
     pthread_mutex_lock(&dep->lock);
-    if (dep->rebuilt || !atomic_load_explicit(&dep->resetting, memory_order_relaxed)) {
+    if (atomic_load_explicit(&dep->reset, memory_order_relaxed) != PDX_DEP_RESET_DRAINING ||
+        !dep->ep) {
         pthread_mutex_unlock(&dep->lock);
         return; /* done already: waiting for the peer */
     }
@@ -189,31 +217,24 @@ static void rebuild(pdx_shard_loop_t *L, pdx_dep_t *dep)
         atomic_store_explicit(&dep->credits, 0, memory_order_relaxed);
         dep->unsignaled = 0;
         dep->reposted = 0;
-        dep->rebuilt = true;
+        atomic_store_explicit(&dep->reset, PDX_DEP_RESET_REBUILT, memory_order_release);
         st = encode_ep(dep, epoch, &f);
     }
     pthread_mutex_unlock(&dep->lock);
     /* Sent unlocked (never two locks at once). Our CREDIT must follow our
-     * EP: until ep_sent, the control thread only keeps the peer's EP. */
+     * EP: until OFFERED, the control thread only keeps the peer's EP. */
     if (st == PDX_OK)
         st = pdx_peer_send(peer, f.bytes, f.len);
     if (st == PDX_OK) {
+        advance_t a;
+
         pthread_mutex_lock(&dep->lock);
-        dep->ep_sent = true;
-        if (dep->have_remote && !dep->up_local) {
-            st = connect_locked(dep);
-            connected = st == PDX_OK;
-            if (connected && dep->peer_up) {
-                up_locked(dep, dep->peer_credits);
-                up = true;
-            }
-        }
+        if (atomic_load_explicit(&dep->reset, memory_order_relaxed) == PDX_DEP_RESET_REBUILT)
+            atomic_store_explicit(&dep->reset, PDX_DEP_RESET_OFFERED, memory_order_release);
+        a = advance_locked(dep);
         pthread_mutex_unlock(&dep->lock);
+        st = advance_done(dep, a);
     }
-    if (connected)
-        st = send_credit(dep, epoch);
-    if (up)
-        up_done(dep, epoch);
     if (st != PDX_OK)
         pdx_peer_fail(peer, st, "rebuilding data endpoint %u.%u to %s: %s", dep->pair,
                       dep->index, peer->addr, pdx_status_str(st));
@@ -230,11 +251,18 @@ void pdx_shard_resets(pdx_shard_loop_t *L)
     for (uint32_t i = 0; i < n; i++) {
         pdx_dep_t *dep = atomic_load_explicit(&s->deps[i], memory_order_acquire);
 
-        if (!dep || !atomic_load_explicit(&dep->resetting, memory_order_acquire))
+        uint32_t was;
+
+        if (!dep || atomic_load_explicit(&dep->reset, memory_order_acquire) ==
+                        PDX_DEP_RESET_NONE)
             continue;
         if (!peer_ready(dep->peer)) {
             /* The peer failed: its deps stay in error; the reset is over. */
-            if (atomic_exchange_explicit(&dep->resetting, 0, memory_order_acq_rel))
+            pthread_mutex_lock(&dep->lock);
+            was = atomic_load_explicit(&dep->reset, memory_order_relaxed);
+            atomic_store_explicit(&dep->reset, PDX_DEP_RESET_NONE, memory_order_release);
+            pthread_mutex_unlock(&dep->lock);
+            if (was != PDX_DEP_RESET_NONE)
                 reset_over(dep);
             continue;
         }
@@ -277,18 +305,19 @@ void pdx_dep_on_reset(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_reset_t 
 void pdx_dep_on_ep(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_ep_t *m)
 {
     pdx_dep_t *dep = find_dep(peer, m->shard, m->index, "EP");
-    uint32_t epoch, want;
-    bool connected = false, up = false;
-    pdx_status_t st = PDX_OK;
+    uint32_t epoch, want, state;
+    pdx_status_t st;
+    advance_t a;
 
     (void)e;
     if (!dep)
         return;
     pthread_mutex_lock(&dep->lock);
     epoch = atomic_load_explicit(&dep->epoch, memory_order_relaxed);
-    want = dep->rebuilt ? epoch : epoch + 1;
-    if (!atomic_load_explicit(&dep->resetting, memory_order_relaxed) || m->epoch != want ||
-        dep->have_remote) {
+    state = atomic_load_explicit(&dep->reset, memory_order_relaxed);
+    want = state >= PDX_DEP_RESET_REBUILT ? epoch : epoch + 1;
+    if (state == PDX_DEP_RESET_NONE || m->epoch != want ||
+        dep->peer_reset != PDX_PEER_RESET_SILENT) {
         pthread_mutex_unlock(&dep->lock);
         if (m->epoch > want)
             pdx_ctrl_fail(peer, PDX_ERR_PROTO, "EP %u/%u of epoch %u from %s, expected %u",
@@ -296,20 +325,10 @@ void pdx_dep_on_ep(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_ep_t *m)
         return; /* an older epoch: dropped */
     }
     dep->remote = m->addr;
-    dep->have_remote = true;
-    if (dep->ep_sent) {
-        st = connect_locked(dep);
-        connected = st == PDX_OK;
-        if (connected && dep->peer_up) {
-            up_locked(dep, dep->peer_credits);
-            up = true;
-        }
-    }
+    dep->peer_reset = PDX_PEER_RESET_EP;
+    a = advance_locked(dep);
     pthread_mutex_unlock(&dep->lock);
-    if (connected)
-        st = send_credit(dep, m->epoch); /* unlocked: never two locks at once */
-    if (up)
-        up_done(dep, m->epoch);
+    st = advance_done(dep, a); /* unlocked: never two locks at once */
     if (st != PDX_OK)
         pdx_peer_fail(peer, st, "reconnecting data endpoint %u.%u to %s: %s", dep->pair,
                       dep->index, peer->addr, pdx_status_str(st));
@@ -318,28 +337,27 @@ void pdx_dep_on_ep(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_ep_t *m)
 bool pdx_dep_on_credit(pdx_engine_t *e, pdx_peer_t *peer, pdx_dep_t *dep,
                        const pdx_wire_credit_t *m)
 {
-    bool up = false;
+    advance_t a = {.status = PDX_OK};
+    pdx_status_t st;
 
     (void)e;
     if (m->epoch != atomic_load_explicit(&dep->epoch, memory_order_acquire))
         return true; /* of an older incarnation: dropped */
-    if (!atomic_load_explicit(&dep->resetting, memory_order_acquire))
+    if (atomic_load_explicit(&dep->reset, memory_order_acquire) == PDX_DEP_RESET_NONE)
         return false; /* a plain credit */
     pthread_mutex_lock(&dep->lock);
-    if (atomic_load_explicit(&dep->resetting, memory_order_relaxed) && dep->rebuilt) {
-        /* The peer's receives are posted. Ours too: the endpoint carries
-         * rooms again; not yet (our EP or connect is still to come): kept. */
-        if (dep->up_local) {
-            up_locked(dep, m->count);
-            up = true;
-        } else {
-            dep->peer_up = true;
-            dep->peer_credits = m->count;
-        }
+    /* The peer's receives are posted: up now if ours are, else once they are.
+     * A CREDIT before its EP, or a second one, is dropped. */
+    if (atomic_load_explicit(&dep->reset, memory_order_relaxed) >= PDX_DEP_RESET_REBUILT &&
+        dep->peer_reset == PDX_PEER_RESET_EP) {
+        dep->peer_reset = PDX_PEER_RESET_UP;
+        dep->peer_credits = m->count;
+        a = advance_locked(dep);
     }
     pthread_mutex_unlock(&dep->lock);
-    (void)peer;
-    if (up)
-        up_done(dep, m->epoch);
+    st = advance_done(dep, a);
+    if (st != PDX_OK)
+        pdx_peer_fail(peer, st, "reconnecting data endpoint %u.%u to %s: %s", dep->pair,
+                      dep->index, peer->addr, pdx_status_str(st));
     return true;
 }

@@ -312,9 +312,9 @@ pdx_status_t pdx_shard_add_dep(pdx_shard_t *s, pdx_dep_t *dep)
     atomic_init(&dep->credits, 0);
     atomic_init(&dep->rx_out, 0);
     atomic_init(&dep->epoch, 0);
-    atomic_init(&dep->resetting, 0);
+    atomic_init(&dep->reset, PDX_DEP_RESET_NONE);
     atomic_init(&dep->streak, 0);
-    dep->rebuilt = dep->ep_sent = dep->up_local = dep->have_remote = dep->peer_up = false;
+    dep->peer_reset = PDX_PEER_RESET_SILENT;
     pthread_mutex_init(&dep->lock, NULL);
 
     if (dep->nic >= e->ntps) {
@@ -396,7 +396,7 @@ void pdx_shard_drop_deps(pdx_shard_loop_t *L)
         pdx_peer_t *peer;
 
         if (!dep || !atomic_load_explicit(&dep->peer->reaped, memory_order_acquire) ||
-            atomic_load_explicit(&dep->resetting, memory_order_acquire) ||
+            atomic_load_explicit(&dep->reset, memory_order_acquire) ||
             dep->completed != dep->posted ||
             atomic_load_explicit(&dep->rx_out, memory_order_relaxed) != 0)
             continue; /* live, its reset not abandoned yet (pdx_shard_resets), or draining */
@@ -497,7 +497,7 @@ bool pdx_shard_peer_resetting(pdx_shard_loop_t *L, const pdx_peer_t *peer)
         return false;
     for (uint32_t i = L->idx_start[id]; i < L->idx_start[id + 1]; i++)
         if (L->idx_deps[i]->peer == peer &&
-            atomic_load_explicit(&L->idx_deps[i]->resetting, memory_order_acquire))
+            atomic_load_explicit(&L->idx_deps[i]->reset, memory_order_acquire))
             return true;
     return false;
 }

@@ -400,7 +400,7 @@ static void wait_reconnected(pdx_dep_t *dep, uint32_t epoch)
 {
     for (int i = 0; i < 5000; i++) {
         if (atomic_load(&dep->epoch) >= epoch && atomic_load(&dep->connected) &&
-            !atomic_load(&dep->resetting))
+            !atomic_load(&dep->reset))
             return;
         usleep(1000);
     }

@@ -333,10 +333,10 @@ Test(engine_nics, endpoint_on_the_second_nic_is_reset_there, .fini = fini, .time
     cr_assert_not_null(dep);
     cr_assert_eq(softnic_qp_fatal(rdma_ep(dep->ep)->qp->qp_num), 0);
     for (int i = 0; i < 5000 && !(atomic_load(&dep->epoch) >= 1 && atomic_load(&dep->connected) &&
-                                  !atomic_load(&dep->resetting)); i++)
+                                  !atomic_load(&dep->reset)); i++)
         usleep(1000);
     cr_assert_geq(atomic_load(&dep->epoch), 1, "not reset");
-    cr_assert(atomic_load(&dep->connected) && !atomic_load(&dep->resetting), "not reconnected");
+    cr_assert(atomic_load(&dep->connected) && !atomic_load(&dep->reset), "not reconnected");
     cr_assert_eq(rdma_ep(dep->ep)->tp, rdma_tp(pf.e->tps[1]), "rebuilt on another NIC");
     posted_per_nic(pf.e, false, before);
     transfer(950, 8, 24);
