@@ -36,6 +36,8 @@
  *   after the thread is gone is reaped by the thread that failed it.
  */
 #include "ctrl.h"
+#include "peer.h"
+#include "rooms.h"
 
 #include <errno.h>
 #include <netdb.h>

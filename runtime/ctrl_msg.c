@@ -33,6 +33,10 @@
  * at any time after HELLO. A BYE, at any time, ends the peer as routine.
  */
 #include "ctrl.h"
+#include "dep.h"
+#include "peer.h"
+#include "rooms.h"
+#include "shard.h"
 
 #include <stdarg.h>
 #include <stdio.h>

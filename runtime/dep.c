@@ -5,6 +5,9 @@
  * dep_reset.c's.
  */
 #include "engine.h"
+#include "dep.h"
+#include "peer.h"
+#include "shard.h"
 
 #include <stdio.h>
 #include <stdlib.h>

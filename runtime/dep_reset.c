@@ -36,6 +36,7 @@
  * lock is released (never two locks at once).
  */
 #include "shard_loop.h"
+#include "peer.h"
 
 #include <stdio.h>
 

@@ -9,6 +9,9 @@
  * transport closed.
  */
 #include "engine.h"
+#include "peer.h"
+#include "rooms.h"
+#include "shard.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -4,8 +4,7 @@
  * own: bounds.h (limits, shared names), mem.h (registered memory), peer.h
  * (control connections), dep.h (data endpoints), rooms.h (room data and
  * what changes it), shard.h (workers; shard_loop.h is a worker's own
- * state). This header includes them all at its end, for the files that use
- * every part.
+ * state). Each file includes the parts it uses.
  *
  * Threads:
  * - API threads: any thread calling pdx_*.
@@ -129,11 +128,5 @@ void pdx_ctrl_wake(pdx_engine_t *e);
  * created (tests change it to make an engine speak another version). */
 extern uint32_t pdx_protocol_version;
 
-
-/* Every other part of the engine, for the files that use them all. */
-#include "dep.h"
-#include "peer.h"
-#include "rooms.h"
-#include "shard.h"
 
 #endif

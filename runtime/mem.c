@@ -23,6 +23,7 @@
  * engine->lock, on setup calls only.
  */
 #include "engine.h"
+#include "peer.h"
 
 #include <string.h>
 

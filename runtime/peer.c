@@ -22,6 +22,10 @@
  * endpoints, freed by the last pdx_peer_put().
  */
 #include "ctrl.h"
+#include "dep.h"
+#include "peer.h"
+#include "rooms.h"
+#include "shard.h"
 
 #include <errno.h>
 #include <netdb.h>

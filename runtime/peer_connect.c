@@ -6,6 +6,7 @@
  * rest. A peer that fails after the dial is retired like any other.
  */
 #include "ctrl.h"
+#include "peer.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -4,6 +4,7 @@
  * made after it (broadcast to every peer that has the snapshot).
  */
 #include "ctrl.h"
+#include "peer.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -11,6 +11,8 @@
 #include <string.h>
 
 #include "engine.h"
+#include "peer.h"
+#include "shard.h"
 #include "log.h"
 #include "rooms.h"
 

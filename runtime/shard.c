@@ -38,6 +38,8 @@
  *   is 1 us, so the sleep is that long and not 50 us more).
  */
 #include "shard_loop.h"
+#include "peer.h"
+#include "rooms.h"
 
 #include <errno.h>
 #include <signal.h>

@@ -17,6 +17,8 @@
  * of our own on the same endpoint (retried while it has no credit or slot).
  */
 #include "shard_loop.h"
+#include "peer.h"
+#include "rooms.h"
 
 #include <stdio.h>
 

@@ -7,7 +7,10 @@
 #ifndef PDX_SHARD_LOOP_H
 #define PDX_SHARD_LOOP_H
 
+#include "dep.h"
 #include "engine.h"
+#include "plan.h"
+#include "shard.h"
 
 #define PDX_SHARD_NONE      UINT32_MAX /* no cell, no room */
 #define PDX_SHARD_MAX_DEPS  (PDX_MAX_PEERS * 8)

@@ -27,6 +27,8 @@
  * data of every endpoint (RC order: a SEND lands after the WRITEs before it).
  */
 #include "shard_loop.h"
+#include "peer.h"
+#include "rooms.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -9,6 +9,8 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "peer.h"
+#include "rooms.h"
 #include "engine_fixture.h"
 
 static side_t pf, dc, pf2;

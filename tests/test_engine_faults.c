@@ -10,6 +10,9 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "dep.h"
+#include "peer.h"
+#include "rooms.h"
 #include "engine_fixture.h"
 
 static side_t pf, dc, pf2;

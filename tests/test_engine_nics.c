@@ -14,6 +14,9 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "dep.h"
+#include "peer.h"
+#include "shard.h"
 #include "engine_fixture.h"
 #ifdef PDX_TEST_SOFTNIC
 #include "rdma/rdma.h"

@@ -23,6 +23,8 @@
 #include <unistd.h>
 
 #include "ctrl.h"
+#include "peer.h"
+#include "shard.h"
 #include "engine_fixture.h"
 #include "proc_usage.h"
 #include "sanitized.h"

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "shard.h"
 #include "engine_fixture.h"
 #include "softnic.h"
 
