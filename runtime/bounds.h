@@ -15,6 +15,8 @@
 #define PDX_MAX_LAYOUTS     64
 #define PDX_MAX_DESTS       8      /* decode ranks one prefill room sends to */
 #define PDX_MAX_NICS        4      /* PDX_NICS at most (config.c) */
+#define PDX_ROOMS_MAX       (1u << 24) /* PDX_ROOMS at most (config.c) */
+#define PDX_SQ_DEPTH_MAX    32768u /* PDX_SQ_DEPTH at most (config.c) */
 #define PDX_SHARD_MAX_CQS   (4 * PDX_MAX_NICS) /* CQs of one shard, all NICs */
 #define PDX_NOTIFY_RQ       64     /* receive buffers per data endpoint */
 #define PDX_CREDIT_BATCH    16     /* reposts returned per credit record */

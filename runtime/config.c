@@ -1,5 +1,6 @@
 /* The PDX_* configuration table and its parsers. */
 #include "config.h"
+#include "bounds.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -46,7 +47,7 @@ static const pdx_config_row_t config_table[] = {
             RING_CHUNKS, ring_chunks, 2, 1 << 20),
     ROW_INT("PDX_RING_PAGES", "262144", "Page indices queued per shard before pdx_send says AGAIN",
             RING_PAGES, ring_pages, 256, 1 << 30),
-    ROW_INT("PDX_ROOMS", "16384", "Room table capacity", ROOMS, rooms, 16, 1 << 24),
+    ROW_INT("PDX_ROOMS", "16384", "Room table capacity", ROOMS, rooms, 16, PDX_ROOMS_MAX),
     ROW_INT("PDX_HELD_NOTIFIES", "1024", "Notifies held for rooms not yet expected",
             HELD_NOTIFIES, held_notifies, 0, 1 << 20),
     ROW_SIZE("PDX_MAX_MSG_SIZE", "1M", "Largest single write (bytes, K/M/G suffixes)",
@@ -65,7 +66,7 @@ static const pdx_config_row_t config_table[] = {
             "are striped over them", QPS_PER_PEER, qps_per_peer, 1, 64),
     ROW_INT("PDX_NICS", "1", "NICs the engine uses: the first usable ones of PDX_IB_DEVICES, else "
             "those nearest its GPU", NICS, nics, 1, 4),
-    ROW_INT("PDX_SQ_DEPTH", "256", "Send-queue depth per endpoint", SQ_DEPTH, sq_depth, 4, 32768),
+    ROW_INT("PDX_SQ_DEPTH", "256", "Send-queue depth per endpoint", SQ_DEPTH, sq_depth, 4, PDX_SQ_DEPTH_MAX),
     ROW_INT("PDX_SIGNAL_EVERY", "16", "Signal every K-th write (K <= PDX_SQ_DEPTH / 2)",
             SIGNAL_EVERY, signal_every, 1, 16384),
     ROW_INT("PDX_GPU", "-1", "GPU the engine serves; -1: the creating thread's current device",

@@ -90,6 +90,4 @@ void pdx_dep_free(pdx_engine_t *e, pdx_dep_t *dep)
     }
     dep->rx_mr = NULL;
     dep->rx_buf = NULL;
-    free(dep->ledger);
-    dep->ledger = NULL;
 }

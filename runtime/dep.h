@@ -15,12 +15,6 @@
 #include "wire.h"
 
 
-/* One entry per WR posted on a data endpoint, indexed by seq % sq_depth. */
-typedef struct pdx_ledger_entry {
-    pdx_room_obj_t *room;         /* NULL: no room (a padding entry) */
-    uint64_t        room_id;
-} pdx_ledger_entry_t;
-
 /*
  * A reset (dep_reset.c) as this side sees it: each step follows the one
  * before, and the endpoint carries rooms only in PDX_DEP_RESET_NONE.
@@ -45,9 +39,8 @@ typedef enum pdx_dep_peer_reset {
 /*
  * A data endpoint: one RC connection of pair `pair`, queue `index`, owned by
  * one shard. Queue index runs over lane index % lanes: lane k joins our NIC
- * k % ntps to the peer's NIC k % its NICs. wr_id = (uint64_t)local index in
- * the shard's dep table << 48 | seq (WRITE/SEND, low 47 bits) or 1 << 47 |
- * receive slot (RECV).
+ * k % ntps to the peer's NIC k % its NICs. Its WRs' wr_ids (below) say
+ * which room each belongs to: the transport's record of a WR is the only one.
  */
 struct pdx_dep {
     pdx_tp_ep_t        *ep;
@@ -65,8 +58,6 @@ struct pdx_dep {
     uint32_t            sq_depth;
     uint64_t            posted;        /* WRs posted so far (next seq) */
     uint64_t            completed;     /* WRs known complete */
-    uint32_t            unsignaled;    /* WRs since the last signaled one */
-    pdx_ledger_entry_t *ledger;
     uint32_t            reposted;      /* receives reposted, not yet credited */
     /* notify credits: receives the peer has posted for us */
     _Atomic int32_t     credits;
@@ -118,18 +109,42 @@ bool pdx_dep_on_credit(pdx_engine_t *e, pdx_peer_t *peer, pdx_dep_t *dep,
                        const pdx_wire_credit_t *m);
 
 /*
- * wr_id of a WR on a data endpoint: the dep's slot in shard->deps << 48,
- * then for WRITE/SEND the low 47 bits of the endpoint's WR sequence, for a
- * RECV PDX_WR_RECV | its receive buffer. The RECV bit keeps the two apart
- * without trusting wc.opcode (verbs leave it undefined on error).
+ * wr_id of a WR on a data endpoint:
+ *
+ *   | dep slot 16 | RECV 1 | room 25 | seq 22 |   WRITE, SEND
+ *   | dep slot 16 | RECV 1 | receive buffer 47 |  RECV
+ *
+ * dep slot: its index in shard->deps. The RECV bit keeps the two apart
+ * without trusting wc.opcode (verbs leave it undefined on error). room: the
+ * room's index in the room table + 1 (0: no room, a credit record). seq:
+ * the low bits of the endpoint's WR sequence (dep->posted when posted),
+ * enough for sq_depth WRs outstanding.
+ *
+ * The engine keeps no record of its own per WR: every run of one room's WRs
+ * on an endpoint ends with a signaled one (a post is one room's and ends
+ * signaled), so a completion covers WRs of its own wr_id's room only, from
+ * dep->completed on; a failed WR has a completion of its own.
  */
 #define PDX_WR_SLOT_SHIFT 48
 #define PDX_WR_RECV       (1ull << 47)
-#define PDX_WR_SEQ_MASK   (PDX_WR_RECV - 1)
+#define PDX_WR_ROOM_SHIFT 22
+#define PDX_WR_ROOM_MASK  ((1ull << 25) - 1)
+#define PDX_WR_SEQ_MASK   ((1ull << PDX_WR_ROOM_SHIFT) - 1)
+#define PDX_WR_BUF_MASK   (PDX_WR_RECV - 1)
 
-static inline uint64_t pdx_wr_id_send(const pdx_dep_t *dep, uint64_t seq)
+_Static_assert(PDX_ROOMS_MAX < PDX_WR_ROOM_MASK, "a room index fits a wr_id");
+_Static_assert(PDX_SQ_DEPTH_MAX <= PDX_WR_SEQ_MASK / 2, "outstanding WRs fit a wr_id's seq");
+
+/* room: the room's index in the table + 1, or 0 */
+static inline uint64_t pdx_wr_id_send(const pdx_dep_t *dep, uint32_t room, uint64_t seq)
 {
-    return (uint64_t)dep->slot << PDX_WR_SLOT_SHIFT | (seq & PDX_WR_SEQ_MASK);
+    return (uint64_t)dep->slot << PDX_WR_SLOT_SHIFT | (uint64_t)room << PDX_WR_ROOM_SHIFT |
+           (seq & PDX_WR_SEQ_MASK);
+}
+
+static inline uint32_t pdx_wr_room(uint64_t wr_id)
+{
+    return (uint32_t)(wr_id >> PDX_WR_ROOM_SHIFT & PDX_WR_ROOM_MASK);
 }
 
 static inline uint64_t pdx_wr_id_recv(const pdx_dep_t *dep, uint32_t i)
@@ -137,7 +152,7 @@ static inline uint64_t pdx_wr_id_recv(const pdx_dep_t *dep, uint32_t i)
     return (uint64_t)dep->slot << PDX_WR_SLOT_SHIFT | PDX_WR_RECV | i;
 }
 
-/* Free the dep's ep, receive buffers and ledger (its shard, or teardown). */
+/* Free the dep's ep and receive buffers (its shard, or teardown). */
 void pdx_dep_free(pdx_engine_t *e, pdx_dep_t *dep);
 
 /*

@@ -216,7 +216,6 @@ static void rebuild(pdx_shard_loop_t *L, pdx_dep_t *dep)
     if (st == PDX_OK) {
         atomic_store_explicit(&dep->epoch, epoch, memory_order_release);
         atomic_store_explicit(&dep->credits, 0, memory_order_relaxed);
-        dep->unsignaled = 0;
         dep->reposted = 0;
         atomic_store_explicit(&dep->reset, PDX_DEP_RESET_REBUILT, memory_order_release);
         st = encode_ep(dep, epoch, &f);

@@ -9,12 +9,12 @@
  *   writes striped over the room's endpoints, aux, notifies), so a closed
  *   gate, missing metadata or a full send queue never holds up another room.
  *   It polls its completion queues (one per NIC, more when endpoints fill
- *   them): write completions retire ledger entries (a room whose last
- *   chunk's WRs all completed becomes SUCCESS), error completions fail the
- *   rooms of the failed WRs and reset the endpoint; notify receives go to
- *   pdx_rooms_on_notify, are reposted and returned to the sender as credit
- *   records on the endpoint itself (shard_send.c, shard_cq.c). It drops the
- *   endpoints of retired peers once they drained.
+ *   them): a write completion retires the WRs of its room that it covers (a
+ *   room whose last chunk's WRs all completed becomes SUCCESS), error
+ *   completions fail the rooms of the failed WRs and reset the endpoint;
+ *   notify receives go to pdx_rooms_on_notify, are reposted and returned to
+ *   the sender as credit records on the endpoint itself (shard_send.c,
+ *   shard_cq.c). It drops the endpoints of retired peers once they drained.
  * - What feeds it: the ring (pdx_send on any thread pushes, then calls
  *   pdx_shard_wake), room metadata (the control thread publishes it, then
  *   calls pdx_shard_wake), endpoints (the control thread adds them with
@@ -27,7 +27,7 @@
  *   worker never holds a lock across them.
  * - Invariant: a room's sending state (the (shard) fields of its
  *   pdx_room_ext_t) and its inflight count are only touched by its shard;
- *   a dep's send queue, ledger and receives only by the shard that owns it.
+ *   a dep's send queue and receives only by the shard that owns it.
  *   The worker's last access to a room is the release decrement of `queued`
  *   or `inflight` that lets pdx_release free it.
  * - Sleeping: after a short spin, arm the CQ, set `sleeping`, make one more
@@ -305,7 +305,6 @@ pdx_status_t pdx_shard_add_dep(pdx_shard_t *s, pdx_dep_t *dep)
     dep->slot = slot;
     dep->sq_depth = e->cfg.sq_depth;
     dep->posted = dep->completed = 0;
-    dep->unsignaled = 0;
     dep->reposted = 0;
     dep->ep = NULL;
     dep->rx_mr = NULL;
@@ -332,17 +331,10 @@ pdx_status_t pdx_shard_add_dep(pdx_shard_t *s, pdx_dep_t *dep)
     status = e->ops->ep_create(e->tps[dep->nic], dep->cq, &attr, &dep->ep);
     if (status != PDX_OK)
         goto err_slot; /* the transport said why */
-    dep->ledger = calloc(dep->sq_depth, sizeof(*dep->ledger));
-    if (!dep->ledger) {
-        pdx_error("shard %u: out of memory for a ledger of %u entries", s->index,
-                  dep->sq_depth);
-        status = PDX_ERR_NOMEM;
-        goto err_ep;
-    }
     if (posix_memalign(&buf, PDX_CACHELINE, rx_len)) {
         pdx_error("shard %u: out of memory for notify receive buffers", s->index);
         status = PDX_ERR_NOMEM;
-        goto err_ledger;
+        goto err_ep;
     }
     dep->rx_buf = memset(buf, 0, rx_len);
     status = e->ops->mr_reg(e->tps[dep->nic], dep->rx_buf, rx_len, PDX_TP_ACCESS_LOCAL_WRITE,
@@ -366,9 +358,6 @@ err_buf:
     free(dep->rx_buf);
     dep->rx_buf = NULL;
     dep->rx_mr = NULL;
-err_ledger:
-    free(dep->ledger);
-    dep->ledger = NULL;
 err_ep:
     e->ops->ep_destroy(dep->ep);
     dep->ep = NULL;

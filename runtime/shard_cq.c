@@ -3,13 +3,13 @@
  *
  * WRITE/SEND: a completion of WR X on an endpoint covers every WR from the
  * endpoint's `completed` to X (unsignaled WRs before a signaled one succeeded
- * without a completion of their own). Each covered ledger entry retires one
- * WR of its room; the room whose last chunk's notifies are posted becomes
- * SUCCESS as its last WR retires (checked before the decrement, which is the
- * worker's last touch of the room). An error completion fails the room of
- * WR X; if the endpoint is in error (not just that WR refused) it is reset
- * (dep_reset.c), and its later WRs come back flushed, each failing its own
- * room.
+ * without a completion of their own), all of the room X's wr_id names
+ * (dep.h): they retire from it at once; the room whose last chunk's
+ * notifies are posted becomes SUCCESS as its last WR retires (checked before
+ * the decrement, which is the worker's last touch of the room). An error
+ * completion fails the room of WR X; if the endpoint is in error (not just
+ * that WR refused) it is reset (dep_reset.c), and its later WRs come back
+ * flushed, each failing its own room.
  *
  * RECV: a notify record from the peer: decoded, handed to rooms.c (or, a
  * credit record, added to the endpoint's credits), the buffer reposted and,
@@ -25,80 +25,65 @@
 #include "log.h"
 
 /*
- * WRs [from, to) of dep completed (or were flushed): they no longer hold
- * their rooms. One decrement per run of entries of one room.
+ * WRs [from, to) of dep completed (or were flushed), all of the room that
+ * the completion's wr_id names (dep.h; 0: none, a credit record): they no
+ * longer hold it.
  */
-static void retire(pdx_engine_t *e, pdx_dep_t *dep, uint64_t from, uint64_t to)
+static void retire(pdx_engine_t *e, uint32_t room, uint64_t from, uint64_t to)
 {
-    pdx_ledger_entry_t *const ledger = dep->ledger, *const wrap = ledger + dep->sq_depth;
-    pdx_ledger_entry_t *le = ledger + from % dep->sq_depth;
-    uint64_t left = to - from;
+    const uint32_t k = (uint32_t)(to - from);
+    pdx_room_obj_t *obj;
+    pdx_room_ext_t *ext;
+    uint32_t inflight;
 
-    while (left) {
-        /* the entries up to the end of the ledger, in runs of one room */
-        pdx_ledger_entry_t *const stop = le + PDX_MIN(left, (uint64_t)(wrap - le));
-
-        left -= (uint64_t)(stop - le);
-        while (le != stop) {
-            pdx_ledger_entry_t *const first = le;
-            pdx_room_obj_t *const obj = le->room;
-            pdx_room_ext_t *ext;
-            uint32_t k, inflight;
-
-            do
-                (le++)->room = NULL;
-            while (le != stop && le->room == obj);
-            if (!obj)
-                continue;
-            k = (uint32_t)(le - first);
-            ext = pdx_room_ext(e, obj);
-            /* Only this worker changes the count (a load and a store, no locked
-             * read-modify-write): k means these are the room's last WRs.
-             * SUCCESS comes before the decrement, which lets pdx_release free it. */
-            inflight = atomic_load_explicit(&ext->inflight, memory_order_relaxed);
-            if (ext->last_sent && inflight == k && pdx_room_state(obj) != PDX_ROOM_FAILED) {
-                PDX_MARKER_PUSH_ROOM("pdx room completed",
-                                     atomic_load_explicit(&obj->id, memory_order_relaxed));
-                PDX_MARKER_POP();
-                pdx_rooms_succeed(e, obj);
-            }
-            atomic_store_explicit(&ext->inflight, inflight - k, memory_order_release);
-        }
-        if (le == wrap)
-            le = ledger;
+    if (!room || !k)
+        return;
+    obj = &e->rooms.objs[room - 1];
+    ext = pdx_room_ext(e, obj);
+    /* Only this worker changes the count (a load and a store, no locked
+     * read-modify-write): k means these are the room's last WRs. SUCCESS
+     * comes before the decrement, which lets pdx_release free it. */
+    inflight = atomic_load_explicit(&ext->inflight, memory_order_relaxed);
+    if (ext->last_sent && inflight == k && pdx_room_state(obj) != PDX_ROOM_FAILED) {
+        PDX_MARKER_PUSH_ROOM("pdx room completed",
+                             atomic_load_explicit(&obj->id, memory_order_relaxed));
+        PDX_MARKER_POP();
+        pdx_rooms_succeed(e, obj);
     }
+    atomic_store_explicit(&ext->inflight, inflight - k, memory_order_release);
 }
 
 static void on_send(pdx_shard_loop_t *L, pdx_dep_t *dep, const pdx_tp_wc_t *wc)
 {
     pdx_engine_t *e = L->e;
+    const uint32_t room = pdx_wr_room(wc->wr_id);
     uint64_t ahead = ((wc->wr_id & PDX_WR_SEQ_MASK) - dep->completed) & PDX_WR_SEQ_MASK;
     uint64_t end;
     const char *why = "";
-    pdx_ledger_entry_t *le;
 
-    if (PDX_UNLIKELY(ahead >= dep->posted - dep->completed)) {
-        pdx_error("shard %u: completion of WR %llu on endpoint %u.%u to %s, which has "
-                  "none outstanding there: ignored", L->s->index,
-                  (unsigned long long)(wc->wr_id & PDX_WR_SEQ_MASK), dep->pair, dep->index,
-                  dep->peer->addr);
+    if (PDX_UNLIKELY(ahead >= dep->posted - dep->completed ||
+                     room > e->rooms.capacity)) {
+        pdx_error("shard %u: completion of WR %llu (room slot %u) on endpoint %u.%u to %s, "
+                  "which has none such outstanding there: ignored", L->s->index,
+                  (unsigned long long)(wc->wr_id & PDX_WR_SEQ_MASK), room, dep->pair,
+                  dep->index, dep->peer->addr);
         return;
     }
     end = dep->completed + ahead;
     if (PDX_LIKELY(wc->status == PDX_OK)) {
-        retire(e, dep, dep->completed, end + 1);
+        retire(e, room, dep->completed, end + 1);
         dep->completed = end + 1;
         if (PDX_UNLIKELY(atomic_load_explicit(&dep->streak, memory_order_relaxed)))
             atomic_store_explicit(&dep->streak, 0, memory_order_relaxed); /* it works */
         return;
     }
-    retire(e, dep, dep->completed, end);
-    le = &dep->ledger[end % dep->sq_depth];
+    /* The WRs before it succeeded (they are its room's too); it failed. */
+    retire(e, room, dep->completed, end);
     why = e->ops->ep_error(dep->ep);
-    if (le->room)
-        pdx_rooms_fail(e, le->room, wc->status, "write to %s failed: %s", dep->peer->addr,
-                       why[0] ? why : pdx_status_str(wc->status));
-    retire(e, dep, end, end + 1);
+    if (room)
+        pdx_rooms_fail(e, &e->rooms.objs[room - 1], wc->status, "write to %s failed: %s",
+                       dep->peer->addr, why[0] ? why : pdx_status_str(wc->status));
+    retire(e, room, end, end + 1);
     dep->completed = end + 1;
     /* An endpoint still healthy refused only that WR (tcp: out of range). */
     if (why[0])
@@ -131,7 +116,7 @@ static void credit_return(pdx_shard_loop_t *L, pdx_dep_t *dep)
     }
     status = pdx_wire_notify_encode(&n, buf, sizeof(buf), &len);
     if (status == PDX_OK)
-        status = e->ops->post_send(dep->ep, pdx_wr_id_send(dep, dep->posted), buf,
+        status = e->ops->post_send(dep->ep, pdx_wr_id_send(dep, 0, dep->posted), buf,
                                    (uint32_t)len, PDX_TP_SIGNALED);
     if (status != PDX_OK) {
         const char *err = e->ops->ep_error(dep->ep);
@@ -140,9 +125,7 @@ static void credit_return(pdx_shard_loop_t *L, pdx_dep_t *dep)
         return;
     }
     atomic_fetch_sub_explicit(&dep->credits, 1, memory_order_relaxed);
-    dep->ledger[dep->posted % dep->sq_depth] = (pdx_ledger_entry_t){.room = NULL};
     dep->posted++;
-    dep->unsignaled = 0;
     dep->reposted = 0;
     L->progress = true;
 }
@@ -169,7 +152,7 @@ static bool on_credit(pdx_dep_t *dep, const pdx_wire_notify_t *n, char *why, siz
 static void on_recv(pdx_shard_loop_t *L, pdx_dep_t *dep, const pdx_tp_wc_t *wc)
 {
     pdx_engine_t *e = L->e;
-    uint32_t i = (uint32_t)(wc->wr_id & PDX_WR_SEQ_MASK);
+    uint32_t i = (uint32_t)(wc->wr_id & PDX_WR_BUF_MASK);
     const char *why = NULL;
     pdx_wire_notify_t n;
     pdx_status_t status;

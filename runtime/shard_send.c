@@ -88,13 +88,10 @@ static step_t no_deps(send_ctx_t *c, const pdx_peer_t *peer)
 
 /* -------------------------------------------------------------- posting */
 
-static inline void ledger_add(pdx_dep_t *dep, send_ctx_t *c)
+/* The room of the context, as its WRs' wr_ids name it (dep.h). */
+static inline uint32_t wr_room(const send_ctx_t *c)
 {
-    pdx_ledger_entry_t *le = &dep->ledger[dep->posted % dep->sq_depth];
-
-    le->room = c->obj;
-    le->room_id = c->chunk->room;
-    dep->posted++;
+    return (uint32_t)(c->obj - c->L->e->rooms.objs) + 1;
 }
 
 /* A post was refused: the room fails; a dead endpoint also fails its peer. */
@@ -125,8 +122,8 @@ static bool build_writes(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
     pdx_engine_t *e = L->e;
     const pdx_peer_t *peer = dest->peer;
     pdx_tp_write_t *const wrs = L->wrs;
-    const uint32_t every = PDX_MAX(e->cfg.signal_every, 1u), unsignaled = dep->unsignaled;
-    const uint64_t id_base = pdx_wr_id_send(dep, 0);
+    const uint32_t every = PDX_MAX(e->cfg.signal_every, 1u);
+    const uint64_t id_base = pdx_wr_id_send(dep, wr_room(c), 0);
     const pdx_run_t *r = runs, *const end = runs + n;
     pdx_tp_write_t *w = wrs;
     uint64_t seq = dep->posted, mems;
@@ -181,9 +178,9 @@ static bool build_writes(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
         w->flags = 0;
         bytes += r->len;
     }
-    /* Signaled: every K-th since the last signaled WR, and the last of the
-     * batch (the worker may wait after it). */
-    for (uint32_t i = unsignaled < every ? every - unsignaled - 1 : 0; i < n; i += every)
+    /* Signaled: every K-th, and the last of the batch: the worker may wait
+     * after it, and a completion then covers this room's WRs only (dep.h). */
+    for (uint32_t i = every - 1; i < n; i += every)
         wrs[i].flags = PDX_TP_SIGNALED;
     wrs[n - 1].flags = PDX_TP_SIGNALED;
     *bytes_p = bytes;
@@ -213,10 +210,7 @@ err_dst:
     return false;
 }
 
-/*
- * Post n WRITEs of L->wrs on dep; the room's ledger entries and counters.
- * The ledger entries are those ledger_add() writes, its index kept in hand.
- */
+/* Post n WRITEs of L->wrs on dep; the room's counters. */
 static pdx_status_t post_writes(send_ctx_t *c, pdx_dep_t *dep, uint32_t n, uint64_t bytes)
 {
     pdx_shard_loop_t *L = c->L;
@@ -225,28 +219,9 @@ static pdx_status_t post_writes(send_ctx_t *c, pdx_dep_t *dep, uint32_t n, uint6
     PDX_MARKER_PUSH_ROOM("pdx post", c->chunk->room);
     status = L->e->ops->post_write(dep->ep, L->wrs, n);
     PDX_MARKER_POP();
-    pdx_ledger_entry_t *const ledger = dep->ledger, *const wrap = ledger + dep->sq_depth;
-    pdx_room_obj_t *const room = c->obj;
-    const uint64_t room_id = c->chunk->room;
-    pdx_ledger_entry_t *le;
-
     if (status != PDX_OK)
         return status;
-    le = ledger + dep->posted % dep->sq_depth;
-    for (uint32_t left = n; left;) {
-        /* up to the end of the ledger, then from its start */
-        pdx_ledger_entry_t *const stop = le + PDX_MIN(left, (uint32_t)(wrap - le));
-
-        left -= (uint32_t)(stop - le);
-        for (; le != stop; le++) {
-            le->room = room;
-            le->room_id = room_id;
-        }
-        if (le == wrap)
-            le = ledger;
-    }
     dep->posted += n;
-    dep->unsignaled = 0; /* the batch ends signaled */
     /* This worker is their only writer (shard.c): a load and a store, not a
      * locked read-modify-write that waits for every store above to drain. */
     atomic_store_explicit(&c->ext->inflight,
@@ -324,14 +299,13 @@ static pdx_status_t post_notify(send_ctx_t *c, pdx_dep_t *dep, uint32_t flags, u
     if (status != PDX_OK)
         return status;
     PDX_MARKER_PUSH_ROOM("pdx notify", c->chunk->room);
-    status = L->e->ops->post_send(dep->ep, pdx_wr_id_send(dep, dep->posted), buf, (uint32_t)len,
-                                  PDX_TP_SIGNALED);
+    status = L->e->ops->post_send(dep->ep, pdx_wr_id_send(dep, wr_room(c), dep->posted), buf,
+                                  (uint32_t)len, PDX_TP_SIGNALED);
     PDX_MARKER_POP();
     if (status != PDX_OK)
         return status;
     atomic_fetch_sub_explicit(&dep->credits, 1, memory_order_relaxed);
-    ledger_add(dep, c);
-    dep->unsignaled = 0;
+    dep->posted++;
     atomic_fetch_add_explicit(&c->ext->inflight, 1, memory_order_relaxed);
     atomic_fetch_add_explicit(&L->s->stats.notifies_sent, 1, memory_order_relaxed);
     L->progress = true;
