@@ -224,9 +224,11 @@ static bool wc_process(rdma_cq_t *cq, const struct ibv_wc *w, pdx_tp_wc_t *out, 
     pdx_status_t status;
     rdma_ep_t *ep;
 
-    if (slot >= cq->nslots || !cq->slots[slot].ep || cq->slots[slot].gen != gen)
+    if (slot >= cq->nslots)
         return false;
-    ep = cq->slots[slot].ep;
+    ep = atomic_load_explicit(&cq->slots[slot].ep, memory_order_acquire);
+    if (!ep || atomic_load_explicit(&cq->slots[slot].gen, memory_order_relaxed) != gen)
+        return false;
     if (PDX_UNLIKELY(ep->sw_flush))
         return false; /* its WRs complete from its rings */
     status = map_status(w->status, rq);
@@ -270,7 +272,7 @@ static bool wc_process(rdma_cq_t *cq, const struct ibv_wc *w, pdx_tp_wc_t *out, 
     return true;
 }
 
-/* Hand out stashed CQEs, in order, while there is room (cq->lock held). */
+/* Hand out stashed CQEs, in order, while there is room (cq_poll). */
 static int stash_poll(rdma_cq_t *cq, pdx_tp_wc_t *wc, int got, int max)
 {
     while (got < max && cq->stash_n) {
@@ -285,10 +287,12 @@ static int stash_poll(rdma_cq_t *cq, pdx_tp_wc_t *wc, int got, int max)
 }
 
 /*
- * Read one ibv CQ while there is room (cq->lock held, the stash empty);
- * returns got, grown. A failing ibv_poll_cq puts the CQ in error.
+ * Read one ibv CQ while there is room (cq_poll, the stash empty); returns
+ * got, grown. A failing ibv_poll_cq sets *failed: cq_poll then puts the CQ
+ * in error.
  */
-static int icq_poll(rdma_cq_t *cq, rdma_icq_t *q, pdx_tp_wc_t *wc, int got, int max)
+static int icq_poll(rdma_cq_t *cq, rdma_icq_t *q, pdx_tp_wc_t *wc, int got, int max,
+                    int *failed)
 {
     struct ibv_wc w[RDMA_POLL_BATCH];
 
@@ -297,13 +301,8 @@ static int icq_poll(rdma_cq_t *cq, rdma_icq_t *q, pdx_tp_wc_t *wc, int got, int 
         int n = ibv_poll_cq(q->cq, want, w);
 
         if (n <= 0) {
-            if (PDX_UNLIKELY(n < 0)) {
-                uint32_t neps = rdma_cq_fail_locked(cq, "ibv_poll_cq failed");
-
-                pdx_error("rdma: %s: ibv_poll_cq failed (%d): the CQ is in error; its %u "
-                          "endpoints failed, their work requests complete in software",
-                          cq->tp->dev.name, n, neps);
-            }
+            if (PDX_UNLIKELY(n < 0))
+                *failed = n;
             return got;
         }
         for (int i = 0; i < n; i++) {
@@ -326,14 +325,60 @@ static int icq_poll(rdma_cq_t *cq, rdma_icq_t *q, pdx_tp_wc_t *wc, int got, int 
     return got;
 }
 
+/*
+ * The poller and the excluders (rdma.h: threads). cq_poll announces itself
+ * in `polling`, then looks at `excl`; an excluder, holding the CQ's lock,
+ * raises `excl`, then waits for `polling` to drop. Both pairs are
+ * sequentially consistent, so one of the two always sees the other: either
+ * the excluder waits for the poll in progress to end, or the poll waits for
+ * the excluder. A poll then costs one store and one load of words nobody
+ * else writes in the common case, and never blocks on the lock.
+ */
+void rdma_cq_exclude(rdma_cq_t *cq)
+{
+    unsigned spins = 0;
+
+    atomic_store_explicit(&cq->excl, 1, memory_order_seq_cst);
+    while (atomic_load_explicit(&cq->polling, memory_order_seq_cst)) {
+        if (++spins < 64)
+            pdx_cpu_relax();
+        else
+            sched_yield();
+    }
+}
+
+void rdma_cq_include(rdma_cq_t *cq)
+{
+    atomic_store_explicit(&cq->excl, 0, memory_order_release);
+}
+
+/* An excluder is at work: step back until it is done. */
+static void __attribute__((cold, noinline)) poll_wait(rdma_cq_t *cq)
+{
+    unsigned spins = 0;
+
+    do {
+        atomic_store_explicit(&cq->polling, 0, memory_order_release);
+        while (atomic_load_explicit(&cq->excl, memory_order_acquire)) {
+            if (++spins < 64)
+                pdx_cpu_relax();
+            else
+                sched_yield();
+        }
+        atomic_store_explicit(&cq->polling, 1, memory_order_seq_cst);
+    } while (atomic_load_explicit(&cq->excl, memory_order_seq_cst));
+}
+
 int rdma_cq_poll(pdx_tp_cq_t *pcq, pdx_tp_wc_t *wc, int max)
 {
     rdma_cq_t *cq = rdma_cq(pcq);
-    int got = 0;
+    int got = 0, failed = 0;
 
     if (max <= 0)
         return 0;
-    pthread_mutex_lock(&cq->lock);
+    atomic_store_explicit(&cq->polling, 1, memory_order_seq_cst);
+    if (PDX_UNLIKELY(atomic_load_explicit(&cq->excl, memory_order_seq_cst)))
+        poll_wait(cq);
     if (PDX_UNLIKELY(cq->stash_n))
         got = stash_poll(cq, wc, got, max);
     if (got < max && !atomic_load_explicit(&cq->dead, memory_order_relaxed)) {
@@ -341,11 +386,11 @@ int rdma_cq_poll(pdx_tp_cq_t *pcq, pdx_tp_wc_t *wc, int max)
         const uint32_t first = cq->poll_next;
 
         cq->poll_next = first + 1 < cq->nicq ? first + 1 : 0;
-        for (uint32_t k = 0, i = first; k < cq->nicq && got < max; k++) {
+        for (uint32_t k = 0, i = first; k < cq->nicq && got < max && !failed; k++) {
             /* a CQ in error has no CQE for anyone: its eps are all flushed below */
             if (atomic_load_explicit(&cq->dead, memory_order_relaxed) || cq->stash_n)
                 break;
-            got = icq_poll(cq, &cq->icqs[i], wc, got, max);
+            got = icq_poll(cq, &cq->icqs[i], wc, got, max, &failed);
             i = i + 1 < cq->nicq ? i + 1 : 0;
         }
     }
@@ -353,7 +398,17 @@ int rdma_cq_poll(pdx_tp_cq_t *pcq, pdx_tp_wc_t *wc, int max)
         rdma_flush_backstop(cq);
     if (PDX_UNLIKELY(cq->flush_list) && got < max)
         got += rdma_flush_poll(cq, wc + got, max - got);
-    pthread_mutex_unlock(&cq->lock);
+    atomic_store_explicit(&cq->polling, 0, memory_order_release);
+    if (PDX_UNLIKELY(failed)) {
+        /* Excluded now (it changes what the poller reads), then a second
+         * pass hands out the software flush's completions. */
+        uint32_t neps = rdma_cq_fail(cq, "ibv_poll_cq failed");
+
+        pdx_error("rdma: %s: ibv_poll_cq failed (%d): the CQ is in error; its %u endpoints "
+                  "failed, their work requests complete in software", cq->tp->dev.name, failed,
+                  neps);
+        got += rdma_cq_poll(pcq, wc + got, max - got);
+    }
     return got;
 }
 
@@ -476,7 +531,7 @@ pdx_status_t rdma_cq_reserve(rdma_cq_t *cq, uint32_t entries, uint32_t *slot_p, 
     cq->reserved += entries;
     cq->nep++;
     *slot_p = slot;
-    *gen_p = cq->slots[slot].gen;
+    *gen_p = atomic_load_explicit(&cq->slots[slot].gen, memory_order_relaxed);
     *icq_p = icq;
     pthread_mutex_unlock(&cq->lock);
     return PDX_OK;
@@ -488,8 +543,8 @@ pdx_status_t rdma_cq_attach(rdma_cq_t *cq, rdma_ep_t *ep)
 
     pthread_mutex_lock(&cq->lock);
     dead = atomic_load_explicit(&cq->dead, memory_order_relaxed);
-    if (!dead)
-        cq->slots[ep->slot].ep = ep;
+    if (!dead) /* a poller may look it up from now on */
+        atomic_store_explicit(&cq->slots[ep->slot].ep, ep, memory_order_release);
     pthread_mutex_unlock(&cq->lock);
     if (dead) {
         pdx_error("rdma: %s: the CQ went into error while endpoint QP 0x%x was created",
@@ -504,9 +559,11 @@ void rdma_cq_retire(rdma_cq_t *cq, rdma_ep_t *ep)
     rdma_cq_slot_t *s = &cq->slots[ep->slot];
 
     pthread_mutex_lock(&cq->lock);
-    if (s->ep == ep) {
-        s->ep = NULL;
-        s->gen = (s->gen + 1) & RDMA_WR_GEN_MASK;
+    rdma_cq_exclude(cq);
+    if (atomic_load_explicit(&s->ep, memory_order_relaxed) == ep) {
+        atomic_store_explicit(&s->ep, NULL, memory_order_relaxed);
+        atomic_store_explicit(&s->gen, (atomic_load_explicit(&s->gen, memory_order_relaxed) + 1) &
+                                           RDMA_WR_GEN_MASK, memory_order_relaxed);
         /* no record is made after this: only the async thread (which can
          * no longer find the ep), the poller and its caller make them */
         if (atomic_load_explicit(&ep->err_claim, memory_order_acquire))
@@ -520,17 +577,22 @@ void rdma_cq_retire(rdma_cq_t *cq, rdma_ep_t *ep)
         *pp = ep->flush_next;
         ep->sw_flush = false;
     }
+    rdma_cq_include(cq);
     pthread_mutex_unlock(&cq->lock);
 }
 
-/* Does this CQE belong to a live ep? (under cq->lock) */
-static bool wc_live(const rdma_cq_t *cq, const struct ibv_wc *w)
+/* Does this CQE belong to a live ep? (the poller excluded) */
+static bool wc_live(rdma_cq_t *cq, const struct ibv_wc *w)
 {
     uint32_t slot = (uint32_t)(w->wr_id >> RDMA_WR_SLOT_SHIFT) & RDMA_WR_SLOT_MASK;
     uint32_t gen = (uint32_t)(w->wr_id >> RDMA_WR_GEN_SHIFT) & RDMA_WR_GEN_MASK;
+    rdma_ep_t *ep;
 
-    return slot < cq->nslots && cq->slots[slot].ep && cq->slots[slot].gen == gen &&
-           !cq->slots[slot].ep->sw_flush;
+    if (slot >= cq->nslots)
+        return false;
+    ep = atomic_load_explicit(&cq->slots[slot].ep, memory_order_relaxed);
+    return ep && atomic_load_explicit(&cq->slots[slot].gen, memory_order_relaxed) == gen &&
+           !ep->sw_flush;
 }
 
 void rdma_cq_release(rdma_cq_t *cq, uint32_t slot, uint32_t icq, uint32_t entries)
@@ -540,6 +602,7 @@ void rdma_cq_release(rdma_cq_t *cq, uint32_t slot, uint32_t icq, uint32_t entrie
     int n;
 
     pthread_mutex_lock(&cq->lock);
+    rdma_cq_exclude(cq);
     /*
      * The ep's QP is gone, but CQEs it left may still sit in its ibv CQ. Its
      * reservation can be given to a new ep only once they are out: move
@@ -556,6 +619,7 @@ void rdma_cq_release(rdma_cq_t *cq, uint32_t slot, uint32_t icq, uint32_t entrie
             cq->stash_n++;
         }
     }
+    rdma_cq_include(cq);
     cq->slots[slot].busy = false;
     q->reserved -= entries;
     cq->reserved -= entries;

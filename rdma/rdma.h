@@ -21,11 +21,16 @@
  *   rq_head are published with a release store once per call: the CQ
  *   owner reads them for the software flush below and when a CQE
  *   overtakes the call that posted its WR (post.c: refused posts).
- * - One poller per CQ (its shard): cq_poll holds the CQ's lock while it
- *   reads CQEs and looks eps up in the CQ's slot table. ep_destroy first
- *   retires the ep's slot under that lock (no poller reaches the ep after
- *   that), then destroys the QP, then drains the CQ and gives the slot and
- *   the reservation back, and only then frees the ep. Consuming a
+ * - One poller per CQ (its shard): cq_poll takes no lock. It reads CQEs,
+ *   looks eps up in the CQ's slot table (atomics written under the CQ's
+ *   lock), and owns the stash and the software-flush list. A thread that
+ *   changes those, or frees an ep the poller may be reading, does it under
+ *   the CQ's lock with the poller excluded (cq.c: rdma_cq_exclude): it
+ *   waits for the cq_poll in progress, if any, to end, and the next one
+ *   waits for it. ep_destroy, excluded, retires the ep's slot (no poller
+ *   reaches the ep after that), then destroys the QP, then, excluded
+ *   again, drains the CQ and gives the slot and the reservation back, and
+ *   only then frees the ep. ep_create only takes the lock. Consuming a
  *   completion frees the ep's SQ/RQ slots it covers (sq_done, rq_done,
  *   release stores the poster reads with acquire).
  * - Setup calls (mr_*, cq_create/destroy, ep_create/connect/fail/destroy)
@@ -50,10 +55,11 @@
  * - Locks: tp->lock (ep, CQ and region lists), tp->async_lock (held by the
  *   async thread from reading an event until it is acked, and around
  *   ibv_destroy_qp/cq, which must not run between the two), each CQ's lock
- *   (its ep table, reservations, stash, flush list, ibv_poll_cq of each of
- *   its ibv CQs). Order:
- *   async_lock, then tp->lock, then a CQ's lock; ep_destroy and ep_create
- *   take them one at a time.
+ *   (its ep table and reservations; with the poller excluded, also the
+ *   stash, the flush list and ibv_poll_cq of its ibv CQs). Order:
+ *   async_lock, then tp->lock, then a CQ's lock, then the exclusion of its
+ *   poller (cq_poll holds none of them); ep_destroy and ep_create take
+ *   them one at a time.
  *
  * Work-request ids: the ibv wr_id of every WR encodes (slot of the ep in its
  * CQ's ep table, that slot's generation, send or receive queue, ring index);
@@ -212,10 +218,11 @@ void rdma_mr_free(rdma_mr_t *mr);
 
 /* ------------------------------------------------------------------ cq */
 
+/* Written under the CQ's lock; ep and gen are read by cq_poll without it. */
 typedef struct rdma_cq_slot {
-    rdma_ep_t *ep;              /* NULL until attached */
-    uint32_t   gen;             /* of the ep using it, or of the next one */
-    bool       busy;            /* reserved by an ep */
+    _Atomic(rdma_ep_t *) ep;    /* NULL until attached */
+    _Atomic uint32_t     gen;   /* of the ep using it, or of the next one */
+    bool                 busy;  /* reserved by an ep */
 } rdma_cq_slot_t;
 
 /* One ibv CQ of a pdx CQ: a pdx CQ deeper than the device's max_cqe holds
@@ -237,20 +244,27 @@ struct rdma_cq {
     uint32_t                 depth;     /* the sum of their depths */
     uint32_t                 poll_next; /* the ibv CQ cq_poll reads first (owner) */
 
-    pthread_mutex_t          lock;      /* everything below, icqs[].reserved */
+    /* cq_poll takes no lock (cq.c: the poller and the excluders): polling
+     * is 1 while it runs; excl is 1 while a holder of the lock works on
+     * what cq_poll reads (marked "poller's" below). */
+    alignas(PDX_CACHELINE) _Atomic uint32_t polling;
+    _Atomic uint32_t         excl;
+
+    alignas(PDX_CACHELINE) pthread_mutex_t lock; /* the table: slots, reservations;
+                                                  * excl is raised under it */
     uint32_t                 reserved;  /* sum of sq + rq depths of its eps */
     uint32_t                 nep;
     rdma_cq_slot_t          *slots;
     uint32_t                 nslots;
     uint32_t                 slot_hint;
-    /* CQEs of live eps that ep_destroy read while it drained an ibv CQ,
+    /* The poller's: CQEs of live eps that ep_destroy read while it drained an ibv CQ,
      * and those cq_poll made of an error CQE of a gathered WRITE (one per
      * ring entry it carries, cq.c); cq_poll hands them out first. Never
      * more than depth: each is one outstanding WR or receive. */
     struct ibv_wc           *stash;
     uint32_t                 stash_head, stash_n;
-    /* eps whose completions cq_poll makes from their rings (rdma.h top),
-     * linked through rdma_ep.flush_next until they leave the CQ */
+    /* The poller's: eps whose completions cq_poll makes from their rings
+     * (rdma.h top), linked through rdma_ep.flush_next until they leave the CQ */
     rdma_ep_t               *flush_list;
     uint64_t                 backstop_at;   /* next look for stuck failed eps */
 
@@ -290,12 +304,14 @@ void rdma_cq_retire(rdma_cq_t *cq, rdma_ep_t *ep);
 /* After the QP is gone: keep the other completions of its ibv CQ, drop the
  * ep's, give back the slot and the reservation. */
 void rdma_cq_release(rdma_cq_t *cq, uint32_t slot, uint32_t icq, uint32_t entries);
-/* sw_flush.c, with cq->lock held: the software flush's completions (at most
- * max), the backstop (progress_timeout_ms after an ep failed), and
- * rdma_cq_fail's body. */
+/* sw_flush.c, in cq_poll: the software flush's completions (at most max)
+ * and the backstop (progress_timeout_ms after an ep failed). */
 int rdma_flush_poll(rdma_cq_t *cq, pdx_tp_wc_t *wc, int max);
 void rdma_flush_backstop(rdma_cq_t *cq);
-uint32_t rdma_cq_fail_locked(rdma_cq_t *cq, const char *what);
+/* With cq->lock held: wait until no cq_poll runs and keep new ones waiting
+ * (what they read may change); rdma_cq_include lets them go on. */
+void rdma_cq_exclude(rdma_cq_t *cq);
+void rdma_cq_include(rdma_cq_t *cq);
 /* The CQ is in error for good: fail every ep on it ("<what>, QP 0x.."),
  * move their QPs to ERR (unless the device is gone), flush them in
  * software, refuse new eps. Returns how many eps were on it. Any thread
@@ -384,7 +400,7 @@ struct rdma_ep {
     _Atomic uint64_t    err_ns;             /* when it failed (the backstop); 0: not yet */
     char                errmsg[2][RDMA_ERRMSG_MAX];
 
-    /* CQ owner, under cq->lock */
+    /* the CQ's poller's (rdma_cq_t) */
     bool                sw_flush;           /* its completions come from its rings */
     rdma_ep_t          *flush_next;         /* cq->flush_list */
     uint64_t            sq_seen;            /* sq_head as last read: WRs before it

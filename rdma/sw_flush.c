@@ -22,8 +22,10 @@
  * a refused post (`hidden`) are freed without a completion. From the mark
  * on, the ep's real CQEs are dropped (cq.c), so no WR completes twice.
  *
- * Everything here runs under the CQ's lock; rdma_device_dead takes
- * tp->lock, then each CQ's lock (the order of rdma.h).
+ * The flush list and the marks are the poller's (rdma.h): cq_poll runs the
+ * backstop and the flush; rdma_cq_fail marks eps under the CQ's lock with
+ * the poller excluded. rdma_device_dead takes tp->lock, then each CQ's lock
+ * (the order of rdma.h).
  *
  * The backstop looks at most once per progress_timeout_ms, and only while
  * an ep of the CQ is in error (failed_eps, one relaxed load per cq_poll).
@@ -37,7 +39,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
-/* cq->lock held */
+/* The poller's, or cq->lock held and the poller excluded. */
 static void flush_mark(rdma_cq_t *cq, rdma_ep_t *ep)
 {
     if (ep->sw_flush)
@@ -66,7 +68,8 @@ static void channel_retire(rdma_cq_t *cq)
         close(fd);
 }
 
-uint32_t rdma_cq_fail_locked(rdma_cq_t *cq, const char *what)
+/* rdma_cq_fail, with cq->lock held and the poller excluded */
+static uint32_t cq_fail_excluded(rdma_cq_t *cq, const char *what)
 {
     uint32_t n = 0;
 
@@ -75,7 +78,7 @@ uint32_t rdma_cq_fail_locked(rdma_cq_t *cq, const char *what)
         channel_retire(cq);
     }
     for (uint32_t i = 0; i < cq->nslots; i++) {
-        rdma_ep_t *ep = cq->slots[i].ep;
+        rdma_ep_t *ep = atomic_load_explicit(&cq->slots[i].ep, memory_order_relaxed);
 
         if (!ep)
             continue;
@@ -91,7 +94,9 @@ uint32_t rdma_cq_fail(rdma_cq_t *cq, const char *what)
     uint32_t n;
 
     pthread_mutex_lock(&cq->lock);
-    n = rdma_cq_fail_locked(cq, what);
+    rdma_cq_exclude(cq);
+    n = cq_fail_excluded(cq, what);
+    rdma_cq_include(cq);
     pthread_mutex_unlock(&cq->lock);
     return n;
 }
@@ -162,7 +167,9 @@ void rdma_flush_backstop(rdma_cq_t *cq)
         return;
     next = now + timeout;
     for (uint32_t i = 0; i < cq->nslots; i++) {
-        rdma_ep_t *ep = cq->slots[i].ep;
+        /* ep_destroy retires a slot only with this poll excluded: an ep
+         * found here is not freed under it */
+        rdma_ep_t *ep = atomic_load_explicit(&cq->slots[i].ep, memory_order_acquire);
         uint64_t since, sq, rq;
 
         if (!ep || ep->sw_flush || !atomic_load_explicit(&ep->err, memory_order_acquire))

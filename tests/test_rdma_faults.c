@@ -534,6 +534,47 @@ Test(rdma_faults, destroy_races_the_poller, .timeout = 60)
     rig_close(r);
 }
 
+/* A poller that waits for one completion, against a deadline. */
+typedef struct lone_poller {
+    pdx_tp_cq_t     *cq;
+    _Atomic int      got;      /* completions it took */
+    pdx_tp_wc_t      wc;
+} lone_poller_t;
+
+static void *lone_poller_main(void *arg)
+{
+    lone_poller_t *p = arg;
+    const uint64_t until = pdx_now_ns() + 5000000000ull;
+
+    while (!atomic_load(&p->got) && pdx_now_ns() < until)
+        atomic_store(&p->got, ops->cq_poll(p->cq, &p->wc, 1));
+    return NULL;
+}
+
+/* cq_poll takes no lock: it completes while another thread holds the CQ's
+ * table lock (as ep_create does); it would wait for the lock if it took it. */
+Test(rdma_faults, poll_runs_while_the_cq_lock_is_held, .timeout = 60)
+{
+    rig_t *r = rig_open(NULL, 10000, NULL);
+    lone_poller_t p = {.cq = r->cq[0]};
+    pdx_tp_write_t w = wr_make(r, 42, 0, 64, true);
+    pthread_mutex_t *lock = &rdma_cq(r->cq[0])->lock;
+    pthread_t th;
+    int got;
+
+    cr_assert_eq(ops->post_write(r->ep[0], &w, 1), PDX_OK);
+    pthread_mutex_lock(lock);
+    cr_assert_eq(pthread_create(&th, NULL, lone_poller_main, &p), 0);
+    for (int i = 0; i < 5000 && !atomic_load(&p.got); i++)
+        usleep(1000);
+    got = atomic_load(&p.got);
+    pthread_mutex_unlock(lock);
+    cr_assert_eq(pthread_join(th, NULL), 0);
+    cr_assert_eq(got, 1, "cq_poll waited for the CQ's lock");
+    fx_expect_wc(&p.wc, 42, PDX_OK, PDX_TP_OP_WRITE);
+    rig_close(r);
+}
+
 /* ---------------------------------------------- CQs past max_cqe */
 
 /* Completions of `ep`, taken from wc[0, n): `want` of them, in order from
