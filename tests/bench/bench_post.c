@@ -2,7 +2,7 @@
  * The rdma post path, measured on softnic (tests/softnic) in one run:
  *
  * 1. Null mode (every WR completes inside ibv_post_send, no bytes move):
- *    pdx's whole send path per WR (ring intake, plan, chained post, ledger,
+ *    pdx's whole send path per WR (ring intake, plan, chained post,
  *    completions) next to a minimal hand-written poster: a loop of chained
  *    ibv_post_send calls and ibv_poll_cq on the same softnic, with the same
  *    send-queue depth, chain length and signaling interval.
