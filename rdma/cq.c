@@ -131,18 +131,23 @@ wc_error(rdma_ep_t *ep, const struct ibv_wc *w, uint32_t opcode, pdx_status_t st
     return why ? (pdx_status_t)why : PDX_ERR_PEER;
 }
 
+/* One turn of a short wait for another thread: spin, then yield. */
+static inline void spin_wait(unsigned *spins)
+{
+    if (++*spins < 64)
+        pdx_cpu_relax();
+    else
+        sched_yield();
+}
+
 /* A CQE overtook the post call of its WR: sq_head once that call returned. */
 static uint64_t __attribute__((noinline)) sq_wait_posted(rdma_ep_t *ep, uint64_t seq)
 {
     uint64_t head;
     unsigned spins = 0;
 
-    while ((head = atomic_load_explicit(&ep->sq_head, memory_order_acquire)) <= seq) {
-        if (++spins < 64)
-            pdx_cpu_relax();
-        else
-            sched_yield();
-    }
+    while ((head = atomic_load_explicit(&ep->sq_head, memory_order_acquire)) <= seq)
+        spin_wait(&spins);
     return head;
 }
 
@@ -339,12 +344,8 @@ void rdma_cq_exclude(rdma_cq_t *cq)
     unsigned spins = 0;
 
     atomic_store_explicit(&cq->excl, 1, memory_order_seq_cst);
-    while (atomic_load_explicit(&cq->polling, memory_order_seq_cst)) {
-        if (++spins < 64)
-            pdx_cpu_relax();
-        else
-            sched_yield();
-    }
+    while (atomic_load_explicit(&cq->polling, memory_order_seq_cst))
+        spin_wait(&spins);
 }
 
 void rdma_cq_include(rdma_cq_t *cq)
@@ -359,12 +360,8 @@ static void __attribute__((cold, noinline)) poll_wait(rdma_cq_t *cq)
 
     do {
         atomic_store_explicit(&cq->polling, 0, memory_order_release);
-        while (atomic_load_explicit(&cq->excl, memory_order_acquire)) {
-            if (++spins < 64)
-                pdx_cpu_relax();
-            else
-                sched_yield();
-        }
+        while (atomic_load_explicit(&cq->excl, memory_order_acquire))
+            spin_wait(&spins);
         atomic_store_explicit(&cq->polling, 1, memory_order_seq_cst);
     } while (atomic_load_explicit(&cq->excl, memory_order_seq_cst));
 }
