@@ -30,7 +30,9 @@
  *   waits for it. ep_destroy, excluded, retires the ep's slot (no poller
  *   reaches the ep after that), then destroys the QP, then, excluded
  *   again, drains the CQ and gives the slot and the reservation back, and
- *   only then frees the ep. ep_create only takes the lock. Consuming a
+ *   only then frees the ep. ep_create takes the lock and excludes the
+ *   poller only where it fails (it gives its reservation back as
+ *   ep_destroy does). Consuming a
  *   completion frees the ep's SQ/RQ slots it covers (sq_done, rq_done,
  *   release stores the poster reads with acquire).
  * - Setup calls (mr_*, cq_create/destroy, ep_create/connect/fail/destroy)

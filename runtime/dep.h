@@ -26,6 +26,8 @@ typedef enum pdx_dep_reset {
     PDX_DEP_RESET_OFFERED,   /* its EP went out: connect once the peer's came */
     PDX_DEP_RESET_CONNECTED, /* connected, receives posted, our CREDIT sent:
                               * up at the peer's CREDIT */
+    PDX_DEP_RESET_BROKEN,    /* a step failed and so did its peer: nothing
+                              * more until the reset is abandoned */
 } pdx_dep_reset_t;
 
 /* The same reset as the peer's messages tell it: its EP comes before its
@@ -123,7 +125,7 @@ bool pdx_dep_on_credit(pdx_engine_t *e, pdx_peer_t *peer, pdx_dep_t *dep,
  * The engine keeps no record of its own per WR: every run of one room's WRs
  * on an endpoint ends with a signaled one (a post is one room's and ends
  * signaled), so a completion covers WRs of its own wr_id's room only, from
- * dep->completed on; a failed WR has a completion of its own.
+ * dep->completed on, whether it succeeded or failed.
  */
 #define PDX_WR_SLOT_SHIFT 48
 #define PDX_WR_RECV       (1ull << 47)

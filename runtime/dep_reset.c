@@ -167,8 +167,11 @@ static advance_t advance_locked(pdx_dep_t *dep)
 
     if (state == PDX_DEP_RESET_OFFERED && dep->peer_reset >= PDX_PEER_RESET_EP) {
         a.status = pdx_dep_ep_connect(dep, &dep->remote);
-        if (a.status != PDX_OK)
+        if (a.status != PDX_OK) {
+            /* its peer fails (the caller): no second try at the peer's CREDIT */
+            atomic_store_explicit(&dep->reset, PDX_DEP_RESET_BROKEN, memory_order_release);
             return a;
+        }
         state = PDX_DEP_RESET_CONNECTED;
         atomic_store_explicit(&dep->reset, state, memory_order_release);
         a.credit = true;
@@ -220,6 +223,8 @@ static void rebuild(pdx_shard_loop_t *L, pdx_dep_t *dep)
         atomic_store_explicit(&dep->reset, PDX_DEP_RESET_REBUILT, memory_order_release);
         st = encode_ep(dep, epoch, &f);
     }
+    if (st != PDX_OK) /* its peer fails (below) */
+        atomic_store_explicit(&dep->reset, PDX_DEP_RESET_BROKEN, memory_order_release);
     pthread_mutex_unlock(&dep->lock);
     /* Sent unlocked (never two locks at once). Our CREDIT must follow our
      * EP: until OFFERED, the control thread only keeps the peer's EP. */
