@@ -1,5 +1,5 @@
 /*
- * Internal to wire.c and wire_desc.c: little-endian byte readers and
+ * Internal to wire.c, wire_desc.c and desc.c: little-endian byte readers and
  * writers, body sizes, and the body codecs the two files share.
  *
  * The reader is sticky: a read past the end returns 0, moves to the end and

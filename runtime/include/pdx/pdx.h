@@ -361,6 +361,58 @@ PDX_API pdx_status_t pdx_peer_close(pdx_engine_t *engine, uint32_t peer);
  */
 PDX_API pdx_status_t pdx_peer_accept(pdx_engine_t *engine, int timeout_ms, uint32_t *peer_p);
 
+/* ------------------------------------------------------------ descriptors */
+
+/*
+ * Descriptors name an engine, or one of its registered regions, to another
+ * engine as bytes that travel by any side channel (a bootstrap service, a
+ * framework's own messages). They are versioned and checked on use: bytes
+ * that are not a descriptor are PDX_ERR_PROTO, one of another descriptor
+ * version PDX_ERR_VERSION, each with a message.
+ */
+#define PDX_ENGINE_DESC_MAX 96   /* bytes of an engine descriptor at most */
+#define PDX_MEM_DESC_MAX    96   /* bytes of a memory descriptor at most */
+
+/* This engine's descriptor: its identity and its listener's address. */
+PDX_API pdx_status_t pdx_engine_desc(const pdx_engine_t *engine, void *buf, size_t cap,
+                                     size_t *len_p);
+
+typedef struct pdx_engine_desc_info {
+    uint64_t id;                 /* the engine's identity */
+    char     host[PDX_NAME_MAX]; /* its listener's address */
+    uint32_t port;
+} pdx_engine_desc_info_t;
+
+PDX_API pdx_status_t pdx_engine_desc_info(const void *desc, size_t len,
+                                          pdx_engine_desc_info_t *info_p);
+
+/*
+ * The peer an engine descriptor names: the handle of the connection to that
+ * engine when there is one (READY; no second connection is made), else
+ * pdx_peer_connect() to its address. An engine reached there with another
+ * identity (restarted, or another engine on the address) is PDX_ERR_PEER,
+ * and that connection is closed again.
+ */
+PDX_API pdx_status_t pdx_peer_connect_desc(pdx_engine_t *engine, const void *desc, size_t len,
+                                           int timeout_ms, uint32_t *peer_p);
+
+/* Region `mem`'s descriptor: the engine's identity, the region's id and
+ * length, and what its registration on each NIC is known by. */
+PDX_API pdx_status_t pdx_mem_desc(pdx_engine_t *engine, uint32_t mem, void *buf, size_t cap,
+                                  size_t *len_p);
+
+typedef struct pdx_mem_desc_info {
+    uint64_t engine;             /* the identity of the engine that registered it */
+    uint32_t mem;                /* its region id there */
+    uint32_t nics;
+    uint64_t len;                /* bytes */
+    uint32_t flags;              /* PDX_MEM_DESC_GPU: GPU memory */
+} pdx_mem_desc_info_t;
+
+#define PDX_MEM_DESC_GPU 1u
+
+PDX_API pdx_status_t pdx_mem_desc_info(const void *desc, size_t len, pdx_mem_desc_info_t *info_p);
+
 /* ----------------------------------------------------------------- rooms */
 
 #define PDX_MAX_ROOM_PAGES (1u << 19) /* page indices of one pdx_expect, all groups */
