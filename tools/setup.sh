@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   gcc libc6-dev make cmake ninja-build pkg-config   # toolchain
   libcriterion-dev                                  # unit tests
+  python3                                           # the Python binding and its tests
   libibverbs-dev                                    # the rdma transport (and softnic)
   libamdhip64-dev                                   # hip/ on amd: HIP headers, libamdhip64
   iproute2 procps                                   # tests and demo helpers

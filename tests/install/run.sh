@@ -25,6 +25,16 @@ flags=$(PKG_CONFIG_PATH=$libdir/pkgconfig pkg-config --define-prefix --cflags --
 cc -std=c11 -Wall -Werror "$src/consumer.c" $flags -o "$work/consumer-pc"
 LD_LIBRARY_PATH=$libdir "$work/consumer-pc"
 
+# the Python package, found beside the library it loads (no PDX_LIBRARY)
+if [ -x /usr/bin/python3 ]; then
+  env -u PDX_LIBRARY PYTHONPATH="$work/prefix/lib/python3/dist-packages" /usr/bin/python3 -c '
+import pdx
+e = pdx.Engine(listen="127.0.0.1:0", transport="tcp")
+assert e.address.startswith("127.0.0.1:"), e.address
+e.close()
+print("python: pdx", pdx.version())'
+fi
+
 # hidden visibility: every exported function is pdx_* and declared in pdx.h
 header="$work/prefix/include/pdx/pdx.h"
 bad=0
