@@ -218,6 +218,7 @@ class TwoProcesses(unittest.TestCase):
                 release(dc.e, 100 + r)
             self.assertEqual(proc.wait(20), 0)
         finally:
+            proc.stdout.close()
             dc.close()
 
     def test_a_killed_prefill_fails_the_room(self):
@@ -234,6 +235,7 @@ class TwoProcesses(unittest.TestCase):
             self.assertTrue(dc.e.error(9), "no reason given")
             release(dc.e, 9)
         finally:
+            proc.stdout.close()
             dc.close()
 
 
