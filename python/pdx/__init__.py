@@ -12,6 +12,7 @@ streams and events are raw handles (integers).
         layout = e.layout([pdx.Group([(mem, 0, 4096)], npages=64)])
 """
 
+import array
 import ctypes
 import enum
 import threading
@@ -55,6 +56,9 @@ class RoomState(enum.IntEnum):
     WAITING = 2
     TRANSFERRING = 3
     SUCCESS = 4
+
+
+_STATES = {s.value: s for s in RoomState}
 
 
 class LogLevel(enum.IntEnum):
@@ -158,26 +162,18 @@ class Group:
 
 
 def _u32_array(pages):
-    """A list of page indices (any sequence of ints, or a buffer of uint32)."""
-    try:
-        view = memoryview(pages)
-    except TypeError:
-        seq = list(pages)
-        return (ctypes.c_uint32 * len(seq))(*seq), len(seq)
-    if view.itemsize != 4 or view.format not in ("I", "L", "=I", "<I", "u4"):
-        seq = view.tolist()
-        return (ctypes.c_uint32 * len(seq))(*seq), len(seq)
-    n = view.nbytes // 4
-    return (ctypes.c_uint32 * n).from_buffer_copy(view.cast("B")), n
+    """(address, count, keep) of page indices: an array('I') as it is, any
+    other sequence of ints (a list, a numpy array) copied into one."""
+    arr = pages if isinstance(pages, array.array) and pages.typecode == "I" else \
+        array.array("I", pages)
+    addr, n = arr.buffer_info()
+    return addr, n, arr
 
 
 def _pages(lists):
     """One pdx_pages_t per group; the arrays are kept alive by the result."""
     keep = [_u32_array(p) for p in lists]
-    arr = (_ffi.Pages * len(keep))()
-    for i, (a, n) in enumerate(keep):
-        arr[i].pages = ctypes.cast(a, ctypes.POINTER(ctypes.c_uint32))
-        arr[i].npages = n
+    arr = (_ffi.Pages * len(keep))(*[(ptr, n) for ptr, n, _ in keep])
     return arr, keep
 
 
@@ -351,8 +347,10 @@ class Engine:
         the shard's ring is full."""
         arr, _keep = _pages(pages)
         g = ctypes.byref(gate) if gate is not None else None
-        _check(_lib.pdx_send(self._h(), room, layout, arr, g, _region(aux), 1 if last else 0),
-               "pdx_send", "room %d" % room)
+        st = _lib.pdx_send(self._e or self._h(), room, layout, arr, g,
+                           _region(aux) if aux is not None else None, 1 if last else 0)
+        if st < 0:
+            _check(st, "pdx_send", "room %d" % room)
 
     def gate_arm(self, stream):
         """A gate on a GPU stream (a raw hipStream_t): pass it to send()."""
@@ -367,7 +365,7 @@ class Engine:
         _check(_lib.pdx_room_stream_wait(self._h(), room, stream), "pdx_room_stream_wait")
 
     def poll(self, room):
-        return RoomState(_lib.pdx_poll(self._h(), room))
+        return _STATES[_lib.pdx_poll(self._e or self._h(), room)]
 
     def error(self, room):
         """Why the room failed ("" when it did not)."""
@@ -384,4 +382,7 @@ class Engine:
     def release(self, room):
         """Forget the room: True once its slot is free, False while writes for
         it may still land (call again)."""
-        return _check(_lib.pdx_release(self._h(), room), "pdx_release", "room %d" % room) == 0
+        st = _lib.pdx_release(self._e or self._h(), room)
+        if st < 0:
+            _check(st, "pdx_release", "room %d" % room)
+        return st == 0

@@ -86,7 +86,7 @@ class LayoutDesc(ctypes.Structure):
 
 
 class Pages(ctypes.Structure):
-    _fields_ = [("pages", ctypes.POINTER(ctypes.c_uint32)), ("npages", ctypes.c_uint32)]
+    _fields_ = [("pages", ctypes.c_void_p), ("npages", ctypes.c_uint32)]
 
 
 class Region(ctypes.Structure):
