@@ -596,7 +596,7 @@ void rdma_cq_release(rdma_cq_t *cq, uint32_t slot, uint32_t icq, uint32_t entrie
 {
     rdma_icq_t *q = &cq->icqs[icq];
     struct ibv_wc w[RDMA_POLL_BATCH];
-    int n;
+    int n = 0;
 
     pthread_mutex_lock(&cq->lock);
     rdma_cq_exclude(cq);
@@ -615,6 +615,14 @@ void rdma_cq_release(rdma_cq_t *cq, uint32_t slot, uint32_t icq, uint32_t entrie
             cq->stash[(cq->stash_head + cq->stash_n) % cq->depth] = w[i];
             cq->stash_n++;
         }
+    }
+    if (PDX_UNLIKELY(n < 0)) {
+        /* The CQ cannot be read: everything on it completes in software. */
+        uint32_t neps = rdma_cq_fail_excluded(cq, "ibv_poll_cq failed");
+
+        pdx_error("rdma: %s: ibv_poll_cq failed (%d) while an endpoint left: the CQ is in "
+                  "error; its %u endpoints failed, their work requests complete in software",
+                  cq->tp->dev.name, n, neps);
     }
     rdma_cq_include(cq);
     cq->slots[slot].busy = false;

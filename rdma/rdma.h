@@ -319,6 +319,8 @@ void rdma_cq_include(rdma_cq_t *cq);
  * software, refuse new eps. Returns how many eps were on it. Any thread
  * but one holding the CQ's lock. */
 uint32_t rdma_cq_fail(rdma_cq_t *cq, const char *what);
+/* Its body, with cq->lock held and the poller excluded (ep_destroy's drain). */
+uint32_t rdma_cq_fail_excluded(rdma_cq_t *cq, const char *what);
 
 /* ------------------------------------------------------------------ ep */
 

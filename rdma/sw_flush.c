@@ -68,8 +68,7 @@ static void channel_retire(rdma_cq_t *cq)
         close(fd);
 }
 
-/* rdma_cq_fail, with cq->lock held and the poller excluded */
-static uint32_t cq_fail_excluded(rdma_cq_t *cq, const char *what)
+uint32_t rdma_cq_fail_excluded(rdma_cq_t *cq, const char *what)
 {
     uint32_t n = 0;
 
@@ -95,7 +94,7 @@ uint32_t rdma_cq_fail(rdma_cq_t *cq, const char *what)
 
     pthread_mutex_lock(&cq->lock);
     rdma_cq_exclude(cq);
-    n = cq_fail_excluded(cq, what);
+    n = rdma_cq_fail_excluded(cq, what);
     rdma_cq_include(cq);
     pthread_mutex_unlock(&cq->lock);
     return n;

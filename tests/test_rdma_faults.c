@@ -302,6 +302,25 @@ Test(rdma_faults, failing_poll_completes_everything_in_software)
     rig_close(r);
 }
 
+/* ibv_poll_cq fails while ep_destroy drains the CQ of what its QP left: the
+ * CQ is failed there, as when its poller meets the failure (cq_arm says so,
+ * and it takes no new ep). */
+Test(rdma_faults, failing_drain_at_destroy_fails_its_cq)
+{
+    rig_t *r = rig_open(NULL, 10000, NULL);
+    pdx_tp_ep_attr_t attr = {.sq_depth = 1};
+    pdx_tp_ep_t *ep;
+
+    post_stuck(r, 5, 2);
+    softnic_fault_poll_cq(0, 1); /* the next poll of softnic0's CQs: the drain's */
+    ops->ep_destroy(r->ep[0]);
+    r->ep[0] = NULL;
+    cr_assert_eq(ops->cq_arm(r->cq[0]), PDX_ERR_IO, "the CQ is not in error");
+    cr_assert_eq(ops->ep_create(r->tp[0], r->cq[0], &attr, &ep), PDX_ERR_IO, "a CQ in error");
+    fx_nic_delay(&r->nic, 0);
+    rig_close(r);
+}
+
 /* A failing ibv_req_notify_cq (here: the device died and the async thread
  * has not said so yet): cq_arm answers PDX_ERR_IO, and the CQ is failed and
  * flushed the same way. */
