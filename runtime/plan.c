@@ -299,10 +299,64 @@ static inline uint32_t plan_buffer_runs(pdx_plan_t *plan, const pdx_buffer_t *sb
     return n;
 }
 
+/* pdx_plan_next() of a plan of explicit runs. */
+static uint32_t runs_next(pdx_plan_t *plan, pdx_run_t *out, uint32_t max)
+{
+    uint32_t n = 0;
+
+    while (n < max && plan->page < plan->nruns) {
+        const pdx_run_t *r = &plan->runs[plan->page];
+        const uint64_t done = plan->page_done;
+        uint64_t len;
+
+        if (done >= r->len) {
+            plan->page++;
+            plan->page_done = 0;
+            continue;
+        }
+        len = pdx_plan_run_cap(PDX_MIN(r->len - done, plan->max_msg_size), plan->piece,
+                               r->src_offset + done, r->dst_offset + done);
+        out[n++] = (pdx_run_t){.src_mem = r->src_mem, .dst_mem = r->dst_mem,
+                               .src_offset = r->src_offset + done,
+                               .dst_offset = r->dst_offset + done, .len = len};
+        plan->page_done = done + len;
+    }
+    return n;
+}
+
+void pdx_plan_init_runs(pdx_plan_t *plan, const pdx_run_t *runs, uint32_t n,
+                        uint64_t max_msg_size)
+{
+    *plan = (pdx_plan_t){.runs = runs, .nruns = runs ? n : 0,
+                         .max_msg_size = max_msg_size ? max_msg_size : UINT64_MAX};
+}
+
+uint32_t pdx_plan_coalesce(pdx_run_t *runs, uint32_t n)
+{
+    uint32_t out = 0;
+
+    for (uint32_t i = 0; i < n; i++) {
+        pdx_run_t *last = out ? &runs[out - 1] : NULL;
+        const pdx_run_t r = runs[i];
+
+        if (r.len == 0)
+            continue;
+        if (last && last->src_mem == r.src_mem && last->dst_mem == r.dst_mem &&
+            last->src_offset + last->len == r.src_offset &&
+            last->dst_offset + last->len == r.dst_offset && last->len + r.len > last->len)
+            last->len += r.len;
+        else
+            runs[out++] = r;
+    }
+    return out;
+}
+
 uint32_t pdx_plan_next(pdx_plan_t *plan, pdx_run_t *out, uint32_t max)
 {
     uint32_t n = 0;
 
+    if (plan->runs)
+        return runs_next(plan, out, max);
     while (n < max && plan->group < plan->ngroups) {
         const uint32_t g = plan->group;
         const pdx_group_t *sg, *dg;

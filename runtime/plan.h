@@ -51,6 +51,10 @@ typedef struct pdx_plan {
     uint32_t            part;
     uint32_t            page;       /* next page index in the group's lists */
     uint64_t            page_done;  /* bytes of `page` already emitted */
+    /* a plan of explicit runs (pdx_plan_init_runs): then the cursor is
+     * `page` (the run) and `page_done` (its bytes emitted) */
+    const pdx_run_t    *runs;
+    uint32_t            nruns;
     /* private, set by pdx_plan_init(); a failed init leaves ngroups 0 */
     uint32_t            ngroups;
     uint32_t            nlayers;    /* layers both layouts hold */
@@ -76,5 +80,17 @@ pdx_status_t pdx_plan_init(pdx_plan_t *plan, const pdx_layout_t *src, const pdx_
 
 /* Up to max runs into out; 0 once the plan is exhausted. */
 uint32_t pdx_plan_next(pdx_plan_t *plan, pdx_run_t *out, uint32_t max);
+
+/*
+ * One-sided transfers: a plan over runs the caller gives (validated by it),
+ * not copied: pdx_plan_next() yields them in order, each cut at
+ * max_msg_size and at plan->piece (set after init, as for pages). Runs of
+ * length 0 yield nothing.
+ */
+void pdx_plan_init_runs(pdx_plan_t *plan, const pdx_run_t *runs, uint32_t n,
+                        uint64_t max_msg_size);
+/* Merge, in place, each run that continues the one before it on both sides
+ * (same regions, the next bytes of each); returns how many runs are left. */
+uint32_t pdx_plan_coalesce(pdx_run_t *runs, uint32_t n);
 
 #endif
