@@ -196,6 +196,16 @@ static pdx_status_t advance_done(pdx_dep_t *dep, advance_t a)
     return a.status;
 }
 
+/* advance_done() for the control thread's events: a failure fails the peer. */
+static void reconnect_done(pdx_dep_t *dep, advance_t a)
+{
+    pdx_status_t st = advance_done(dep, a);
+
+    if (st != PDX_OK)
+        pdx_peer_fail(dep->peer, st, "reconnecting data endpoint %u.%u to %s: %s", dep->pair,
+                      dep->index, dep->peer->addr, pdx_status_str(st));
+}
+
 /* Shard: the old ep has nothing outstanding; replace it and offer the new one. */
 static void rebuild(pdx_shard_loop_t *L, pdx_dep_t *dep)
 {
@@ -311,7 +321,6 @@ void pdx_dep_on_ep(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_ep_t *m)
 {
     pdx_dep_t *dep = find_dep(peer, m->shard, m->index, "EP");
     uint32_t epoch, want, state;
-    pdx_status_t st;
     advance_t a;
 
     (void)e;
@@ -333,19 +342,16 @@ void pdx_dep_on_ep(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_ep_t *m)
     dep->peer_reset = PDX_PEER_RESET_EP;
     a = advance_locked(dep);
     pthread_mutex_unlock(&dep->lock);
-    st = advance_done(dep, a); /* unlocked: never two locks at once */
-    if (st != PDX_OK)
-        pdx_peer_fail(peer, st, "reconnecting data endpoint %u.%u to %s: %s", dep->pair,
-                      dep->index, peer->addr, pdx_status_str(st));
+    reconnect_done(dep, a); /* unlocked: never two locks at once */
 }
 
 bool pdx_dep_on_credit(pdx_engine_t *e, pdx_peer_t *peer, pdx_dep_t *dep,
                        const pdx_wire_credit_t *m)
 {
     advance_t a = {.status = PDX_OK};
-    pdx_status_t st;
 
     (void)e;
+    (void)peer;
     if (m->epoch != atomic_load_explicit(&dep->epoch, memory_order_acquire))
         return true; /* of an older incarnation: dropped */
     if (atomic_load_explicit(&dep->reset, memory_order_acquire) == PDX_DEP_RESET_NONE)
@@ -360,9 +366,6 @@ bool pdx_dep_on_credit(pdx_engine_t *e, pdx_peer_t *peer, pdx_dep_t *dep,
         a = advance_locked(dep);
     }
     pthread_mutex_unlock(&dep->lock);
-    st = advance_done(dep, a);
-    if (st != PDX_OK)
-        pdx_peer_fail(peer, st, "reconnecting data endpoint %u.%u to %s: %s", dep->pair,
-                      dep->index, peer->addr, pdx_status_str(st));
+    reconnect_done(dep, a);
     return true;
 }
