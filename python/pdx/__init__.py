@@ -15,7 +15,6 @@ streams and events are raw handles (integers).
 import array
 import ctypes
 import enum
-import threading
 
 from . import _ffi
 
@@ -217,7 +216,6 @@ class Engine:
                "pdx_engine_create")
         self._e = handle
         self._mems = {}
-        self._lock = threading.Lock()
 
     # lifecycle
     def close(self):

@@ -126,7 +126,6 @@ class KVManager:
         cfg.update(engine_config)
         self.engine = pdx.Engine(**cfg)
         self._peers = {}
-        self._rooms = {}
         self._lock = threading.Lock()
         self.layout = self._describe(bool(is_mla_backend))
 

@@ -5,6 +5,7 @@ Run by ctest with PDX_LIBRARY (the build's libpdx.so), PDX_PY_LAYOUT (the
 tests/python/layout.c program) and PYTHONPATH=python.
 """
 
+import ctypes
 import os
 import signal
 import subprocess
@@ -90,15 +91,10 @@ class Structs(unittest.TestCase):
         for line in out.splitlines():
             struct, field, value = line.split()
             cls = mirror[struct]
-            got = ctypes_size(cls) if field == "-" else getattr(cls, field).offset
+            got = ctypes.sizeof(cls) if field == "-" else getattr(cls, field).offset
             self.assertEqual(got, int(value), "%s %s" % (struct, field))
             seen += 1
         self.assertGreater(seen, 20)
-
-
-def ctypes_size(cls):
-    import ctypes
-    return ctypes.sizeof(cls)
 
 
 class Engine(unittest.TestCase):
