@@ -134,20 +134,31 @@ pdx_status_t pdx_engine_desc_info(const void *desc, size_t len, pdx_engine_desc_
     return PDX_OK;
 }
 
-/* The READY peer whose engine is `id`, by handle; 0: none. */
-static uint32_t peer_of_engine(pdx_engine_t *e, uint64_t id)
+pdx_peer_t *pdx_desc_peer(pdx_engine_t *e, uint64_t id)
 {
-    uint32_t handle = 0;
+    pdx_peer_t *found = NULL;
 
     pthread_mutex_lock(&e->peers_lock);
-    for (uint32_t i = 0; i < PDX_MAX_PEERS && !handle; i++) {
+    for (uint32_t i = 0; i < PDX_MAX_PEERS && !found; i++) {
         pdx_peer_t *peer = atomic_load_explicit(&e->peers[i], memory_order_relaxed);
 
         if (peer && peer->remote_id == id &&
-            atomic_load_explicit(&peer->state, memory_order_acquire) == PDX_PEER_READY)
-            handle = peer->handle;
+            atomic_load_explicit(&peer->state, memory_order_acquire) == PDX_PEER_READY) {
+            found = peer;
+            pdx_peer_ref(found); /* the slot's reference keeps it until here */
+        }
     }
     pthread_mutex_unlock(&e->peers_lock);
+    return found;
+}
+
+/* The READY peer whose engine is `id`, by handle; 0: none. */
+static uint32_t peer_of_engine(pdx_engine_t *e, uint64_t id)
+{
+    pdx_peer_t *peer = pdx_desc_peer(e, id);
+    uint32_t handle = peer ? peer->handle : 0;
+
+    pdx_peer_put(peer);
     return handle;
 }
 
@@ -265,5 +276,42 @@ pdx_status_t pdx_mem_desc_info(const void *desc, size_t len, pdx_mem_desc_info_t
         return PDX_ERR_PROTO;
     }
     *info_p = info;
+    return PDX_OK;
+}
+
+pdx_status_t pdx_desc_mem_of_peer(const pdx_peer_t *peer, const void *desc, size_t len,
+                                  uint32_t *mem_p, uint64_t *len_p)
+{
+    const pdx_remote_mem_t *rm;
+    pdx_mem_desc_info_t info;
+    pdx_wire_rd_t r;
+    pdx_status_t st;
+
+    st = pdx_mem_desc_info(desc, len, &info);
+    if (st != PDX_OK)
+        return st;
+    if (info.engine != peer->remote_id) {
+        pdx_error("a memory descriptor of engine %016llx among those of engine %016llx",
+                  (unsigned long long)info.engine, (unsigned long long)peer->remote_id);
+        return PDX_ERR_INVALID;
+    }
+    rm = &peer->mems[info.mem];
+    r = (pdx_wire_rd_t){.p = desc, .len = len, .off = MEM_FIXED};
+    for (uint32_t nic = 0; nic < info.nics; nic++) {
+        const uint64_t addr = pdx_wire_rd_u64(&r);
+        const uint32_t key = pdx_wire_rd_u32(&r);
+
+        if (!(atomic_load_explicit(&rm->valid, memory_order_acquire) >> nic & 1)) {
+            pdx_debug("region %u of %s is not described here yet", info.mem, peer->addr);
+            return PDX_ERR_AGAIN;
+        }
+        if (rm->rkey[nic].addr != addr || rm->rkey[nic].rkey != key) {
+            pdx_error("the descriptor names a region %u that %s no longer has (deregistered "
+                      "since)", info.mem, peer->addr);
+            return PDX_ERR_STATE;
+        }
+    }
+    *mem_p = info.mem;
+    *len_p = info.len;
     return PDX_OK;
 }

@@ -160,6 +160,7 @@ static void rooms_fini(pdx_engine_t *e)
             free(ext->dests[d].pages);
         free(ext->senders);
         free(ext->last_left);
+        free(ext->xfer); /* its pins go with the regions */
         pthread_mutex_destroy(&ext->lock);
     }
     pthread_mutex_destroy(&e->held_lock);

@@ -105,6 +105,7 @@ struct pdx_engine {
     int                        ctrl_wake_fd;
     uint32_t                   protocol_version; /* pdx_protocol_version at start */
 
+    _Atomic uint64_t           xfer_next;   /* the next one-sided transfer's number */
     pdx_engine_stats_acc_t     stats;
 };
 

@@ -74,8 +74,11 @@ static pdx_reg_t *reg_find(pdx_engine_t *e, const mem_key_t *k, uintptr_t base, 
 
 static pdx_status_t reg_get(pdx_engine_t *e, void *base, size_t len, pdx_reg_t **reg_p)
 {
+    /* REMOTE_READ where the transport reads: flush reads, and peers'
+     * one-sided READ transfers (pdx_xfer_post). */
     const unsigned access = PDX_TP_ACCESS_LOCAL_WRITE | PDX_TP_ACCESS_REMOTE_WRITE |
-                            (e->flush ? PDX_TP_ACCESS_REMOTE_READ : 0);
+                            (e->ops->post_read != pdx_tp_unsupported_post_read
+                                 ? PDX_TP_ACCESS_REMOTE_READ : 0);
     pdx_reg_t *r;
     mem_key_t k;
     pdx_status_t st;
@@ -205,7 +208,7 @@ pdx_status_t pdx_mem_deregister(pdx_engine_t *e, uint32_t mem)
     if (!m->used) {
         st = PDX_ERR_NOT_FOUND;
     } else if (atomic_load(&m->users) > 0) {
-        pdx_error("pdx_mem_deregister: region %u is still used by a layout", mem);
+        pdx_error("pdx_mem_deregister: region %u is still used by a layout, a room or a transfer", mem);
         st = PDX_ERR_STATE;
     } else {
         st = reg_put(e, m->reg, m);

@@ -103,6 +103,11 @@ pdx_status_t pdx_expect(pdx_engine_t *e, uint32_t peer_id, pdx_room_t room, uint
     if (!e || !dst || nsenders == 0 || nsenders > PDX_MAX_SENDERS)
         return PDX_ERR_INVALID;
     pdx_engine_log_tag(e);
+    if (pdx_room_is_xfer(room)) {
+        pdx_error("pdx_expect: room %llu: room ids stop below 2^63 (transfers use the rest)",
+                  (unsigned long long)room);
+        return PDX_ERR_INVALID;
+    }
     timeout = timeout_or(timeout_ms, e->cfg.transfer_timeout_ms);
     peer = pdx_peer_hold(e, peer_id, &gone);
     if (!peer || atomic_load(&peer->state) != PDX_PEER_READY || atomic_load(&peer->closed)) {

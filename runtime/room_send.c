@@ -88,6 +88,11 @@ static pdx_status_t send_chunk(pdx_engine_t *e, pdx_room_t room, uint32_t layout
 
     if (!e || !src || (flags & ~PDX_SEND_LAST))
         return PDX_ERR_INVALID;
+    if (pdx_room_is_xfer(room)) {
+        pdx_error("pdx_send: room %llu: room ids stop below 2^63 (transfers use the rest)",
+                  (unsigned long long)room);
+        return PDX_ERR_INVALID;
+    }
     layout = pdx_engine_layout(e, layout_id);
     if (!layout) {
         pdx_error("pdx_send: room %llu: unknown layout %u", (unsigned long long)room, layout_id);
@@ -275,6 +280,10 @@ void pdx_rooms_on_room_msg(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_roo
     int32_t state;
     uint32_t n;
 
+    if (pdx_room_is_xfer(m->room)) {
+        send_room_error(peer, m->room, PDX_ERR_INVALID, "room ids stop below 2^63");
+        return;
+    }
     if (m->layout >= PDX_MAX_LAYOUTS || !layout) {
         send_room_error(peer, m->room, PDX_ERR_NOT_FOUND, "its layout was never described");
         return;

@@ -51,7 +51,8 @@ static bool fail_v(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id, pdx_log_le
     } else {
         uint32_t n = PDX_DESTS_COUNT(atomic_load_explicit(&ext->ndests, memory_order_acquire));
 
-        for (uint32_t i = 0; i < n; i++)
+        /* A one-sided transfer is nothing the peer knows of: not told. */
+        for (uint32_t i = 0; i < n && !ext->xfer; i++)
             peers[npeers++] = ext->dests[i].peer;
     }
     /* The room's references go with its release, which may come before
@@ -291,6 +292,7 @@ pdx_status_t pdx_rooms_remove(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id)
     pdx_peer_t *to[PDX_MAX_DESTS];
     pdx_room_obj_t *got = obj;
     volatile uint64_t *end_word;
+    pdx_xfer_job_t *xfer;
     uint32_t acks, left;
     int32_t aux;
 
@@ -304,6 +306,7 @@ pdx_status_t pdx_rooms_remove(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id)
     aux = atomic_load(&ext->app) ? ext->aux_mem : -1;
     pdx_rooms_end_signal_locked(ext); /* a stream still waiting goes on */
     end_word = ext->end_word;
+    xfer = ext->xfer;
     ext_reset(ext);
     pthread_mutex_unlock(&ext->lock);
     if (end_word)
@@ -314,6 +317,7 @@ pdx_status_t pdx_rooms_remove(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id)
     pdx_rooms_put_acks(acks & ~left, to, NULL);
     pdx_rooms_put_acks(left, to, "an ABORT_ACK was not sent");
     pdx_rooms_aux_unpin(e, aux);
+    pdx_xfer_job_free(e, xfer);
     pdx_room_free(&e->rooms, obj);
     return PDX_OK;
 }

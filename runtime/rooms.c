@@ -191,6 +191,9 @@ static void sweep_room(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_room_ext_t *ext
     } else if (state == PDX_ROOM_WAITING && xd == 0 && dl && now > dl) {
         pdx_rooms_fail_id(e, obj, id, PDX_ERR_TIMEOUT, "no pdx_send for the room within "
                           "twice decode's timeout");
+    } else if (xd && now > xd && pdx_room_is_xfer(id)) {
+        pdx_rooms_fail_id(e, obj, id, PDX_ERR_TIMEOUT, "the transfer was not done by its "
+                          "deadline");
     } else if (xd && now > xd) {
         pdx_rooms_fail_id(e, obj, id, PDX_ERR_TIMEOUT, "not done within "
                           "PDX_TRANSFER_TIMEOUT_MS=%u ms of its first chunk",

@@ -16,6 +16,26 @@
 #include "plan.h"
 
 
+/* Room ids with this bit name one-sided transfers (xfer.c); the app's
+ * rooms stay below it. */
+#define PDX_XFER_ROOM_BIT (1ull << 63)
+
+static inline bool pdx_room_is_xfer(uint64_t id)
+{
+    return (id & PDX_XFER_ROOM_BIT) != 0;
+}
+
+/* A one-sided transfer's work: the room's one chunk plans these runs (src:
+ * the local region, dst: the peer's, for READs too) and the local regions
+ * in pinned[] stay pinned until the room is removed. */
+typedef struct pdx_xfer_job {
+    pdx_xfer_op_t op;
+    uint32_t      nruns;
+    uint32_t      npinned;
+    uint32_t     *pinned;
+    pdx_run_t     runs[];
+} pdx_xfer_job_t;
+
 /* Where one prefill room's chunks go: one decode rank's pdx_expect(). */
 typedef struct pdx_dest {
     pdx_peer_t         *peer;
@@ -53,6 +73,8 @@ typedef struct pdx_room_ext {
     pdx_peer_t *_Atomic gone_peer;     /* decode: a sender gone, the room fails once
                                         * what it sent before is polled */
     _Atomic uint32_t last_queued;      /* prefill: pdx_send had PDX_SEND_LAST */
+    pdx_xfer_job_t  *xfer;             /* a one-sided transfer: set before its chunk is
+                                        * queued, freed at remove */
     /* prefill: destinations, published by ndests (release). The shard sets
      * PDX_DESTS_CLOSED in ndests (fetch_or) before a room's first chunk and
      * uses the count it got back; a ROOM message adds a destination only by
@@ -202,6 +224,9 @@ uint32_t pdx_rooms_hold_acks_locked(pdx_room_ext_t *ext, uint32_t mask,
                                     pdx_peer_t *to[PDX_MAX_DESTS]);
 uint32_t pdx_rooms_send_acks(uint64_t room, uint32_t mask, pdx_peer_t *to[PDX_MAX_DESTS]);
 void pdx_rooms_put_acks(uint32_t mask, pdx_peer_t *to[PDX_MAX_DESTS], const char *why);
+
+/* xfer.c: unpin a removed transfer's regions and free its job. */
+void pdx_xfer_job_free(pdx_engine_t *e, pdx_xfer_job_t *job);
 
 /* Apply the notifies held for the room before its pdx_expect. */
 void pdx_rooms_apply_held(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id);

@@ -210,17 +210,11 @@ err_dst:
     return false;
 }
 
-/* Post n WRITEs of L->wrs on dep; the room's counters. */
-static pdx_status_t post_writes(send_ctx_t *c, pdx_dep_t *dep, uint32_t n, uint64_t bytes)
+/* n WRs of L->wrs went out on dep: the room's counters. */
+static void count_posted(send_ctx_t *c, pdx_dep_t *dep, uint32_t n, uint64_t bytes)
 {
     pdx_shard_loop_t *L = c->L;
-    pdx_status_t status;
 
-    PDX_MARKER_PUSH_ROOM("pdx post", c->chunk->room);
-    status = L->e->ops->post_write(dep->ep, L->wrs, n);
-    PDX_MARKER_POP();
-    if (status != PDX_OK)
-        return status;
     dep->posted += n;
     /* This worker is their only writer (shard.c): a load and a store, not a
      * locked read-modify-write that waits for every store above to drain. */
@@ -236,7 +230,42 @@ static pdx_status_t post_writes(send_ctx_t *c, pdx_dep_t *dep, uint32_t n, uint6
     c->ext->wrs += n;
     c->budget = n < c->budget ? c->budget - n : 0;
     L->progress = true;
-    return PDX_OK;
+}
+
+/* Post n WRITEs of L->wrs on dep. */
+static pdx_status_t post_writes(send_ctx_t *c, pdx_dep_t *dep, uint32_t n, uint64_t bytes)
+{
+    pdx_status_t status;
+
+    PDX_MARKER_PUSH_ROOM("pdx post", c->chunk->room);
+    status = c->L->e->ops->post_write(dep->ep, c->L->wrs, n);
+    PDX_MARKER_POP();
+    if (status == PDX_OK)
+        count_posted(c, dep, n, bytes);
+    return status;
+}
+
+/* A READ transfer's WRs: L->wrs read into their local regions, one signaled
+ * READ each; those posted before a refusal are counted. */
+static pdx_status_t post_reads(send_ctx_t *c, pdx_dep_t *dep, uint32_t n)
+{
+    const pdx_tp_write_t *w = c->L->wrs;
+    pdx_status_t status = PDX_OK;
+    uint64_t bytes = 0;
+    uint32_t i;
+
+    PDX_MARKER_PUSH_ROOM("pdx post", c->chunk->room);
+    for (i = 0; i < n; i++, w++) {
+        status = c->L->e->ops->post_read(dep->ep, w->wr_id, w->mr, w->offset,
+                                         (uint32_t)w->length, w->remote_addr, w->rkey);
+        if (status != PDX_OK)
+            break;
+        bytes += w->length;
+    }
+    PDX_MARKER_POP();
+    if (i)
+        count_posted(c, dep, i, bytes);
+    return status;
 }
 
 /* The plan's runs, striped in batches over deps[0, n); DONE once exhausted. */
@@ -273,7 +302,8 @@ static step_t post_data(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **deps,
             return STEP_DONE;
         if (!build_writes(c, dest, dep, L->runs, k, &bytes))
             return STEP_FAILED;
-        status = post_writes(c, dep, k, bytes);
+        status = ext->xfer && ext->xfer->op == PDX_XFER_READ ? post_reads(c, dep, k)
+                                                             : post_writes(c, dep, k, bytes);
         if (status != PDX_OK) {
             ext->plan = saved;
             return post_refused(c, dep, status, "writing the chunk");
@@ -389,6 +419,8 @@ static step_t finish_dest(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **dep
     pdx_status_t status;
     step_t r;
 
+    if (ext->xfer)
+        return STEP_DONE; /* a one-sided transfer: its completions are all */
     if (!(c->chunk->flags & PDX_SEND_LAST)) {
         for (uint32_t i = 0; i < n; i++) {
             pdx_dep_t *d = deps[(ext->rr + i) % n];
@@ -446,6 +478,18 @@ static step_t plan_dest(send_ctx_t *c, const pdx_dest_t *dest)
     uint64_t off = 0;
     pdx_status_t status;
 
+    if (ext->xfer) {
+        /* READs carry at most 4 GiB - 1 each (the transport's length) */
+        const uint64_t max = ext->xfer->op == PDX_XFER_READ
+                                 ? PDX_MIN(e->cfg.max_msg_size, 1ull << 31)
+                                 : e->cfg.max_msg_size;
+
+        pdx_plan_init_runs(&ext->plan, ext->xfer->runs, ext->xfer->nruns, max);
+        ext->plan.piece = plan_piece(e, dest->peer);
+        ext->planning = true;
+        ext->wrs = 0;
+        return STEP_DONE;
+    }
     if (!src)
         return room_fail(c, PDX_ERR_NOT_FOUND, "layout %u unknown", ch->layout);
     if (dest->layout < PDX_MAX_LAYOUTS)
@@ -505,7 +549,7 @@ static step_t send_dest(send_ctx_t *c, pdx_dest_t *dest)
         return r;
     if ((r = finish_dest(c, dest, deps, n)) != STEP_DONE)
         return r;
-    for (uint32_t g = 0; g < c->chunk->ngroups; g++)
+    for (uint32_t g = 0; g < c->chunk->ngroups && !ext->xfer; g++)
         if (!group_skipped(ext->plan.src, g, last))
             dest->cursor[g] += c->chunk->npages[g];
     ext->planning = false;

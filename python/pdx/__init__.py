@@ -15,13 +15,16 @@ streams and events are raw handles (integers).
 import array
 import ctypes
 import enum
+import itertools
 
 from . import _ffi
 
 __all__ = [
     "Error", "Again", "Status", "RoomState", "LogLevel", "Group", "Engine", "version",
-    "engine_desc_info", "mem_desc_info", "set_log_handler",
+    "engine_desc_info", "mem_desc_info", "set_log_handler", "WRITE", "READ", "xfer_entries", "xfer_runs",
 ]
+
+WRITE, READ = _ffi.XFER_WRITE, _ffi.XFER_READ
 
 _lib = _ffi.load()
 
@@ -384,3 +387,77 @@ class Engine:
         if st < 0:
             _check(st, "pdx_release", "room %d" % room)
         return st == 0
+
+    # one-sided transfers
+    def xfer(self, op, remotes, entries, gate=None, timeout_ms=0):
+        """Queue one transfer (WRITE or READ) and return its handle. remotes
+        are memory descriptors (bytes) of one peer engine; entries are
+        (mem, remote index, offset, remote offset, length) tuples, or
+        _entries()'s packed array. Raises Again when the ring is full."""
+        descs = (_ffi.Desc * len(remotes))()
+        keep = [bytes(r) for r in remotes]
+        for i, r in enumerate(keep):
+            descs[i].bytes = ctypes.cast(ctypes.c_char_p(r), ctypes.c_void_p)
+            descs[i].len = len(r)
+        packed = entries if isinstance(entries, array.array) else xfer_entries(entries)
+        n = len(packed) // 4
+        addr = packed.buffer_info()[0] if n else None
+        out = ctypes.c_uint64()
+        g = ctypes.byref(gate) if gate is not None else None
+        st = _lib.pdx_xfer_post(self._e or self._h(), op, descs, len(keep), addr, n, g,
+                                timeout_ms, ctypes.byref(out))
+        if st < 0:
+            _check(st, "pdx_xfer_post")
+        return out.value
+
+    def write(self, remotes, entries, gate=None, timeout_ms=0):
+        return self.xfer(WRITE, remotes, entries, gate, timeout_ms)
+
+    def read(self, remotes, entries, gate=None, timeout_ms=0):
+        return self.xfer(READ, remotes, entries, gate, timeout_ms)
+
+    def xfer_poll(self, xfer):
+        """Status.INPROGRESS, Status.OK, or the Status it failed with."""
+        return _status(_lib.pdx_xfer_poll(self._e or self._h(), xfer))
+
+    def xfer_wait(self, xfers, timeout_ms=-1):
+        """Wait for every transfer (< 0: until each ends, which it does by its
+        deadline): (Status, index) as pdx_xfer_wait() tells them."""
+        arr = (ctypes.c_uint64 * len(xfers))(*xfers)
+        at = ctypes.c_uint32()
+        st = _lib.pdx_xfer_wait(self._e or self._h(), arr, len(xfers), timeout_ms,
+                                ctypes.byref(at))
+        if st == Status.ERR_INVALID:
+            _check(st, "pdx_xfer_wait")
+        return _status(st), at.value
+
+    def xfer_error(self, xfer):
+        """Why the transfer failed ("" when it did not)."""
+        buf = ctypes.create_string_buffer(512)
+        st = _lib.pdx_xfer_error(self._h(), xfer, buf, len(buf))
+        if st in (Status.ERR_NOT_FOUND, Status.ERR_STATE):
+            return ""
+        _check(st, "pdx_xfer_error")
+        return buf.value.decode(errors="replace")
+
+    def xfer_release(self, xfer):
+        """Forget the transfer (failing it when not done): True once its WRs can
+        no longer move bytes, False while they may (call again)."""
+        st = _lib.pdx_xfer_release(self._e or self._h(), xfer)
+        if st < 0:
+            _check(st, "pdx_xfer_release")
+        return st == 0
+
+
+def xfer_entries(entries):
+    """(mem, remote, offset, remote offset, length) tuples as the packed
+    array pdx_xfer_post() reads (pdx_xfer_entry_t: four 64-bit words)."""
+    return array.array("Q", itertools.chain.from_iterable(
+        (mem | remote << 32, off, roff, n) for mem, remote, off, roff, n in entries))
+
+
+def xfer_runs(mem, remote, offsets, remote_offsets, sizes):
+    """Entries of one local and one remote region from parallel lists."""
+    key = mem | remote << 32
+    return array.array("Q", itertools.chain.from_iterable(
+        (key, off, roff, n) for off, roff, n in zip(offsets, remote_offsets, sizes)))

@@ -137,6 +137,24 @@ class MemDescInfo(ctypes.Structure):
     ]
 
 
+class Desc(ctypes.Structure):
+    _fields_ = [("bytes", ctypes.c_void_p), ("len", ctypes.c_size_t)]
+
+
+class XferEntry(ctypes.Structure):
+    _fields_ = [
+        ("mem", ctypes.c_uint32),
+        ("remote", ctypes.c_uint32),
+        ("offset", ctypes.c_uint64),
+        ("remote_offset", ctypes.c_uint64),
+        ("len", ctypes.c_uint64),
+    ]
+
+
+XFER_WRITE, XFER_READ = 0, 1
+MAX_XFER_ENTRIES = 1 << 20
+
+
 LOG_HANDLER = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p,
                                ctypes.c_char_p)
 
@@ -175,6 +193,11 @@ PROTOTYPES = {
     "pdx_room_error": (c_status, [vp, u64, ctypes.c_char_p, sz]),
     "pdx_abort": (c_status, [vp, u64]),
     "pdx_release": (c_status, [vp, u64]),
+    "pdx_xfer_post": (c_status, [vp, ctypes.c_int, P(Desc), u32, vp, u32, P(Gate), i32, P(u64)]),
+    "pdx_xfer_poll": (c_status, [vp, u64]),
+    "pdx_xfer_wait": (c_status, [vp, P(u64), u32, i32, P(u32)]),
+    "pdx_xfer_error": (c_status, [vp, u64, ctypes.c_char_p, sz]),
+    "pdx_xfer_release": (c_status, [vp, u64]),
     "pdx_engine_stats": (c_status, [vp, P(Stats)]),
 }
 

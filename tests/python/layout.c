@@ -38,5 +38,10 @@ int main(void)
     S(pdx_mem_desc_info_t);
     F(pdx_mem_desc_info_t, len);
     F(pdx_mem_desc_info_t, flags);
+    S(pdx_desc_t);
+    S(pdx_xfer_entry_t);
+    F(pdx_xfer_entry_t, remote);
+    F(pdx_xfer_entry_t, remote_offset);
+    F(pdx_xfer_entry_t, len);
     return 0;
 }

@@ -86,7 +86,8 @@ class Structs(unittest.TestCase):
                   "pdx_pages_t": _ffi.Pages, "pdx_region_t": _ffi.Region,
                   "pdx_gate_t": _ffi.Gate, "pdx_stats_t": _ffi.Stats,
                   "pdx_engine_desc_info_t": _ffi.EngineDescInfo,
-                  "pdx_mem_desc_info_t": _ffi.MemDescInfo}
+                  "pdx_mem_desc_info_t": _ffi.MemDescInfo, "pdx_desc_t": _ffi.Desc,
+                  "pdx_xfer_entry_t": _ffi.XferEntry}
         seen = 0
         for line in out.splitlines():
             struct, field, value = line.split()
@@ -124,6 +125,42 @@ class Engine(unittest.TestCase):
             s.e.register(b"read-only bytes")
         self.assertEqual(s.e.transport, "tcp")
         self.assertTrue(s.e.address.startswith("127.0.0.1:"))
+
+    def test_one_sided_writes(self):
+        a, b = self.side(), self.side()
+        a.e.connect_desc(b.e.desc())
+        a.pool[:] = bytes(range(256)) * (len(a.pool) // 256)
+        remote = b.e.mem_desc(b.mem)
+        runs = pdx.xfer_runs(a.mem, 0, [0, 512, 4096], [100, 612, 9000], [512, 77, 3000])
+        x = a.e.write([remote], runs)
+        y = a.e.write([remote], [(a.mem, 0, 20000, 30000, 100)], timeout_ms=5000)
+        self.assertEqual(a.e.xfer_wait([x, y], 5000), (pdx.Status.OK, 2))
+        self.assertEqual(a.e.xfer_poll(x), pdx.Status.OK)
+        want = bytearray(len(b.pool))
+        for off, roff, n in ((0, 100, 512), (512, 612, 77), (4096, 9000, 3000),
+                             (20000, 30000, 100)):
+            want[roff:roff + n] = a.pool[off:off + n]
+        self.assertEqual(b.pool, want, "every byte, and none elsewhere")
+        self.assertTrue(a.e.xfer_release(x) and a.e.xfer_release(y))
+        self.assertEqual(a.e.xfer_poll(x), pdx.Status.ERR_NOT_FOUND)
+        with self.assertRaises(pdx.Error) as cm:
+            a.e.write([remote], [(a.mem, 0, 0, len(b.pool) - 8, 16)])
+        self.assertEqual(cm.exception.status, pdx.Status.ERR_RANGE)
+        with self.assertRaises(pdx.Error) as cm:
+            a.e.read([remote], [(a.mem, 0, 0, 0, 16)])
+        self.assertEqual(cm.exception.status, pdx.Status.ERR_UNSUPPORTED, "tcp has no READ")
+
+    def test_one_sided_deadline(self):
+        a, b = self.side(), self.side()
+        a.e.connect_desc(b.e.desc())
+        word = ctypes.c_uint64(0)
+        gate = _ffi.Gate(kind=2, word=ctypes.pointer(word), value=1)
+        x = a.e.write([b.e.mem_desc(b.mem)], [(a.mem, 0, 0, 0, 64)], gate=gate,
+                      timeout_ms=200)
+        self.assertEqual(a.e.xfer_wait([x], 0), (pdx.Status.INPROGRESS, 0))
+        self.assertEqual(a.e.xfer_wait([x], -1), (pdx.Status.ERR_TIMEOUT, 0))
+        self.assertIn("deadline", a.e.xfer_error(x))
+        self.assertTrue(a.e.xfer_release(x))
 
     def test_transfer_in_process(self):
         pf, dc = self.side(), self.side()

@@ -519,6 +519,84 @@ PDX_API pdx_status_t pdx_send(pdx_engine_t *engine, pdx_room_t room, uint32_t la
 PDX_API pdx_status_t pdx_room_stream_wait(pdx_engine_t *engine, pdx_room_t room,
                                           void *hip_stream);
 
+/* --------------------------------------------------- one-sided transfers */
+
+/*
+ * Plain one-sided WRITEs or READs between this engine's registered regions
+ * and a peer's, named by memory descriptors: for callers that keep their own
+ * bookkeeping. A transfer is a room of its own (the top bit of its id is
+ * set: room ids of pdx_send and pdx_expect stay below 2^63), so it goes the
+ * rooms' way: enqueued on the caller's thread, worked by the shard its id
+ * hashes to, its runs coalesced and striped over the endpoints to the peer,
+ * with send-queue backpressure, an optional gate and a deadline.
+ */
+typedef uint64_t pdx_xfer_t;
+
+typedef enum pdx_xfer_op {
+    PDX_XFER_WRITE = 0, /* local bytes into the remote regions */
+    PDX_XFER_READ  = 1, /* remote bytes into the local regions (pull) */
+} pdx_xfer_op_t;
+
+/* A memory descriptor of pdx_mem_desc(), as bytes. */
+typedef struct pdx_desc {
+    const void *bytes;
+    size_t      len;
+} pdx_desc_t;
+
+/* len bytes between local region `mem` at offset and remote region
+ * remotes[remote] at remote_offset. */
+typedef struct pdx_xfer_entry {
+    uint32_t mem;
+    uint32_t remote;         /* index into the call's remotes */
+    uint64_t offset;
+    uint64_t remote_offset;
+    uint64_t len;
+} pdx_xfer_entry_t;
+
+/*
+ * Queue one transfer of n entries (at most PDX_MAX_XFER_ENTRIES) and return
+ * its handle. Every remote descriptor must name the same engine, one this
+ * engine is connected to (pdx_peer_connect_desc()); entries are checked
+ * against both regions before anything is queued: out of range is
+ * PDX_ERR_RANGE, a descriptor of a region the peer no longer has
+ * PDX_ERR_STATE, each with a message. gate (NULL: none) holds the transfer
+ * back as it does a chunk. The transfer fails unless done within
+ * timeout_ms (<= 0: PDX_TRANSFER_TIMEOUT_MS). Never blocks; a full ring is
+ * PDX_ERR_AGAIN. The local regions stay pinned (pdx_mem_deregister refuses
+ * them) and must not be reused until pdx_xfer_release() returned PDX_OK.
+ */
+#define PDX_MAX_XFER_ENTRIES (1u << 20)
+
+PDX_API pdx_status_t pdx_xfer_post(pdx_engine_t *engine, pdx_xfer_op_t op,
+                                   const pdx_desc_t *remotes, uint32_t nremotes,
+                                   const pdx_xfer_entry_t *entries, uint32_t n,
+                                   const pdx_gate_t *gate, int timeout_ms, pdx_xfer_t *xfer_p);
+
+/* PDX_INPROGRESS, PDX_OK once every byte is placed, or why it failed
+ * (pdx_xfer_error() tells more); PDX_ERR_NOT_FOUND for an unknown handle.
+ * A lookup and atomic loads, as pdx_poll(). */
+PDX_API pdx_status_t pdx_xfer_poll(pdx_engine_t *engine, pdx_xfer_t xfer);
+
+/*
+ * Wait until every one of n transfers is done or failed, at most timeout_ms
+ * (0: look once; < 0: until then, which comes: every transfer ends by its
+ * deadline). Then the first failure in array order wins; else
+ * PDX_INPROGRESS when some are not done; else PDX_OK. *index_p (may be
+ * NULL) is the index that decided: the failed or unfinished one, n for
+ * PDX_OK. An unknown handle counts as failed (PDX_ERR_NOT_FOUND).
+ */
+PDX_API pdx_status_t pdx_xfer_wait(pdx_engine_t *engine, const pdx_xfer_t *xfers, uint32_t n,
+                                   int timeout_ms, uint32_t *index_p);
+
+/* Why the transfer failed, as text, into buf (always terminated). */
+PDX_API pdx_status_t pdx_xfer_error(pdx_engine_t *engine, pdx_xfer_t xfer, char *buf,
+                                    size_t len);
+
+/* Forget the transfer, failing it first (PDX_ERR_ABORTED) when not done:
+ * PDX_INPROGRESS while its WRs may still move bytes (call again), PDX_OK
+ * once they cannot, after which its regions may be reused. */
+PDX_API pdx_status_t pdx_xfer_release(pdx_engine_t *engine, pdx_xfer_t xfer);
+
 /* ------------------------------------------------------------------- both */
 
 /* A lookup and atomic loads: never blocks, never allocates. */
