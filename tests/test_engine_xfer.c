@@ -150,7 +150,7 @@ static void round_trip(pdx_xfer_op_t op, uint32_t nxfers, uint32_t per, unsigned
     cr_assert_eq(at, nxfers);
     for (uint32_t i = 0; i < nxfers; i++) {
         cr_assert_eq(pdx_xfer_poll(ini.e, h[i]), PDX_OK);
-        cr_assert_eq(pdx_xfer_release(ini.e, h[i]), PDX_OK);
+        cr_assert_eq(release_wait(ini.e, h[i], 5000), PDX_OK);
         cr_assert_eq(pdx_xfer_poll(ini.e, h[i]), PDX_ERR_NOT_FOUND, "released");
     }
     cr_assert_eq(memcmp(tgt.pool, want_tgt, len), 0, "the target's bytes differ");
@@ -284,18 +284,18 @@ Test(engine_xfer, deadline_ends_a_gated_transfer, .fini = fini, .timeout = 60)
     cr_assert_eq(pdx_xfer_wait(ini.e, &h, 1, -1, &at), PDX_ERR_TIMEOUT);
     cr_assert_eq(pdx_xfer_error(ini.e, h, msg, sizeof(msg)), PDX_OK);
     cr_assert(strstr(msg, "deadline"), "%s", msg);
-    cr_assert_eq(pdx_xfer_release(ini.e, h), PDX_OK);
+    cr_assert_eq(release_wait(ini.e, h, 5000), PDX_OK);
 
     /* the same gate opened: it goes */
     cr_assert_eq(pdx_xfer_post(ini.e, PDX_XFER_WRITE, &d, 1, &x, 1, &gate, 5000, &h), PDX_OK);
     usleep(20000);
     cr_assert_eq(pdx_xfer_poll(ini.e, h), PDX_INPROGRESS, "held by its gate");
-    word = 1;
+    __atomic_store_n(&word, 1, __ATOMIC_RELEASE);
     cr_assert_eq(pdx_xfer_wait(ini.e, &h, 1, 5000, NULL), PDX_OK);
     cr_assert_eq(memcmp(tgt.pool, ini.pool, 4096), 0);
-    cr_assert_eq(pdx_xfer_release(ini.e, h), PDX_OK);
+    cr_assert_eq(release_wait(ini.e, h, 5000), PDX_OK);
     /* one the engine's destroy ends (never released; gate shut) */
-    word = 0;
+    __atomic_store_n(&word, 0, __ATOMIC_RELEASE);
     cr_assert_eq(pdx_xfer_post(ini.e, PDX_XFER_WRITE, &d, 1, &x, 1, &gate, 5000, &h), PDX_OK);
 }
 
@@ -367,7 +367,7 @@ Test(engine_xfer, deregistered_target_region_fails, .fini = fini, .timeout = 60)
     cr_assert_eq(st, PDX_OK);
     cr_assert_eq(pdx_xfer_wait(ini.e, &h, 1, 5000, NULL), PDX_OK);
     cr_assert_eq(memcmp(buf, ini.pool, 64), 0);
-    cr_assert_eq(pdx_xfer_release(ini.e, h), PDX_OK);
+    cr_assert_eq(release_wait(ini.e, h, 5000), PDX_OK);
     memcpy(keep, tgt.pool, sizeof(keep));
     cr_assert_eq(pdx_mem_deregister(tgt.e, extra), PDX_OK);
     st = pdx_xfer_post(ini.e, PDX_XFER_WRITE, &d, 1, &x, 1, NULL, 5000, &h);

@@ -437,6 +437,7 @@ class IOEngine:
         return status
 
     def _batch(self, op, local_descs, local_offsets, remote_descs, remote_offsets, sizes):
+        self._sweep()
         return [self._post(op, ld, lo, rd, ro, sz) for ld, lo, rd, ro, sz in
                 zip(local_descs, local_offsets, remote_descs, remote_offsets, sizes)]
 
@@ -463,6 +464,7 @@ class IOEngine:
         when some are not done by the deadline; else SUCCESS. With a negative
         timeout it returns once every transfer ended and none can still move
         bytes."""
+        self._sweep()
         live = [s._xfer for s in statuses if s._xfer is not None and
                 s._code == StatusCode.IN_PROGRESS]
         if live:
@@ -485,6 +487,13 @@ class IOEngine:
         if not self._pdx.xfer_release(xfer):
             with self._lock:
                 self._retiring.append(xfer)
+
+    def _sweep(self):
+        """One more try at those ended before (a moment after SUCCESS, pdx's
+        shard still holds a transfer): their room slots come back."""
+        if self._retiring:
+            with self._lock:
+                self._retiring = [x for x in self._retiring if not self._pdx.xfer_release(x)]
 
     def _settle(self, timeout):
         until = None if timeout is None else time.monotonic() + timeout

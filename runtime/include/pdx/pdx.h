@@ -593,8 +593,9 @@ PDX_API pdx_status_t pdx_xfer_error(pdx_engine_t *engine, pdx_xfer_t xfer, char 
                                     size_t len);
 
 /* Forget the transfer, failing it first (PDX_ERR_ABORTED) when not done:
- * PDX_INPROGRESS while its WRs may still move bytes (call again), PDX_OK
- * once they cannot, after which its regions may be reused. */
+ * PDX_INPROGRESS while its WRs may still move bytes or its shard still
+ * holds it (call again; also for a moment after it became PDX_OK), PDX_OK
+ * once neither is so, after which its regions may be reused. */
 PDX_API pdx_status_t pdx_xfer_release(pdx_engine_t *engine, pdx_xfer_t xfer);
 
 /* ------------------------------------------------------------------- both */
