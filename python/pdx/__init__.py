@@ -219,6 +219,7 @@ class Engine:
                "pdx_engine_create")
         self._e = handle
         self._mems = {}
+        self._descs = {}
 
     # lifecycle
     def close(self):
@@ -393,12 +394,18 @@ class Engine:
         """Queue one transfer (WRITE or READ) and return its handle. remotes
         are memory descriptors (bytes) of one peer engine; entries are
         (mem, remote index, offset, remote offset, length) tuples, or
-        _entries()'s packed array. Raises Again when the ring is full."""
-        descs = (_ffi.Desc * len(remotes))()
-        keep = [bytes(r) for r in remotes]
-        for i, r in enumerate(keep):
-            descs[i].bytes = ctypes.cast(ctypes.c_char_p(r), ctypes.c_void_p)
-            descs[i].len = len(r)
+        the packed array of xfer_entries() or xfer_runs(). Raises Again when
+        the ring is full."""
+        keep = tuple(bytes(r) for r in remotes)
+        descs = self._descs.get(keep)
+        if descs is None:  # the descriptors of a peer's regions come again and again
+            descs = (_ffi.Desc * len(keep))()
+            for i, r in enumerate(keep):
+                descs[i].bytes = ctypes.cast(r, ctypes.c_void_p)
+                descs[i].len = len(r)
+            if len(self._descs) >= 4096:
+                self._descs.clear()
+            self._descs[keep] = descs  # the key keeps the bytes alive
         packed = entries if isinstance(entries, array.array) else xfer_entries(entries)
         n = len(packed) // 4
         addr = packed.buffer_info()[0] if n else None

@@ -312,6 +312,7 @@ class IOEngine:
         self._uid = itertools.count(1)
         self._retiring = []         # ended transfers pdx still holds (WRs in flight)
         self._gone = {}             # key -> why: engines whose connection failed
+        self._up = set()            # keys connected to (as far as we know)
 
     # lifetime
     def create_backend(self, backend_type, config=None):
@@ -365,11 +366,13 @@ class IOEngine:
         with self._lock:
             self._remotes[desc.key] = desc
             self._gone.pop(desc.key, None)
+            self._up.discard(desc.key)
 
     def deregister_remote_engine(self, desc):
         with self._lock:
             self._remotes.pop(desc.key, None)
             self._gone.pop(desc.key, None)
+            self._up.discard(desc.key)
 
     def _peer(self, key):
         """Connect to a registered engine (once; again after its connection
@@ -419,7 +422,10 @@ class IOEngine:
             if local.engine_key != self.key:
                 raise Error(Status.ERR_INVALID, "pdx.mori", "the local MemoryDesc is engine "
                             "%r's, not this engine's (%r)" % (local.engine_key, self.key))
-            self._peer(remote.engine_key)
+            key = remote.engine_key
+            if key not in self._up:
+                self._peer(key)
+                self._up.add(key)
             runs = xfer_runs(local.id, 0, loffs, roffs, sizes)
             # a full ring, or a region the peer's engine described a moment ago
             until = time.monotonic() + 5.0
@@ -431,6 +437,12 @@ class IOEngine:
                     if time.monotonic() > until:
                         raise
                     time.sleep(0.0005)
+                except Error as exc:
+                    if exc.status != Status.ERR_NOT_FOUND or key not in self._up:
+                        raise
+                    self._up.discard(key)  # its connection went: once more, connecting
+                    self._peer(key)
+                    self._up.add(key)
             status._engine = self
         except Error as exc:
             status._code, status._msg = _code(exc.status), str(exc)

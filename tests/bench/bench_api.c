@@ -3,8 +3,11 @@
  * pdx_send() cost through the public API, measured the way the Python
  * benchmark measures its calls. Two engines over tcp on 127.0.0.1: decode
  * expects one room and polls it; prefill sends one 16-page chunk to each of
- * ROOMS fresh rooms (queued: decode never asks for them) and aborts them.
- * Prints "poll_ns P50" and "send_ns P50" (medians of batches).
+ * ROOMS fresh rooms (queued: decode never asks for them) and aborts them;
+ * then prefill writes XFERS one-sided transfers of 16 runs of 4 KiB into
+ * decode's pool, waits for them, and waits once more for all of them done.
+ * Prints "poll_ns", "send_ns", "xfer_ns" (medians) and "wait_ns" (per
+ * transfer of a wait over transfers already done).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +17,8 @@
 
 #include <pdx/pdx.h>
 
-enum { BATCH = 1000, SAMPLES = 200, ROOMS = 1000, PAGES = 16, NPAGES = 64, BPP = 4096 };
+enum { BATCH = 1000, SAMPLES = 200, ROOMS = 1000, PAGES = 16, NPAGES = 64, BPP = 4096,
+       XFERS = 1000 };
 
 static uint64_t now_ns(void)
 {
@@ -53,6 +57,51 @@ static pdx_engine_t *engine(uint8_t *pool, uint32_t *layout)
     return e;
 }
 
+/* pdx_xfer_post of 16 runs (none adjacent: no coalescing) into decode's
+ * region `mem`, XFERS times, then the waits. */
+static int xfers(pdx_engine_t *pf, pdx_engine_t *dc, uint32_t mem)
+{
+    static double post_ns[XFERS];
+    static pdx_xfer_t h[XFERS];
+    pdx_xfer_entry_t x[PAGES];
+    uint8_t desc[PDX_MEM_DESC_MAX];
+    pdx_desc_t d = {desc, 0};
+    uint64_t t0;
+    double wait_ns;
+
+    if (pdx_mem_desc(dc, mem, desc, sizeof(desc), &d.len) != PDX_OK)
+        return 1;
+    for (uint32_t i = 0; i < PAGES; i++)
+        x[i] = (pdx_xfer_entry_t){.mem = 0, .offset = (uint64_t)(2 * i) * BPP,
+                                  .remote_offset = (uint64_t)(2 * i + 1) * BPP, .len = BPP};
+    for (int r = 0; r < XFERS; r++) {
+        pdx_status_t st;
+
+        for (;;) {
+            t0 = now_ns();
+            st = pdx_xfer_post(pf, PDX_XFER_WRITE, &d, 1, x, PAGES, NULL, 60000, &h[r]);
+            post_ns[r] = (double)(now_ns() - t0);
+            if (st != PDX_ERR_AGAIN)
+                break;
+            usleep(50); /* the ring is full: not a sample */
+        }
+        if (st != PDX_OK)
+            return 1;
+    }
+    if (pdx_xfer_wait(pf, h, XFERS, 60000, NULL) != PDX_OK)
+        return 1;
+    t0 = now_ns();
+    if (pdx_xfer_wait(pf, h, XFERS, 0, NULL) != PDX_OK)
+        return 1;
+    wait_ns = (double)(now_ns() - t0) / XFERS;
+    for (int r = 0; r < XFERS; r++)
+        while (pdx_xfer_release(pf, h[r]) == PDX_INPROGRESS)
+            usleep(10);
+    qsort(post_ns, XFERS, sizeof(double), cmp);
+    printf("xfer_ns %.1f\nwait_ns %.1f\n", post_ns[XFERS / 2], wait_ns);
+    return 0;
+}
+
 int main(void)
 {
     static uint8_t pool_a[NPAGES * BPP], pool_b[NPAGES * BPP];
@@ -86,6 +135,8 @@ int main(void)
     qsort(poll_ns, SAMPLES, sizeof(double), cmp);
     qsort(send_ns, ROOMS, sizeof(double), cmp);
     printf("poll_ns %.1f\nsend_ns %.1f\n", poll_ns[SAMPLES / 2], send_ns[ROOMS / 2]);
+    if (xfers(pf, dc, 0) != 0)
+        return 1;
     pdx_engine_destroy(pf);
     pdx_engine_destroy(dc);
     (void)sink;

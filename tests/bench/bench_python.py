@@ -1,6 +1,7 @@
-"""Python's cost per call against C's, in one run: pdx_poll() and pdx_send()
-as bench_api (C, on libpdx.so) measures them, then the same calls through
-pdx.Engine and through the raw ctypes function. Usage, from the repository:
+"""Python's cost per call against C's, in one run: pdx_poll(), pdx_send(),
+pdx_xfer_post() and pdx_xfer_wait() as bench_api (C, on libpdx.so) measures
+them, then the same calls through pdx.Engine (and the raw ctypes function),
+and pdx.mori's batch_write() and wait_all(). Usage, from the repository:
 
     PYTHONPATH=python /usr/bin/python3 tests/bench/bench_python.py [BUILD_DIR]
 """
@@ -15,8 +16,32 @@ build = sys.argv[1] if len(sys.argv) > 1 else "build/default"
 os.environ.setdefault("PDX_LIBRARY", os.path.join(build, "libpdx.so"))
 
 import pdx  # noqa: E402
+import pdx.mori as mori  # noqa: E402
 
-BATCH, SAMPLES, ROOMS, PAGES, NPAGES, BPP = 1000, 200, 1000, 16, 64, 4096
+BATCH, SAMPLES, ROOMS, PAGES, NPAGES, BPP, XFERS = 1000, 200, 1000, 16, 64, 4096, 1000
+
+
+def post_times(post):
+    """Median cost of XFERS posts (a full ring is retried, not a sample)."""
+    times, out = [], []
+    while len(out) < XFERS:
+        t0 = time.perf_counter_ns()
+        try:
+            out.append(post())
+        except pdx.Again:
+            time.sleep(0.00005)
+            continue
+        times.append(time.perf_counter_ns() - t0)
+    return statistics.median(times), out
+
+
+def mori_side(key):
+    e = mori.IOEngine(key, mori.IOEngineConfig("127.0.0.1", 0))
+    e.create_backend(mori.BackendType.TCP)
+    pool = bytearray(NPAGES * BPP)
+    addr = __import__("ctypes").addressof((__import__("ctypes").c_char * len(pool))
+                                          .from_buffer(pool))
+    return e, pool, e.register_memory(addr, len(pool), -1, mori.MemoryLocationType.CPU)
 
 
 def side():
@@ -60,8 +85,38 @@ def main():
     py_send = statistics.median(times)
     for r in range(ROOMS):
         pf.abort(1000 + r)
+
+    # one-sided: 16 runs of 4 KiB, none adjacent
+    remote = dc.mem_desc(0)
+    runs = pdx.xfer_runs(0, 0, [2 * i * BPP for i in range(PAGES)],
+                         [(2 * i + 1) * BPP for i in range(PAGES)], [BPP] * PAGES)
+    py_xfer, handles = post_times(lambda: pf.write([remote], runs, timeout_ms=60000))
+    assert pf.xfer_wait(handles, 60000)[0] == pdx.Status.OK
+    t0 = time.perf_counter_ns()
+    assert pf.xfer_wait(handles, 0)[0] == pdx.Status.OK
+    py_wait = (time.perf_counter_ns() - t0) / XFERS
+    for h in handles:
+        while not pf.xfer_release(h):
+            time.sleep(0.00001)
     pf.close()
     dc.close()
+
+    # pdx.mori as sglang's connector calls it
+    src, src_pool, sdesc = mori_side("bench-src")  # the pools stay alive
+    dst, dst_pool, ddesc = mori_side("bench-dst")
+    src.register_remote_engine(dst.get_engine_desc())
+    loffs = [2 * i * BPP for i in range(PAGES)]
+    roffs = [(2 * i + 1) * BPP for i in range(PAGES)]
+    sizes = [BPP] * PAGES
+    mori_write, statuses = post_times(lambda: src.batch_write(
+        [sdesc], [loffs], [ddesc], [roffs], [sizes], [src.allocate_transfer_uid()])[0])
+    assert src.wait_all(statuses, -1) == mori.StatusCode.SUCCESS
+    t0 = time.perf_counter_ns()
+    assert src.wait_all(statuses, 0) == mori.StatusCode.SUCCESS
+    mori_wait = (time.perf_counter_ns() - t0) / XFERS
+    src.close()
+    dst.close()
+    del src_pool, dst_pool
 
     print("%-40s %12s %12s %10s" % ("call", "C [ns]", "Python [ns]", "ratio"))
     print("-" * 78)
@@ -71,8 +126,15 @@ def main():
                                           raw_poll, raw_poll / c_poll))
     print("%-40s %12.1f %12.1f %9.1fx" % ("pdx_send (16 pages) via pdx.Engine.send", c_send,
                                           py_send, py_send / c_send))
-    print("Python adds %.0f ns per poll() and %.0f ns per send()" % (py_poll - c_poll,
-                                                                       py_send - c_send))
+    c_xfer, c_wait = float(c["xfer_ns"]), float(c["wait_ns"])
+    for name, cv, pv in (("pdx_xfer_post (16 runs) via Engine.write", c_xfer, py_xfer),
+                         ("... via pdx.mori batch_write", c_xfer, mori_write),
+                         ("pdx_xfer_wait, per done transfer", c_wait, py_wait),
+                         ("... via pdx.mori wait_all", c_wait, mori_wait)):
+        print("%-40s %12.1f %12.1f %9.1fx" % (name, cv, pv, pv / cv))
+    print("Python adds %.0f ns per poll(), %.0f ns per send(), %.0f ns per batch_write() "
+          "and %.0f ns per status in wait_all()" % (py_poll - c_poll, py_send - c_send,
+                                                    mori_write - c_xfer, mori_wait - c_wait))
 
 
 if __name__ == "__main__":
