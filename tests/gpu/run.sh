@@ -2,7 +2,8 @@
 # On a machine with an NVIDIA GPU and CUDA under /usr/local/cuda: configure
 # pdx for the nvidia platform without Criterion, build tests/gpu/test_gpu
 # (hip/), test_gpu_gates (the engine's gates with kernels) and pdx-bench,
-# run both tests (each ends in "N passed, N failed"), then a verified
+# run both tests (each ends in "N passed, N failed") and test_gpu_python.py
+# (the Python binding with GPU memory; unittest's summary), then a verified
 # GPU -> GPU pdx-bench over tcp (one NIC, then two per engine) and the same
 # run with host memory for comparison. The exit status is 1 when anything failed. Run from
 # anywhere; BUILD overrides the build folder.
@@ -12,13 +13,16 @@ build=${BUILD:-/tmp/pdx-gpu}
 
 cmake -S "$src" -B "$build" -DPDX_HIP_PLATFORM=nvidia -DPDX_BUILD_TESTS=OFF \
       -DPDX_BUILD_BENCH=OFF -DPDX_GPU_TESTS=ON || { echo "run.sh: configure failed" >&2; exit 2; }
-cmake --build "$build" --target test_gpu test_gpu_gates pdx-bench -j "$(nproc)" ||
+cmake --build "$build" --target pdx test_gpu test_gpu_gates pdx-bench -j "$(nproc)" ||
   { echo "run.sh: build failed" >&2; exit 2; }
 rc=0
 echo "=== test_gpu (hip/) ==="
 "$build/tests/gpu/test_gpu" || rc=1
 echo "=== test_gpu_gates (the engine's gates with kernels) ==="
 "$build/tests/gpu/test_gpu_gates" || rc=1
+echo "=== test_gpu_python.py (GPU memory, gates and streams from Python) ==="
+PDX_LIBRARY="$build/libpdx.so" PYTHONPATH="$src/python" PYTHONDONTWRITEBYTECODE=1 \
+  python3 "$src/tests/gpu/test_gpu_python.py" || rc=1
 echo "=== pdx-bench --gpu 0 --loopback (GPU -> GPU over tcp, two processes, verified) ==="
 "$build/tools/pdx-bench" --gpu 0 --loopback --transport tcp --requests 64 --chunks 4 || rc=1
 echo "=== the same with two NICs per engine (PDX_NICS=2: two tcp transports each) ==="
