@@ -155,8 +155,17 @@ typedef struct pdx_tp_ep_attr {
     uint32_t rq_depth;          /* RECVs posted at most */
 } pdx_tp_ep_attr_t;
 
+/* What a transport's bytes mean for visibility (pdx_transport_ops_t.caps). */
+enum {
+    /* A NIC places the bytes: a READ on a loopback ep is the flush that
+     * makes them visible to the GPU (docs/architecture.md §5). Without it
+     * the host places every byte before the completion or notify after it. */
+    PDX_TP_CAP_FLUSH_READ = 1u << 0,
+};
+
 struct pdx_transport_ops {
     const char *name;
+    unsigned    caps;           /* PDX_TP_CAP_* */
 
     /* PDX_ERR_NO_DEVICE when the transport has no usable device; why is
      * logged (at info with params->quiet_no_device). */
@@ -215,8 +224,10 @@ struct pdx_transport_ops {
     pdx_status_t (*post_recv)(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,
                               uint64_t offset, uint32_t len);
     /* READ of len bytes at remote_addr (rkey) into mr at offset; always
-     * signaled. The flush read of docs/architecture.md §5, on a loopback ep: its
-     * completion means every write the NIC placed before it is visible. */
+     * signaled; the remote region needs REMOTE_READ access. With
+     * PDX_TP_CAP_FLUSH_READ, on a loopback ep, it is the flush read of
+     * docs/architecture.md §5: its completion means every write the NIC
+     * placed before it is visible. */
     pdx_status_t (*post_read)(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,
                               uint64_t offset, uint32_t len, uint64_t remote_addr, uint32_t rkey);
 };

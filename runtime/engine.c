@@ -260,9 +260,9 @@ pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p)
     /* Flush reads: for every decode room with PDX_FLUSH=on, for rooms with
      * GPU destinations with auto where the device needs one (gpu.c). tcp
      * places bytes before its notify. */
-    e->flush = e->ops->post_read != pdx_tp_unsupported_post_read &&
+    e->flush = (e->ops->caps & PDX_TP_CAP_FLUSH_READ) &&
                (e->cfg.flush == PDX_MODE_ON || (e->gpu.flush && !e->gpu.flush_host));
-    if (e->cfg.flush == PDX_MODE_ON && e->ops->post_read == pdx_tp_unsupported_post_read)
+    if (e->cfg.flush == PDX_MODE_ON && !(e->ops->caps & PDX_TP_CAP_FLUSH_READ))
         pdx_info("PDX_FLUSH=on: the %s transport places bytes before its notify; no flush read",
                  e->ops->name);
     st = rooms_init(e);

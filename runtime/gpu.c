@@ -70,7 +70,7 @@ pdx_status_t pdx_gpu_open(pdx_engine_t *e)
         return st;
     }
     g->device = device;
-    if (e->ops->post_read == pdx_tp_unsupported_post_read || e->cfg.flush == PDX_MODE_OFF)
+    if (!(e->ops->caps & PDX_TP_CAP_FLUSH_READ) || e->cfg.flush == PDX_MODE_OFF)
         needed = false; /* tcp: bytes are placed by the host before the notify */
     g->flush = needed;
     /* the runtime's flush where the device has it, else the READ */

@@ -306,7 +306,8 @@ static step_t post_data(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **deps,
                                                              : post_writes(c, dep, k, bytes);
         if (status != PDX_OK) {
             ext->plan = saved;
-            return post_refused(c, dep, status, "writing the chunk");
+            return post_refused(c, dep, status, ext->xfer && ext->xfer->op == PDX_XFER_READ
+                                                    ? "reading" : "writing the chunk");
         }
         ext->rr++;
     }

@@ -40,6 +40,7 @@ void tcp_ep_free(tcp_ep_t *ep)
 {
     if (ep->stage)
         tcp_stage_destroy(ep->tp, ep->stage);
+    free(ep->rsp);
     free(ep->rxbuf);
     free(ep->rq);
     free(ep->sq);
@@ -231,6 +232,8 @@ pdx_status_t tcp_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_t
         w->opcode = PDX_TP_OP_WRITE;
         w->signaled = wr[i].flags & PDX_TP_SIGNALED;
         w->dev = mr->kind == TCP_MEM_DEVICE;
+        w->placed = false;
+        w->status = 0;
         if (mr != run_mr) {
             if (run)
                 atomic_fetch_add_explicit(&run_mr->refs, run, memory_order_relaxed);
@@ -273,6 +276,8 @@ pdx_status_t tcp_post_send(pdx_tp_ep_t *pep, uint64_t wr_id, const void *data, u
     w->opcode = PDX_TP_OP_SEND;
     w->signaled = flags & PDX_TP_SIGNALED;
     w->dev = false;
+    w->placed = false;
+    w->status = 0;
     ep->sq_head = head + 1;
     atomic_store_explicit(&ep->sq_pub, head + 1, memory_order_release);
     tcp_tp_kick(ep->tp);
@@ -307,5 +312,54 @@ pdx_status_t tcp_post_recv(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t *
     ep->rq_head = head + 1;
     atomic_store_explicit(&ep->rq_pub, head + 1, memory_order_release);
     tcp_tp_kick(ep->tp); /* an ep in error flushes it */
+    return PDX_OK;
+}
+
+/* A READ goes out as a header; the peer answers with its RDATA (rx.c
+ * places it at dst) or an ERR; it completes once both its RDATA is in and
+ * the peer's ACK covers it. Host memory only: GPU memory on either side is
+ * refused (here, or by the peer's ERR). */
+pdx_status_t tcp_post_read(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t *pmr,
+                           uint64_t offset, uint32_t len, uint64_t remote_addr, uint32_t rkey)
+{
+    tcp_ep_t *ep = tcp_ep(pep);
+    tcp_mr_t *mr = (tcp_mr_t *)(void *)pmr;
+    uint64_t head = ep->sq_head;
+    tcp_wqe_t *w;
+
+    if (PDX_UNLIKELY(atomic_load_explicit(&ep->err, memory_order_acquire)))
+        return PDX_ERR_PEER;
+    if (PDX_UNLIKELY(!mr || mr->tp != ep->tp || !(mr->access & PDX_TP_ACCESS_LOCAL_WRITE) ||
+                     len > ep->tp->max_msg_size || offset > mr->len ||
+                     len > mr->len - offset)) {
+        pdx_error("tcp: READ of %u bytes into offset %llu is outside its region, beyond the "
+                  "message limit, or the region lacks local write access", len,
+                  (unsigned long long)offset);
+        return PDX_ERR_INVALID;
+    }
+    if (PDX_UNLIKELY(mr->kind != TCP_MEM_HOST)) {
+        pdx_error("tcp: READ into GPU memory is not supported (the transport stages writes "
+                  "only)");
+        return PDX_ERR_UNSUPPORTED;
+    }
+    if (head + 1 - atomic_load_explicit(&ep->sq_freed, memory_order_acquire) > ep->sq_depth)
+        return PDX_ERR_AGAIN;
+    w = &ep->sq[head & ep->sq_mask];
+    tcp_hdr_encode(&w->hdr, TCP_FR_READ, rkey, head, remote_addr, len);
+    w->wr_id = wr_id;
+    w->mr = mr;
+    w->src = NULL;
+    w->dst = mr->base + offset;
+    w->len = len;
+    w->frame_len = TCP_HDR_LEN;
+    w->opcode = PDX_TP_OP_READ;
+    w->signaled = true;
+    w->dev = false;
+    w->placed = false;
+    w->status = 0;
+    atomic_fetch_add_explicit(&mr->refs, 1, memory_order_relaxed);
+    ep->sq_head = head + 1;
+    atomic_store_explicit(&ep->sq_pub, head + 1, memory_order_release);
+    tcp_tp_kick(ep->tp);
     return PDX_OK;
 }

@@ -125,7 +125,7 @@ void tcp_mr_remote(const pdx_tp_mr_t *pmr, pdx_tp_rkey_t *rkey_p)
 }
 
 pdx_status_t tcp_mr_lookup(tcp_tp_t *tp, uint32_t rkey, uint64_t addr, uint64_t len,
-                           tcp_mr_t **mr_p, uint8_t **ptr_p)
+                           unsigned access, tcp_mr_t **mr_p, uint8_t **ptr_p)
 {
     tcp_mr_table_t *table = &tp->mrs;
     uint32_t slot = rkey & (TCP_MR_MAX - 1);
@@ -134,7 +134,7 @@ pdx_status_t tcp_mr_lookup(tcp_tp_t *tp, uint32_t rkey, uint64_t addr, uint64_t 
 
     pthread_mutex_lock(&table->lock);
     mr = table->slot[slot];
-    if (!mr || mr->rkey != rkey || !(mr->access & PDX_TP_ACCESS_REMOTE_WRITE)) {
+    if (!mr || mr->rkey != rkey || (mr->access & access) != access) {
         pthread_mutex_unlock(&table->lock);
         return PDX_ERR_RANGE;
     }

@@ -10,13 +10,18 @@
  *          len = the token of the ep it is meant for (no payload)
  *   WRITE  arg = rkey, seq, addr = remote address, len, payload
  *   SEND   seq, len <= PDX_TP_SEND_MAX, payload
+ *   READ   arg = rkey, seq, addr = remote address, len = bytes asked (no payload)
+ *   RDATA  seq = the READ's seq (of the other direction), len, payload: the
+ *          bytes a READ asked for; not numbered itself
  *   ACK    seq = n: every data frame before n is placed
  *   ERR    seq = s, arg = status: frames before s are placed, s failed
  *   FAIL   arg = status, len <= TCP_FAIL_MSG_MAX, payload = reason; the
  *          sender closes the connection after it
  *
- * Data frames (WRITE, SEND) are numbered from 0 per direction; a frame's seq
- * is its position, which the receiver checks.
+ * Data frames (WRITE, SEND, READ) are numbered from 0 per direction; a
+ * frame's seq is its position, which the receiver checks. A READ is
+ * answered with its RDATA, or an ERR when its range does not check out;
+ * the ACK that covers it may come before its RDATA.
  */
 #ifndef PDX_TCP_PROTO_H
 #define PDX_TCP_PROTO_H
@@ -29,7 +34,7 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#define TCP_PROTO_VERSION 1u
+#define TCP_PROTO_VERSION 2u
 #define TCP_HELLO_MAGIC   0x3130504354584450ull /* "PDXTCP01" */
 #define TCP_FAIL_MSG_MAX  160u
 
@@ -40,6 +45,8 @@ typedef enum tcp_frame_type {
     TCP_FR_ACK   = 4,
     TCP_FR_ERR   = 5,
     TCP_FR_FAIL  = 6,
+    TCP_FR_READ  = 7,
+    TCP_FR_RDATA = 8,
 } tcp_frame_type_t;
 
 typedef struct tcp_hdr {

@@ -14,12 +14,20 @@
  * (tx.c). A header is parsed only with room for the control frames it may
  * cause (its ERR, and an ACK queued while its payload drains).
  *
+ * A READ from the peer is answered with an RDATA frame of the bytes it
+ * asks for (tx.c sends them from the region, which stays referenced until
+ * then), or an ERR when its rkey, access or bounds do not check out or the
+ * region is GPU memory; it is placed at once (its ACK may go first). An
+ * RDATA answering one of our READs is read into that READ's destination,
+ * which then completes once also acknowledged (tx.c).
+ *
  * A WRITE into GPU memory is read into staging pieces instead, each copied
  * to the GPU once full (stage.c); it is placed once its last piece's copy
  * finished. Until then the frames after it are recorded (ep->stage->rec)
  * rather than acknowledged: they retire in order as placement catches up,
  * so an ACK or ERR never covers an unplaced frame and a SEND's receive
- * completes only after every WRITE before it is placed. Without GPU
+ * completes only after every WRITE before it is placed; a READ waits
+ * unparsed until they are (it must read what they wrote). Without GPU
  * regions rx_placed == rx_seq and nothing is recorded.
  */
 #include "tcp_internal.h"
@@ -147,6 +155,11 @@ static void rx_frame_done(tcp_ep_t *ep)
         ep->rx_placed = ++ep->rx_seq;
         rx_recv_done(ep, (uint32_t)ep->rx_len);
         return;
+    case TCP_RX_RDATA:
+        ep->rx_kind = TCP_RX_NONE;
+        ep->sq[ep->rx_rd & ep->sq_mask].placed = true;
+        tcp_tx_retire(ep);
+        return;
     case TCP_RX_FAIL:
         ep->rx_kind = TCP_RX_NONE;
         ep->fail_msg[ep->rx_len] = '\0';
@@ -163,7 +176,8 @@ static void rx_frame_done(tcp_ep_t *ep)
 static void rx_write(tcp_ep_t *ep, const tcp_hdr_t *h)
 {
     ep->rx_left = ep->rx_len = h->len;
-    if (tcp_mr_lookup(ep->tp, h->arg, h->addr, h->len, &ep->rx_mr, &ep->rx_dst) == PDX_OK) {
+    if (tcp_mr_lookup(ep->tp, h->arg, h->addr, h->len, PDX_TP_ACCESS_REMOTE_WRITE, &ep->rx_mr,
+                      &ep->rx_dst) == PDX_OK) {
         ep->rx_kind = PDX_UNLIKELY(ep->rx_mr->kind == TCP_MEM_DEVICE) && h->len ? TCP_RX_WRITE_DEV
                                                                                 : TCP_RX_WRITE;
         return;
@@ -174,6 +188,55 @@ static void rx_write(tcp_ep_t *ep, const tcp_hdr_t *h)
     ep->rx_kind = TCP_RX_DISCARD;
     ep->rx_status = PDX_ERR_RANGE;
     ep->rx_dst = NULL;
+}
+
+/* The peer's READ (placement is caught up: tcp_rx_progress waits for it):
+ * its RDATA owed, or an ERR. False when the ep failed. */
+static bool rx_read_req(tcp_ep_t *ep, const tcp_hdr_t *h)
+{
+    int32_t status = PDX_ERR_RANGE;
+    uint8_t *src = NULL;
+    tcp_mr_t *mr = NULL;
+
+    if (tcp_mr_lookup(ep->tp, h->arg, h->addr, h->len, PDX_TP_ACCESS_REMOTE_READ, &mr,
+                      &src) == PDX_OK) {
+        if (mr->kind == TCP_MEM_HOST) {
+            if (tcp_tx_respond(ep, h->seq, mr, src, h->len) != PDX_OK) {
+                tcp_mr_unref(mr, 1);
+                tcp_ep_set_error(ep, PDX_ERR_NOMEM, true, "out of memory for the READs of "
+                                 "peer %s", ep->peer);
+                return false;
+            }
+            ep->rx_placed = ++ep->rx_seq;
+            return true;
+        }
+        tcp_mr_unref(mr, 1);
+        status = PDX_ERR_UNSUPPORTED;
+    }
+    pdx_warn("tcp: %s: READ %llu from peer %s of %llu bytes at 0x%llx: %s of rkey 0x%x: refused",
+             ep->tp->name, (unsigned long long)h->seq, ep->peer, (unsigned long long)h->len,
+             (unsigned long long)h->addr, status == PDX_ERR_RANGE ? "outside the readable region"
+                                                                  : "GPU memory", h->arg);
+    rx_send_err(ep, ep->rx_seq, status);
+    ep->rx_placed = ++ep->rx_seq;
+    return true;
+}
+
+/* RDATA for our READ h->seq: it is read into the READ's destination. */
+static bool rx_rdata(tcp_ep_t *ep, const tcp_hdr_t *h)
+{
+    const tcp_wqe_t *w = &ep->sq[h->seq & ep->sq_mask];
+
+    if (h->seq < ep->sq_acked || h->seq >= ep->sq_sent || w->opcode != PDX_TP_OP_READ ||
+        w->placed || w->status || h->len != w->len) {
+        rx_proto_error(ep, h, "RDATA for no READ of ours in flight");
+        return false;
+    }
+    ep->rx_kind = TCP_RX_RDATA;
+    ep->rx_rd = h->seq;
+    ep->rx_dst = w->dst;
+    ep->rx_left = ep->rx_len = h->len;
+    return true;
 }
 
 static bool rx_send(tcp_ep_t *ep, const tcp_hdr_t *h)
@@ -246,6 +309,16 @@ static bool rx_header(tcp_ep_t *ep, const tcp_hdr_t *h)
             return false;
         }
         if (!rx_send(ep, h))
+            return false;
+        break;
+    case TCP_FR_READ:
+        if (h->seq != ep->rx_seq) {
+            rx_proto_error(ep, h, "out of sequence");
+            return false;
+        }
+        return rx_read_req(ep, h) && ep->state == TCP_EP_UP;
+    case TCP_FR_RDATA:
+        if (!rx_rdata(ep, h))
             return false;
         break;
     case TCP_FR_ACK:
@@ -403,7 +476,9 @@ void tcp_rx_progress(tcp_ep_t *ep)
 
             if (!tcp_ctrl_room(ep))
                 break; /* resumes once tx drained the control queue */
-            if (PDX_UNLIKELY(ep->rx_seq - ep->rx_placed >= TCP_RX_DEFER)) {
+            if (PDX_UNLIKELY(ep->rx_seq - ep->rx_placed >= TCP_RX_DEFER ||
+                             (ep->rx_placed != ep->rx_seq &&
+                              ep->rxbuf[ep->rx_off] == TCP_FR_READ))) {
                 ep->rx_stalled = true; /* resumes as frames retire */
                 break;
             }

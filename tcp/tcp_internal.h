@@ -114,10 +114,11 @@ typedef struct tcp_mr_table {
 
 pdx_status_t tcp_mr_table_init(tcp_mr_table_t *table);
 void tcp_mr_table_fini(tcp_mr_table_t *table);
-/* Progress thread: find rkey, check access and [addr, addr + len) against the
- * region and take a reference; PDX_ERR_RANGE when any check fails. */
+/* Progress thread: find rkey, check the access bits asked for and [addr,
+ * addr + len) against the region and take a reference; PDX_ERR_RANGE when
+ * any check fails. */
 pdx_status_t tcp_mr_lookup(tcp_tp_t *tp, uint32_t rkey, uint64_t addr, uint64_t len,
-                           tcp_mr_t **mr_p, uint8_t **ptr_p);
+                           unsigned access, tcp_mr_t **mr_p, uint8_t **ptr_p);
 static inline void tcp_mr_unref(tcp_mr_t *mr, uint32_t n)
 {
     atomic_fetch_sub_explicit(&mr->refs, n, memory_order_release);
@@ -230,14 +231,25 @@ typedef struct tcp_wqe {
     tcp_hdr_t      hdr;                     /* little-endian, filled at post */
     uint8_t        data[PDX_TP_SEND_MAX];   /* SEND payload */
     uint64_t       wr_id;
-    tcp_mr_t      *mr;                      /* WRITE source region, else NULL */
+    tcp_mr_t      *mr;                      /* WRITE source or READ target region */
     const uint8_t *src;                     /* WRITE payload */
-    uint64_t       len;                     /* payload bytes */
+    uint8_t       *dst;                     /* READ: where its RDATA goes */
+    uint64_t       len;                     /* payload bytes (READ: asked for) */
     uint32_t       frame_len;               /* bytes of hdr (+ SEND payload) */
     uint8_t        opcode;                  /* pdx_tp_opcode_t */
     bool           signaled;
     bool           dev;                     /* src is GPU memory: sent from staging */
+    bool           placed;                  /* READ: its RDATA is in */
+    int32_t        status;                  /* an ERR from the peer for it, else 0 */
 } tcp_wqe_t;
+
+/* The bytes of a READ from the peer, to go out as its RDATA frame. */
+typedef struct tcp_rsp {
+    tcp_hdr_t      hdr;                     /* RDATA, little-endian */
+    const uint8_t *src;
+    uint64_t       len;
+    tcp_mr_t      *mr;                      /* a reference until sent */
+} tcp_rsp_t;
 
 _Static_assert(offsetof(tcp_wqe_t, data) == sizeof(tcp_hdr_t),
                "a SEND's header and payload go out as one iovec");
@@ -264,6 +276,7 @@ typedef enum tcp_rx_kind {
     TCP_RX_DISCARD,      /* skipping a rejected WRITE's payload */
     TCP_RX_SEND,         /* placing a SEND into a receive buffer */
     TCP_RX_FAIL,         /* reading a FAIL frame's reason */
+    TCP_RX_RDATA,        /* placing the bytes one of our READs asked for */
 } tcp_rx_kind_t;
 
 struct tcp_ep {
@@ -324,6 +337,14 @@ struct tcp_ep {
     uint64_t         sq_sent;
     uint64_t         sq_acked;
     uint64_t         sq_cqe_upto;   /* slots before it are covered by CQEs */
+    uint64_t         sq_ack_mark;   /* the peer acknowledged WRs before it; they
+                                     * complete up to the first READ without its
+                                     * RDATA (tcp_tx_retire) */
+    /* tx: RDATA frames owed to the peer's READs, in order; they go out at
+     * frame boundaries of the SQ's stream, rsp_off bytes of the first sent */
+    tcp_rsp_t       *rsp;
+    uint32_t         rsp_cap, rsp_head, rsp_n;
+    uint64_t         rsp_off;
     uint64_t         tx_off;
     tcp_hdr_t        ctrl_q[TCP_CTRL_MAX];   /* queued control frames */
     uint32_t         ctrl_n;
@@ -339,6 +360,7 @@ struct tcp_ep {
     uint64_t         rx_len;
     tcp_mr_t        *rx_mr;
     int32_t          rx_status;      /* DISCARD: the ERR to send; FAIL: its status */
+    uint64_t         rx_rd;          /* RDATA: the SQ index of its READ */
     uint64_t         rx_seq;         /* next data frame expected */
     uint64_t         rx_placed;      /* frames before it are placed (<= rx_seq; equal
                                       * unless a GPU copy runs) */
@@ -388,6 +410,8 @@ pdx_status_t tcp_post_send(pdx_tp_ep_t *ep, uint64_t wr_id, const void *data, ui
                            unsigned flags);
 pdx_status_t tcp_post_recv(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,
                            uint64_t offset, uint32_t len);
+pdx_status_t tcp_post_read(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,
+                           uint64_t offset, uint32_t len, uint64_t remote_addr, uint32_t rkey);
 /* Free an ep the progress thread no longer knows (destroy, tp close). */
 void tcp_ep_free(tcp_ep_t *ep);
 
@@ -407,6 +431,12 @@ void tcp_tx_progress(tcp_ep_t *ep);
 bool tcp_tx_pending(const tcp_ep_t *ep);
 void tcp_ctrl_push(tcp_ep_t *ep, const tcp_hdr_t *hdr);
 pdx_status_t tcp_tx_complete(tcp_ep_t *ep, uint64_t end, pdx_status_t last);
+/* Complete the acknowledged WRs up to the first READ still without its RDATA. */
+void tcp_tx_retire(tcp_ep_t *ep);
+/* Owe the peer the RDATA of its READ seq: len bytes at src of mr (a
+ * reference, the queue's from here); PDX_ERR_NOMEM when the queue cannot grow. */
+pdx_status_t tcp_tx_respond(tcp_ep_t *ep, uint64_t seq, tcp_mr_t *mr, const uint8_t *src,
+                            uint64_t len);
 void tcp_tx_flush(tcp_ep_t *ep, pdx_status_t why, bool complete);
 
 /* rx.c, progress thread */

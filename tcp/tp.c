@@ -590,5 +590,5 @@ const pdx_transport_ops_t pdx_tcp_ops = {
     .post_write    = tcp_post_write,
     .post_send     = tcp_post_send,
     .post_recv     = tcp_post_recv,
-    .post_read     = pdx_tp_unsupported_post_read,
+    .post_read     = tcp_post_read,
 };

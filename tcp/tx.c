@@ -9,15 +9,19 @@
  * its staging pieces (stage.c): its header once the first piece is copied,
  * then each piece once copied; later frames wait behind it. Partial writes
  * resume where they stopped, so a peer that stops reading only leaves its
- * own socket full.
+ * own socket full. The RDATA frames answering the peer's READs go out
+ * between data frames, as soon as the frame being written is finished.
  *
  * WRs complete when the peer acknowledges them (ACK: placed; ERR: this one
- * failed), which is after placement: signaled ones and failed ones get a
- * completion; each completion frees the SQ slots of the WRs it covers.
+ * failed), which is after placement, and a READ also not before its RDATA
+ * is placed (the ACK may come first): signaled ones and failed ones get a
+ * completion, in order; each completion frees the SQ slots of the WRs it
+ * covers.
  */
 #include "tcp_internal.h"
 
 #include <errno.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 
@@ -71,7 +75,77 @@ void tcp_ctrl_push(tcp_ep_t *ep, const tcp_hdr_t *hdr)
 
 bool tcp_tx_pending(const tcp_ep_t *ep)
 {
-    return ep->tx_ctrl_off < ep->tx_ctrl_len || ep->ctrl_n || ep->sq_sent < ep->sq_seen;
+    return ep->tx_ctrl_off < ep->tx_ctrl_len || ep->ctrl_n || ep->rsp_n ||
+           ep->sq_sent < ep->sq_seen;
+}
+
+/* RDATA frames go out now: one is under way, or the SQ's stream is at a
+ * frame boundary. */
+static bool rsp_now(const tcp_ep_t *ep)
+{
+    return ep->rsp_n && (ep->rsp_off || ep->tx_off == 0);
+}
+
+static uint64_t rsp_bytes(const tcp_rsp_t *r)
+{
+    return TCP_HDR_LEN + r->len;
+}
+
+/* Gather the owed RDATA frames; false when not all of them fit. */
+static bool rsp_gather(tcp_ep_t *ep, struct iovec *iov, int *niov_p, size_t *total_p)
+{
+    uint64_t off = ep->rsp_off;
+    int niov = *niov_p;
+
+    for (uint32_t k = 0; k < ep->rsp_n; k++, off = 0) {
+        tcp_rsp_t *r = &ep->rsp[(ep->rsp_head + k) % ep->rsp_cap];
+
+        if (niov > TCP_TX_IOV - 2) {
+            *niov_p = niov;
+            return false;
+        }
+        if (off < TCP_HDR_LEN) {
+            iov[niov].iov_base = (uint8_t *)&r->hdr + off;
+            iov[niov++].iov_len = TCP_HDR_LEN - off;
+            *total_p += TCP_HDR_LEN - off;
+        }
+        if (r->len) {
+            uint64_t done = off > TCP_HDR_LEN ? off - TCP_HDR_LEN : 0;
+
+            iov[niov].iov_base = (void *)(uintptr_t)(r->src + done);
+            iov[niov++].iov_len = r->len - done;
+            *total_p += r->len - done;
+        }
+    }
+    *niov_p = niov;
+    return true;
+}
+
+pdx_status_t tcp_tx_respond(tcp_ep_t *ep, uint64_t seq, tcp_mr_t *mr, const uint8_t *src,
+                            uint64_t len)
+{
+    tcp_rsp_t *r;
+
+    if (ep->rsp_n == ep->rsp_cap) {
+        uint32_t cap = ep->rsp_cap ? 2 * ep->rsp_cap : 16;
+        tcp_rsp_t *q = cap <= TCP_MAX_DEPTH ? malloc(cap * sizeof(*q)) : NULL;
+
+        if (!q)
+            return PDX_ERR_NOMEM;
+        for (uint32_t k = 0; k < ep->rsp_n; k++)
+            q[k] = ep->rsp[(ep->rsp_head + k) % ep->rsp_cap];
+        free(ep->rsp);
+        ep->rsp = q;
+        ep->rsp_cap = cap;
+        ep->rsp_head = 0;
+    }
+    r = &ep->rsp[(ep->rsp_head + ep->rsp_n++) % ep->rsp_cap];
+    tcp_hdr_encode(&r->hdr, TCP_FR_RDATA, 0, seq, 0, len);
+    r->src = src;
+    r->len = len;
+    r->mr = mr;
+    tcp_work_add(ep);
+    return PDX_OK;
 }
 
 static uint64_t frame_bytes(const tcp_wqe_t *w)
@@ -117,12 +191,13 @@ static bool tx_gather_dev(tcp_ep_t *ep, const tcp_wqe_t *w, uint64_t i, uint64_t
 /* Gather the unsent stream into iov; returns the entry count, *total_p bytes. */
 static int tx_gather(tcp_ep_t *ep, struct iovec *iov, size_t *total_p)
 {
-    uint64_t off = ep->tx_off;
+    uint64_t off = ep->tx_off, end = ep->sq_seen;
     uint64_t pc = ep->stage ? ep->stage->tx.p_tail : 0;
     size_t total = 0;
     int niov = 0;
 
-    if (ep->tx_ctrl_off == ep->tx_ctrl_len && ep->ctrl_n && ep->tx_off == 0) {
+    if (ep->tx_ctrl_off == ep->tx_ctrl_len && ep->ctrl_n && ep->tx_off == 0 &&
+        ep->rsp_off == 0) {
         memcpy(ep->tx_ctrl, ep->ctrl_q, ep->ctrl_n * sizeof(tcp_hdr_t));
         ep->tx_ctrl_len = ep->ctrl_n * TCP_HDR_LEN;
         ep->tx_ctrl_off = 0;
@@ -133,7 +208,13 @@ static int tx_gather(tcp_ep_t *ep, struct iovec *iov, size_t *total_p)
         iov[niov++].iov_len = ep->tx_ctrl_len - ep->tx_ctrl_off;
         total += ep->tx_ctrl_len - ep->tx_ctrl_off;
     }
-    for (uint64_t i = ep->sq_sent; i < ep->sq_seen && niov <= TCP_TX_IOV - 2 &&
+    if (rsp_now(ep)) {
+        if (!rsp_gather(ep, iov, &niov, &total))
+            end = ep->sq_sent; /* the rest of them first */
+    } else if (ep->rsp_n) {
+        end = PDX_MIN(end, ep->sq_sent + 1); /* finish this frame, then theirs */
+    }
+    for (uint64_t i = ep->sq_sent; i < end && niov <= TCP_TX_IOV - 2 &&
                                    total < TCP_TX_BUDGET; i++, off = 0) {
         tcp_wqe_t *w = &ep->sq[i & ep->sq_mask];
 
@@ -167,6 +248,20 @@ static void tx_advance(tcp_ep_t *ep, size_t n)
 
         ep->tx_ctrl_off += (uint32_t)take;
         n -= take;
+    }
+    while (n && rsp_now(ep)) { /* as tx_gather put them */
+        tcp_rsp_t *r = &ep->rsp[ep->rsp_head];
+        uint64_t rest = rsp_bytes(r) - ep->rsp_off;
+
+        if (n < rest) {
+            ep->rsp_off += n;
+            return;
+        }
+        n -= rest;
+        tcp_mr_unref(r->mr, 1);
+        ep->rsp_off = 0;
+        ep->rsp_head = (ep->rsp_head + 1) % ep->rsp_cap;
+        ep->rsp_n--;
     }
     while (n) {
         const tcp_wqe_t *w = &ep->sq[ep->sq_sent & ep->sq_mask];
@@ -231,26 +326,40 @@ void tcp_tx_progress(tcp_ep_t *ep)
 
 pdx_status_t tcp_tx_complete(tcp_ep_t *ep, uint64_t end, pdx_status_t last)
 {
-    cqe_batch_t b;
-
     if (end < ep->sq_acked || end > ep->sq_sent)
         return PDX_ERR_PROTO;
-    b.n = 0;
-    for (uint64_t i = ep->sq_acked; i < end; i++) {
-        const tcp_wqe_t *w = &ep->sq[i & ep->sq_mask];
-        bool failed = last != PDX_OK && i == end - 1;
+    if (last != PDX_OK) {
+        tcp_wqe_t *w = &ep->sq[(end - 1) & ep->sq_mask];
 
+        if (w->status == 0)
+            w->status = last;
+    }
+    ep->sq_ack_mark = PDX_MAX(ep->sq_ack_mark, end);
+    tcp_tx_retire(ep);
+    return PDX_OK;
+}
+
+void tcp_tx_retire(tcp_ep_t *ep)
+{
+    uint64_t i = ep->sq_acked;
+    cqe_batch_t b;
+
+    b.n = 0;
+    for (; i < ep->sq_ack_mark; i++) {
+        const tcp_wqe_t *w = &ep->sq[i & ep->sq_mask];
+
+        if (w->opcode == PDX_TP_OP_READ && !w->placed && w->status == 0)
+            break; /* its RDATA is still on the way */
         if (w->mr)
             tcp_mr_unref(w->mr, 1); /* before the completion, so mr_dereg can follow it */
-        if (w->signaled || failed)
-            batch_add(ep, &b, i, failed ? last : PDX_OK);
+        if (w->signaled || w->status)
+            batch_add(ep, &b, i, w->status ? w->status : PDX_OK);
     }
     batch_flush(ep->cq, &b);
-    if (end != ep->sq_acked) {
-        ep->sq_acked = end;
+    if (i != ep->sq_acked) {
+        ep->sq_acked = i;
         ep->progress_ns = pdx_now_ns();
     }
-    return PDX_OK;
 }
 
 void tcp_tx_flush(tcp_ep_t *ep, pdx_status_t why, bool complete)
@@ -268,7 +377,10 @@ void tcp_tx_flush(tcp_ep_t *ep, pdx_status_t why, bool complete)
             batch_add(ep, &b, i, why);
     }
     batch_flush(ep->cq, &b);
-    ep->sq_acked = ep->sq_sent = ep->sq_seen = end;
+    ep->sq_acked = ep->sq_sent = ep->sq_seen = ep->sq_ack_mark = end;
     ep->tx_off = 0;
+    for (; ep->rsp_n; ep->rsp_n--, ep->rsp_head = (ep->rsp_head + 1) % ep->rsp_cap)
+        tcp_mr_unref(ep->rsp[ep->rsp_head].mr, 1);
+    ep->rsp_off = 0;
     tcp_stage_tx_reset(ep);
 }

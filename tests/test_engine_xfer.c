@@ -101,11 +101,6 @@ static void apply(pdx_xfer_op_t op, const pdx_xfer_entry_t *x, uint32_t n, uint8
     }
 }
 
-static bool can_read(void)
-{
-    return strcmp(pdx_engine_transport(ini.e), "tcp") != 0;
-}
-
 static void round_trip(pdx_xfer_op_t op, uint32_t nxfers, uint32_t per, unsigned seed)
 {
     const size_t len = pool_len(&ini);
@@ -188,20 +183,51 @@ Test(engine_xfer, writes_cut_and_striped, .fini = fini, .timeout = 60)
 
 Test(engine_xfer, reads_every_byte, .fini = fini, .timeout = 60)
 {
-    const pdx_xfer_entry_t x = {.mem = 0, .len = 8};
+    open_pair(NULL);
+    round_trip(PDX_XFER_READ, 1, 64, 4);
+    round_trip(PDX_XFER_READ, 8, 100, 5);
+}
+
+/* READs cut at a small PDX_MAX_MSG_SIZE over several endpoints, with WRITEs
+ * into the same region in flight on the same endpoints. */
+Test(engine_xfer, reads_and_writes_at_once, .fini = fini, .timeout = 60)
+{
+    const char *const cfg[] = {"PDX_MAX_MSG_SIZE=4096", "PDX_QPS_PER_PEER=2",
+                               "PDX_SQ_DEPTH=16", "PDX_SIGNAL_EVERY=4", NULL};
+    pdx_xfer_entry_t w, r;
+    pdx_xfer_t h[2];
+    unsigned seed = 9;
+    size_t half;
+    pdx_desc_t d;
+    mdesc_t md;
+
+    open_pair(cfg);
+    half = pool_len(&ini) / 2;
+    w = (pdx_xfer_entry_t){.mem = ini.mem, .offset = 0, .remote_offset = 0, .len = half};
+    r = (pdx_xfer_entry_t){.mem = ini.mem, .offset = half, .remote_offset = half, .len = half};
+    fill_random(ini.pool, pool_len(&ini), &seed);
+    fill_random(tgt.pool, pool_len(&tgt), &seed);
+    d = mem_desc(&tgt, tgt.mem, &md);
+    cr_assert_eq(pdx_xfer_post(ini.e, PDX_XFER_WRITE, &d, 1, &w, 1, NULL, 10000, &h[0]), PDX_OK);
+    cr_assert_eq(pdx_xfer_post(ini.e, PDX_XFER_READ, &d, 1, &r, 1, NULL, 10000, &h[1]), PDX_OK);
+    cr_assert_eq(pdx_xfer_wait(ini.e, h, 2, 20000, NULL), PDX_OK);
+    cr_assert_eq(memcmp(tgt.pool, ini.pool, half), 0, "written");
+    cr_assert_eq(memcmp(ini.pool + half, tgt.pool + half, half), 0, "read");
+    for (int i = 0; i < 2; i++)
+        cr_assert_eq(release_wait(ini.e, h[i], 5000), PDX_OK);
+}
+
+/* A READ past the remote region's end: refused before anything moves. */
+Test(engine_xfer, read_out_of_range_is_refused, .fini = fini, .timeout = 60)
+{
+    const pdx_xfer_entry_t x = {.mem = 0, .remote_offset = 1, .len = 64 * 4096 * 2};
     pdx_xfer_t h;
     pdx_desc_t d;
     mdesc_t md;
 
     open_pair(NULL);
-    if (!can_read()) {
-        d = mem_desc(&tgt, tgt.mem, &md);
-        cr_assert_eq(pdx_xfer_post(ini.e, PDX_XFER_READ, &d, 1, &x, 1, NULL, 0, &h),
-                     PDX_ERR_UNSUPPORTED, "tcp has no READ");
-        return;
-    }
-    round_trip(PDX_XFER_READ, 1, 64, 4);
-    round_trip(PDX_XFER_READ, 8, 100, 5);
+    d = mem_desc(&tgt, tgt.mem, &md);
+    cr_assert_eq(pdx_xfer_post(ini.e, PDX_XFER_READ, &d, 1, &x, 1, NULL, 0, &h), PDX_ERR_RANGE);
 }
 
 Test(engine_xfer, bad_entries_are_refused, .fini = fini, .timeout = 60)

@@ -12,9 +12,9 @@ on pdx's one-sided transfers (pdx_xfer_post): after `pdx.mori.install()`,
 The RDMA backend is pdx's automatic transport choice: RDMA where a usable
 device is, tcp elsewhere (PDX_TRANSPORT overrides), so the same code runs in
 a CI image without a NIC. Descriptors pack to pdx's own bytes, not MoRI's
-msgpack: both ends must run this module. Reads (batch_read) need a
-transport that reads (rdma). Notifications (pop_inbound_transfer_status)
-are not provided; sglang turns them off.
+msgpack: both ends must run this module. Reads (batch_read) over tcp take
+host memory only. Notifications (pop_inbound_transfer_status) are not
+provided; sglang turns them off.
 """
 
 import enum

@@ -150,9 +150,10 @@ class Engine(unittest.TestCase):
         with self.assertRaises(pdx.Error) as cm:
             a.e.write([remote], [(a.mem, 0, 0, len(b.pool) - 8, 16)])
         self.assertEqual(cm.exception.status, pdx.Status.ERR_RANGE)
-        with self.assertRaises(pdx.Error) as cm:
-            a.e.read([remote], [(a.mem, 0, 0, 0, 16)])
-        self.assertEqual(cm.exception.status, pdx.Status.ERR_UNSUPPORTED, "tcp has no READ")
+        b.pool[5000:5100] = bytes(range(100))
+        r = a.e.read([remote], [(a.mem, 0, 70000, 5000, 100)])
+        self.assertEqual(a.e.xfer_wait([r], 5000), (pdx.Status.OK, 1))
+        self.assertEqual(a.pool[70000:70100], bytes(range(100)), "pulled")
 
     def test_one_sided_deadline(self):
         a, b = self.side(), self.side()
