@@ -161,6 +161,8 @@ enum {
      * makes them visible to the GPU (docs/architecture.md §5). Without it
      * the host places every byte before the completion or notify after it. */
     PDX_TP_CAP_FLUSH_READ = 1u << 0,
+    /* READs into and out of GPU memory (without it: host memory only). */
+    PDX_TP_CAP_READ_DEVICE = 1u << 1,
 };
 
 struct pdx_transport_ops {

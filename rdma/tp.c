@@ -185,7 +185,7 @@ static void rdma_close(pdx_tp_t *ptp)
 
 const pdx_transport_ops_t pdx_rdma_ops = {
     .name          = "rdma",
-    .caps          = PDX_TP_CAP_FLUSH_READ,
+    .caps          = PDX_TP_CAP_FLUSH_READ | PDX_TP_CAP_READ_DEVICE,
     .open          = rdma_open,
     .close         = rdma_close,
     .mr_reg        = rdma_mr_reg,

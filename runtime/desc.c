@@ -280,7 +280,7 @@ pdx_status_t pdx_mem_desc_info(const void *desc, size_t len, pdx_mem_desc_info_t
 }
 
 pdx_status_t pdx_desc_mem_of_peer(const pdx_peer_t *peer, const void *desc, size_t len,
-                                  uint32_t *mem_p, uint64_t *len_p)
+                                  pdx_mem_desc_info_t *info_p)
 {
     const pdx_remote_mem_t *rm;
     pdx_mem_desc_info_t info;
@@ -311,7 +311,6 @@ pdx_status_t pdx_desc_mem_of_peer(const pdx_peer_t *peer, const void *desc, size
             return PDX_ERR_STATE;
         }
     }
-    *mem_p = info.mem;
-    *len_p = info.len;
+    *info_p = info;
     return PDX_OK;
 }

@@ -96,12 +96,12 @@ struct pdx_peer {
 pdx_peer_t *pdx_desc_peer(pdx_engine_t *e, uint64_t id);
 /*
  * A memory descriptor of one of peer's regions, checked against what the
- * peer described to us: its region id and length. PDX_ERR_STATE for a
+ * peer described to us: what it says. PDX_ERR_STATE for a
  * region the peer no longer has (a different registration under the id),
  * PDX_ERR_AGAIN while its description has not reached us yet.
  */
 pdx_status_t pdx_desc_mem_of_peer(const pdx_peer_t *peer, const void *desc, size_t len,
-                                  uint32_t *mem_p, uint64_t *len_p);
+                                  pdx_mem_desc_info_t *info_p);
 
 /* peer.c: control connections */
 /* Append a whole frame to the peer's output (any thread). PDX_ERR_AGAIN when

@@ -31,10 +31,18 @@
 
 #include "log.h"
 
-typedef struct remote {
-    uint32_t mem;
-    uint64_t len;
-} remote_t;
+typedef pdx_mem_desc_info_t remote_t;
+
+/* A READ's regions where the transport reads host memory only. */
+static pdx_status_t read_host_only(const pdx_engine_t *e, bool gpu, const char *whose,
+                                   uint32_t mem)
+{
+    if (!gpu || (e->ops->caps & PDX_TP_CAP_READ_DEVICE))
+        return PDX_OK;
+    pdx_error("pdx_xfer_post: the %s transport reads host memory only; %s region %u is GPU "
+              "memory", e->ops->name, whose, mem);
+    return PDX_ERR_UNSUPPORTED;
+}
 
 /* The peer all descriptors name, and each region; a reference to the peer. */
 static pdx_status_t resolve(pdx_engine_t *e, const pdx_desc_t *remotes, uint32_t n,
@@ -61,7 +69,7 @@ static pdx_status_t resolve(pdx_engine_t *e, const pdx_desc_t *remotes, uint32_t
     }
     for (uint32_t i = 0; i < n; i++) {
         st = remotes[i].bytes ? pdx_desc_mem_of_peer(peer, remotes[i].bytes, remotes[i].len,
-                                                     &out[i].mem, &out[i].len)
+                                                     &out[i])
                               : PDX_ERR_INVALID;
         if (st != PDX_OK) {
             pdx_peer_put(peer);
@@ -73,11 +81,12 @@ static pdx_status_t resolve(pdx_engine_t *e, const pdx_desc_t *remotes, uint32_t
 }
 
 /* The entries as runs into job (src: local, dst: remote), coalesced. */
-static pdx_status_t make_runs(pdx_xfer_job_t *job, const remote_t *rem, uint32_t nrem,
-                              const pdx_xfer_entry_t *entries, uint32_t n)
+static pdx_status_t make_runs(const pdx_engine_t *e, pdx_xfer_job_t *job, const remote_t *rem,
+                              uint32_t nrem, const pdx_xfer_entry_t *entries, uint32_t n)
 {
     for (uint32_t i = 0; i < n; i++) {
         const pdx_xfer_entry_t *x = &entries[i];
+        pdx_status_t st;
 
         if (x->remote >= nrem || x->len == 0) {
             pdx_error("pdx_xfer_post: entry %u: %s", i, x->len ? "no such remote descriptor"
@@ -92,6 +101,10 @@ static pdx_status_t make_runs(pdx_xfer_job_t *job, const remote_t *rem, uint32_t
                       (unsigned long long)rem[x->remote].len);
             return PDX_ERR_RANGE;
         }
+        if (job->op == PDX_XFER_READ &&
+            (st = read_host_only(e, rem[x->remote].flags & PDX_MEM_DESC_GPU, "the remote",
+                                 rem[x->remote].mem)) != PDX_OK)
+            return st;
         job->runs[i] = (pdx_run_t){.src_mem = x->mem, .dst_mem = rem[x->remote].mem,
                                    .src_offset = x->offset, .dst_offset = x->remote_offset,
                                    .len = x->len};
@@ -126,6 +139,10 @@ static pdx_status_t pin(pdx_engine_t *e, pdx_xfer_job_t *job)
                       "(%zu bytes)", (unsigned long long)r->len,
                       (unsigned long long)r->src_offset, r->src_mem, m->len);
             st = PDX_ERR_RANGE;
+        } else if (job->op == PDX_XFER_READ &&
+                   (st = read_host_only(e, m->reg && m->reg->gpu, "local",
+                                        r->src_mem)) != PDX_OK) {
+            break;
         } else if (!(seen[r->src_mem / 64] >> (r->src_mem % 64) & 1)) {
             seen[r->src_mem / 64] |= 1ull << (r->src_mem % 64);
             atomic_fetch_add(&m->users, 1);
@@ -230,7 +247,7 @@ static pdx_status_t post(pdx_engine_t *e, pdx_xfer_op_t op, const pdx_desc_t *re
     job->npinned = 0;
     st = resolve(e, remotes, nremotes, rem, &peer);
     if (st == PDX_OK)
-        st = make_runs(job, rem, nremotes, entries, n);
+        st = make_runs(e, job, rem, nremotes, entries, n);
     if (st == PDX_OK)
         st = pin(e, job);
     free(rem);

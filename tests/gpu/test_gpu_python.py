@@ -157,6 +157,10 @@ class Gpu(unittest.TestCase):
         for off, roff, n in ((0, 4096, 8192), (8192, 40000, 1000), (100000, 200000, 30000)):
             want[roff:roff + n] = data[off:off + n]
         self.assertEqual(got, bytes(want))
+        # tcp READs take host memory only: refused before anything moves
+        with self.assertRaises(pdx.Error) as cm:
+            self.pf.e.read([remote], [(self.pf.mem, 0, 0, 0, 64)])
+        self.assertEqual(cm.exception.status, pdx.Status.ERR_UNSUPPORTED)
 
     def test_mori_gpu_regions(self):
         data = bytes(self.rng.getrandbits(8) for _ in range(BPP * 4))
