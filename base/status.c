@@ -24,6 +24,7 @@ const char *pdx_status_str(pdx_status_t status)
     case PDX_ERR_NO_DEVICE:   return "no device";
     case PDX_ERR_FULL:        return "table full";
     case PDX_ERR_STATE:       return "wrong state";
+    case PDX_ERR_AUTH:        return "not authenticated";
     }
     return "unknown status";
 }

@@ -52,6 +52,19 @@ function(pdx_find_ibverbs)
   set(PDX_HAVE_RDMA ${have} PARENT_SCOPE)
 endfunction()
 
+# pdx_find_sodium(): PDX_HAVE_SODIUM, PDX_SODIUM_INCLUDE_DIR, PDX_SODIUM_LIBRARY.
+# libsodium gives PDX_AUTH_KEY its MACs and sealing; without it a key is refused.
+function(pdx_find_sodium)
+  find_path(PDX_SODIUM_INCLUDE_DIR sodium.h)
+  find_library(PDX_SODIUM_LIBRARY sodium)
+  if(PDX_SODIUM_INCLUDE_DIR AND PDX_SODIUM_LIBRARY)
+    set(PDX_HAVE_SODIUM ON PARENT_SCOPE)
+  else()
+    set(PDX_HAVE_SODIUM OFF PARENT_SCOPE)
+    message(STATUS "libsodium not found (libsodium-dev): PDX_AUTH_KEY will be refused")
+  endif()
+endfunction()
+
 # pdx_tool(NAME SOURCES ... [VERBS lib]): a program linked against the
 # internal archive. Its rdma objects resolve the verbs symbols against VERBS:
 # libibverbs by default, the software NIC (softnic) in tests.

@@ -22,6 +22,8 @@ static pdx_status_t parse_text(const pdx_config_row_t *row, const char *text, vo
                                char *err, size_t errlen);
 static pdx_status_t parse_mode(const pdx_config_row_t *row, const char *text, void *field,
                                char *err, size_t errlen);
+static pdx_status_t parse_secret(const pdx_config_row_t *row, const char *text, void *field,
+                                 char *err, size_t errlen);
 static pdx_status_t parse_log(const pdx_config_row_t *row, const char *text, void *field,
                               char *err, size_t errlen);
 
@@ -93,6 +95,10 @@ static const pdx_config_row_t config_table[] = {
             IB_RNR_RETRY, ib_rnr_retry, 0, 6),
     ROW_SIZE("PDX_TCP_STAGING_BYTES", "64M", "Pinned staging per tcp endpoint for GPU memory",
              TCP_STAGING, tcp_staging_bytes, 1 << 16, 1ll << 34),
+    ROW_WORD("PDX_AUTH_KEY", "", "Shared key (16 bytes or more) peers must prove they hold; "
+             "empty: no authentication", AUTH_KEY, auth_key, parse_secret, NULL),
+    ROW_WORD("PDX_AUTH_KEY_FILE", "", "A file (readable by its owner only) holding the shared "
+             "key, instead of PDX_AUTH_KEY", AUTH_KEY_FILE, auth_key_file, parse_text, NULL),
 };
 
 const pdx_config_row_t *pdx_config_table(size_t *nrows_p)
@@ -115,8 +121,13 @@ static pdx_status_t parse_number(const pdx_config_row_t *row, const char *text, 
     char *end;
     long long v;
 
+    /* Decimal only: no sign but a minus, no 0x, and leading zeros are not octal. */
+    if (!isdigit((unsigned char)text[text[0] == '-'])) {
+        snprintf(err, errlen, "%s=\"%s\": not a decimal number", row->name, text);
+        return PDX_ERR_INVALID;
+    }
     errno = 0;
-    v = strtoll(text, &end, 0);
+    v = strtoll(text, &end, 10);
     if (end == text || errno == ERANGE) {
         snprintf(err, errlen, "%s=\"%s\": not a number", row->name, text);
         return PDX_ERR_INVALID;
@@ -210,6 +221,13 @@ static pdx_status_t parse_text(const pdx_config_row_t *row, const char *text, vo
     }
     memcpy(field, text, len + 1);
     return PDX_OK;
+}
+
+/* Text that is never shown (pdx_config_describe says "(set)"). */
+static pdx_status_t parse_secret(const pdx_config_row_t *row, const char *text, void *field,
+                                 char *err, size_t errlen)
+{
+    return parse_text(row, text, field, err, errlen);
 }
 
 static pdx_status_t parse_word(const pdx_config_row_t *row, const char *text, void *field,
@@ -351,7 +369,9 @@ static void field_text(const pdx_config_row_t *row, const pdx_config_t *cfg, cha
 {
     const void *field = (const char *)cfg + row->offset;
 
-    if (row->parse == parse_text || row->parse == parse_word) {
+    if (row->parse == parse_secret) {
+        snprintf(buf, len, "%s", *(const char *)field ? "(set)" : "");
+    } else if (row->parse == parse_text || row->parse == parse_word) {
         snprintf(buf, len, "%s", (const char *)field);
     } else if (row->parse == parse_mode) {
         static const char *const words[] = {"auto", "on", "off"};

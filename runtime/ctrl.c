@@ -150,6 +150,50 @@ pdx_status_t pdx_ctrl_watch(pdx_engine_t *e, pdx_peer_t *peer)
 
 /* ----------------------------------------------------------------- input */
 
+/*
+ * The frame to decode of one that came in: itself, or once the peer proved
+ * the key, what the SEALED frame holds (opened in place; hdr is then the
+ * inner header). False: the peer was failed.
+ */
+static bool open_frame(pdx_peer_t *peer, pdx_wire_header_t *hdr, uint8_t *in, size_t need,
+                       uint8_t **frame_p, size_t *len_p)
+{
+    const char *why = "?";
+    size_t inner_need = 0;
+    pdx_status_t st;
+
+    if (!peer->authed) {
+        if (hdr->type == PDX_WIRE_SEALED) {
+            pdx_ctrl_fail(peer, PDX_ERR_PROTO, "SEALED from %s before a key exchange",
+                          peer->addr);
+            return false;
+        }
+        *frame_p = in;
+        *len_p = need;
+        return true;
+    }
+    if (hdr->type != PDX_WIRE_SEALED) {
+        pdx_ctrl_auth_fail(peer, "%s from %s is not sealed, after the key exchange",
+                           pdx_wire_type_str(hdr->type), peer->addr);
+        return false;
+    }
+    if (!pdx_unseal(&peer->seal, in, need, frame_p, len_p)) {
+        pdx_ctrl_auth_fail(peer, "a control frame from %s does not open with the session's "
+                           "key: changed, replayed or not sealed by the peer", peer->addr);
+        return false;
+    }
+    st = pdx_wire_peek(*frame_p, *len_p, hdr, &inner_need, &why);
+    if (st != PDX_OK) {
+        why = st == PDX_INPROGRESS ? "not one whole frame" : why;
+    } else if (inner_need != *len_p || hdr->type == PDX_WIRE_SEALED) {
+        why = hdr->type == PDX_WIRE_SEALED ? "sealed twice" : "not one whole frame";
+    } else {
+        return true;
+    }
+    pdx_ctrl_fail(peer, PDX_ERR_PROTO, "malformed sealed frame from %s: %s", peer->addr, why);
+    return false;
+}
+
 /* Frame, decode and dispatch every whole frame in the input buffer. */
 static void parse_input(pdx_engine_t *e, pdx_peer_t *peer)
 {
@@ -160,7 +204,8 @@ static void parse_input(pdx_engine_t *e, pdx_peer_t *peer)
         pdx_wire_header_t hdr;
         pdx_wire_msg_t msg;
         pdx_status_t st;
-        size_t need;
+        size_t need, len;
+        uint8_t *frame;
 
         st = pdx_wire_peek(peer->in + off, peer->in_len - off, &hdr, &need, &why);
         if (st == PDX_INPROGRESS)
@@ -169,7 +214,9 @@ static void parse_input(pdx_engine_t *e, pdx_peer_t *peer)
             pdx_ctrl_fail(peer, PDX_ERR_PROTO, "malformed frame from %s: %s", peer->addr, why);
             return;
         }
-        st = pdx_wire_decode(peer->in + off, need, &msg, &why);
+        if (!open_frame(peer, &hdr, peer->in + off, need, &frame, &len))
+            return;
+        st = pdx_wire_decode(frame, len, &msg, &why);
         if (st != PDX_OK) {
             pdx_ctrl_fail(peer, st, "bad %s from %s: %s", pdx_wire_type_str(hdr.type),
                           peer->addr, why);
@@ -193,10 +240,10 @@ static bool read_peer(pdx_engine_t *e, pdx_peer_t *peer)
     while (atomic_load_explicit(&peer->state, memory_order_acquire) != PDX_PEER_FAILED) {
         ssize_t n;
 
-        /* A partial frame is shorter than PDX_WIRE_MAX_FRAME: the buffer
+        /* A partial frame is shorter than PDX_WIRE_MAX_SEALED: the buffer
          * grows to take it. */
         if (peer->in_len == peer->in_cap) {
-            size_t cap = PDX_MIN(peer->in_cap * 2, (size_t)PDX_WIRE_MAX_FRAME);
+            size_t cap = PDX_MIN(peer->in_cap * 2, (size_t)PDX_WIRE_MAX_SEALED);
             uint8_t *in;
 
             /* A HELLO is small: before one, a connection gets no more room. */

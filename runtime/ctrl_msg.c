@@ -5,7 +5,9 @@
  * control thread (ctrl.c).
  *
  * Handshake, connector C (called pdx_peer_connect) and acceptor A; both
- * engines run this code, the peer's `outgoing` says which side we are:
+ * engines run this code, the peer's `outgoing` says which side we are.
+ * With PDX_AUTH_KEY the key exchange (ctrl_auth.c) comes first and C sends
+ * its HELLO once A proved the key; every frame after it is sealed.
  *
  *   C -> A  HELLO                          (pdx_peer_connect)
  *   A -> C  HELLO, MEM, LAYOUT...          (A on HELLO)
@@ -490,6 +492,8 @@ void pdx_ctrl_on_msg(pdx_engine_t *e, pdx_peer_t *peer, pdx_wire_msg_t *msg)
     bool ready = atomic_load_explicit(&peer->state, memory_order_acquire) == PDX_PEER_READY;
 
     if (msg->type == PDX_WIRE_ERROR && msg->u.error.room == 0) {
+        if (msg->u.error.status == PDX_ERR_AUTH && !pdx_peer_failed(peer))
+            atomic_fetch_add_explicit(&e->stats.auth_refused, 1, memory_order_relaxed);
         pdx_peer_fail(peer, msg->u.error.status, "peer %s reported: %s", peer->addr,
                       msg->u.error.message);
         return;
@@ -500,6 +504,12 @@ void pdx_ctrl_on_msg(pdx_engine_t *e, pdx_peer_t *peer, pdx_wire_msg_t *msg)
                       msg->u.bye.reason);
         return;
     }
+    if (msg->type == PDX_WIRE_AUTH) {
+        pdx_ctrl_on_auth(e, peer, &msg->u.auth);
+        return;
+    }
+    if (!pdx_ctrl_auth_admits(e, peer, msg->type))
+        return;
     if (peer->remote_shards == 0 && msg->type != PDX_WIRE_HELLO) {
         out_of_place(peer, msg->type, "before HELLO");
         return;

@@ -224,6 +224,11 @@ pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p)
         goto err_free;
     }
     pdx_log_set_level(e->cfg.log_level);
+    st = pdx_auth_load(&e->cfg, &e->key);
+    /* The engine keeps the derived key only. */
+    pdx_auth_wipe(e->cfg.auth_key, sizeof(e->cfg.auth_key));
+    if (st != PDX_OK)
+        goto err_free;
     if (getrandom(e->id, sizeof(e->id), 0) != (ssize_t)sizeof(e->id)) {
         pdx_error("getrandom: %s", strerror(errno));
         st = PDX_ERR_IO;
@@ -322,6 +327,7 @@ err_lock:
     pthread_mutex_destroy(&e->peers_lock);
     pthread_mutex_destroy(&e->lock);
 err_free:
+    pdx_auth_wipe(&e->key, sizeof(e->key));
     free(e);
     return st;
 }
@@ -359,6 +365,7 @@ void pdx_engine_destroy(pdx_engine_t *e)
     pthread_mutex_destroy(&e->accept_lock);
     pthread_mutex_destroy(&e->peers_lock);
     pthread_mutex_destroy(&e->lock);
+    pdx_auth_wipe(&e->key, sizeof(e->key));
     free(e);
     pdx_log_tag(0, NULL);
 }
@@ -486,6 +493,7 @@ pdx_status_t pdx_engine_stats(pdx_engine_t *e, pdx_stats_t *stats_p)
     s.peers_retired = atomic_load_explicit(&e->stats.peers_retired, memory_order_relaxed);
     s.handshakes_refused =
         atomic_load_explicit(&e->stats.handshakes_refused, memory_order_relaxed);
+    s.auth_refused = atomic_load_explicit(&e->stats.auth_refused, memory_order_relaxed);
     *stats_p = s;
     return PDX_OK;
 }

@@ -44,6 +44,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "auth.h"
 #include "bounds.h"
 #include "gpu.h"
 #include "layout.h"
@@ -57,7 +58,7 @@
 
 typedef struct pdx_engine_stats_acc {
     _Atomic uint64_t rooms_success, rooms_failed, send_again;
-    _Atomic uint64_t peers_admitted, peers_retired, handshakes_refused;
+    _Atomic uint64_t peers_admitted, peers_retired, handshakes_refused, auth_refused;
 } pdx_engine_stats_acc_t;
 
 struct pdx_engine {
@@ -69,6 +70,7 @@ struct pdx_engine {
     bool                       flush;       /* shards keep a loopback pair for flush reads */
     pdx_gpu_t                  gpu;
     uint8_t                    id[PDX_WIRE_ID_SIZE];
+    pdx_auth_key_t             key;         /* PDX_AUTH_KEY derived; key.set: peers prove it */
     uint64_t                   sender_id;   /* notify identity: from id */
     char                       host[PDX_WIRE_HOST_MAX + 1];
     char                       address[PDX_NAME_MAX]; /* host:port */

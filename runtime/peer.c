@@ -324,6 +324,32 @@ static bool append_locked(pdx_peer_t *peer, const void *frame, size_t len)
     return true;
 }
 
+/* Under out_lock, with room checked: append a frame as it goes out, sealed
+ * once the key exchange says so. False: out of memory. */
+static bool put_locked(pdx_peer_t *peer, const void *frame, size_t len)
+{
+    uint8_t small[512 + PDX_PEER_SEAL_EXTRA], *out = small;
+    size_t n;
+    bool ok;
+
+    if (!peer->sealing)
+        return append_locked(peer, frame, len);
+    if (len + PDX_PEER_SEAL_EXTRA > sizeof(small) &&
+        !(out = malloc(len + PDX_PEER_SEAL_EXTRA)))
+        return false;
+    n = pdx_seal(&peer->seal, frame, len, out);
+    ok = append_locked(peer, out, n);
+    if (out != small)
+        free(out);
+    return ok;
+}
+
+/* What len bytes of frame take in the output. */
+static size_t out_size(const pdx_peer_t *peer, size_t len)
+{
+    return peer->sealing ? len + PDX_PEER_SEAL_EXTRA : len;
+}
+
 pdx_status_t pdx_peer_send(pdx_peer_t *peer, const void *frame, size_t len)
 {
     bool was_empty;
@@ -336,12 +362,12 @@ pdx_status_t pdx_peer_send(pdx_peer_t *peer, const void *frame, size_t len)
         pthread_mutex_unlock(&peer->out_lock);
         return PDX_ERR_PEER;
     }
-    if (PDX_PEER_OUT_MAX - peer->out_len < len) {
+    if (PDX_PEER_OUT_MAX - peer->out_len < out_size(peer, len)) {
         pthread_mutex_unlock(&peer->out_lock);
         return PDX_ERR_AGAIN;
     }
     was_empty = peer->out_len == 0;
-    if (!append_locked(peer, frame, len)) {
+    if (!put_locked(peer, frame, len)) {
         pthread_mutex_unlock(&peer->out_lock);
         pdx_peer_fail(peer, PDX_ERR_NOMEM, "out of memory for the control output to %s",
                       peer->addr);
@@ -361,8 +387,15 @@ pdx_status_t pdx_peer_send(pdx_peer_t *peer, const void *frame, size_t len)
 void pdx_peer_queue_last(pdx_peer_t *peer, const void *frame, size_t len)
 {
     pthread_mutex_lock(&peer->out_lock);
-    if (peer->fd >= 0 && PDX_PEER_OUT_MAX - peer->out_len >= len)
-        (void)append_locked(peer, frame, len); /* best effort */
+    if (peer->fd >= 0 && PDX_PEER_OUT_MAX - peer->out_len >= out_size(peer, len))
+        (void)put_locked(peer, frame, len); /* best effort */
+    pthread_mutex_unlock(&peer->out_lock);
+}
+
+void pdx_peer_start_sealing(pdx_peer_t *peer)
+{
+    pthread_mutex_lock(&peer->out_lock);
+    peer->sealing = true;
     pthread_mutex_unlock(&peer->out_lock);
 }
 

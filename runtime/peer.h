@@ -7,6 +7,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 
+#include "auth.h"
 #include "bounds.h"
 #include "layout.h"
 #include "transport.h"
@@ -73,7 +74,7 @@ struct pdx_peer {
     uint32_t            npairs, qps, lanes;
     pdx_dep_t          *deps;          /* npairs * qps, NULL until HELLO */
     /* control thread only */
-    uint8_t            *in;            /* in_cap bytes, grown up to PDX_WIRE_MAX_FRAME
+    uint8_t            *in;            /* in_cap bytes, grown up to PDX_WIRE_MAX_SEALED
                                         * for a frame that needs it; freed at the reap */
     size_t              in_len, in_cap;
     uint64_t            last_heard_ns;
@@ -82,8 +83,14 @@ struct pdx_peer {
     uint32_t            neps_in;       /* EPs received */
     /* under engine->lock: our MEM/LAYOUT snapshot went out; broadcasts follow it */
     bool                desc_sent;
+    /* the key exchange (auth.h, ctrl_auth.c; the control thread) */
+    uint32_t            auth_step;     /* the last AUTH step sent or taken, 0: none */
+    bool                authed;        /* it proved the key: its frames come sealed */
+    uint8_t             nc[PDX_AUTH_NONCE_BYTES], na[PDX_AUTH_NONCE_BYTES];
+    pdx_seal_t          seal;          /* rx_*: control thread; tx_*: under out_lock */
     /* output: any thread appends whole frames under out_lock */
     pthread_mutex_t     out_lock;
+    bool                sealing;       /* frames go out sealed (set under out_lock) */
     uint8_t            *out;           /* a ring of out_cap bytes, grown up to
                                         * PDX_PEER_OUT_MAX; freed at the reap */
     size_t              out_head, out_len, out_cap;

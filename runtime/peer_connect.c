@@ -153,7 +153,7 @@ pdx_status_t pdx_peer_connect(pdx_engine_t *e, const char *addr, int timeout_ms,
     }
     st = pdx_ctrl_watch(e, peer);
     if (st == PDX_OK)
-        st = pdx_peer_send_hello(peer, false);
+        st = e->key.set ? pdx_ctrl_auth_start(peer) : pdx_peer_send_hello(peer, false);
     if (st != PDX_OK) {
         pdx_peer_fail(peer, st, "cannot start the handshake with %s", addr);
         st = failed_status(peer);

@@ -1,6 +1,6 @@
 /*
  * wire: frames, the small control messages (HELLO, EP, ABORT, ABORT_ACK,
- * HEARTBEAT, ERROR, CREDIT, READY, RESET, BYE) and the notify record. The
+ * HEARTBEAT, ERROR, CREDIT, READY, RESET, BYE, AUTH) and the notify record. The
  * descriptor messages (MEM, LAYOUT, ROOM) are in wire_desc.c; byte readers
  * and writers in wire_buf.h.
  * Pure: no I/O, no logging; malformed input is PDX_ERR_PROTO with a static
@@ -55,6 +55,10 @@ static const struct {
     [PDX_WIRE_READY]     = {"READY", 0, 0},
     [PDX_WIRE_RESET]     = {"RESET", RESET_FIXED, RESET_FIXED + PDX_WIRE_REASON_MAX},
     [PDX_WIRE_BYE]       = {"BYE", BYE_FIXED, BYE_FIXED + PDX_WIRE_REASON_MAX},
+    /* Later versions may append to AUTH, as to HELLO. */
+    [PDX_WIRE_AUTH]      = {"AUTH", 4, PDX_WIRE_MAX_BODY},
+    [PDX_WIRE_SEALED]    = {"SEALED", PDX_WIRE_HEADER_SIZE + PDX_WIRE_SEAL_TAG,
+                            PDX_WIRE_MAX_FRAME + PDX_WIRE_SEAL_TAG},
 };
 
 static bool type_known(uint32_t type)
@@ -511,6 +515,51 @@ pdx_status_t pdx_wire_encode_bye(const pdx_wire_bye_t *m, void *buf, size_t cap,
     return pdx_wire_encode_frame(PDX_WIRE_BYE, put_bye, m, NULL, buf, cap, size_p);
 }
 
+/* -------------------------------------------------------------------- AUTH */
+
+static void put_auth(pdx_wire_wr_t *w, const void *arg, const void *extra)
+{
+    const pdx_wire_auth_t *m = arg;
+
+    (void)extra;
+    pdx_wire_wr_u32(w, m->version);
+    pdx_wire_wr_u32(w, m->step);
+    pdx_wire_wr_bytes(w, m->nonce, PDX_WIRE_NONCE_SIZE);
+    pdx_wire_wr_bytes(w, m->mac, PDX_WIRE_MAC_SIZE);
+}
+
+pdx_status_t pdx_wire_encode_auth(const pdx_wire_auth_t *m, void *buf, size_t cap,
+                                  size_t *size_p)
+{
+    if (!m || m->step < 1 || m->step > 3)
+        return PDX_ERR_INVALID;
+    return pdx_wire_encode_frame(PDX_WIRE_AUTH, put_auth, m, NULL, buf, cap, size_p);
+}
+
+/* Like HELLO, an AUTH of another version decodes as far as its version. */
+static pdx_status_t get_auth(pdx_wire_rd_t *r, pdx_wire_auth_t *m, const char **why)
+{
+    m->version = pdx_wire_rd_u32(r);
+    if (m->version != PDX_PROTOCOL_VERSION)
+        return PDX_OK;
+    m->step = pdx_wire_rd_u32(r);
+    pdx_wire_rd_bytes(r, m->nonce, PDX_WIRE_NONCE_SIZE);
+    pdx_wire_rd_bytes(r, m->mac, PDX_WIRE_MAC_SIZE);
+    if (r->short_read) {
+        *why = "truncated AUTH";
+        return PDX_ERR_PROTO;
+    }
+    if (m->step < 1 || m->step > 3) {
+        *why = "AUTH step outside 1..3";
+        return PDX_ERR_PROTO;
+    }
+    if (pdx_wire_rd_left(r)) {
+        *why = "bytes after AUTH";
+        return PDX_ERR_PROTO;
+    }
+    return PDX_OK;
+}
+
 /* ------------------------------------------------------------------ decode */
 
 pdx_status_t pdx_wire_decode(const void *buf, size_t len, pdx_wire_msg_t *msg_p,
@@ -586,6 +635,13 @@ pdx_status_t pdx_wire_decode(const void *buf, size_t len, pdx_wire_msg_t *msg_p,
             *why = "bytes after the BYE reason";
             st = PDX_ERR_PROTO;
         }
+        break;
+    case PDX_WIRE_AUTH:
+        st = get_auth(&r, &msg.u.auth, why);
+        break;
+    case PDX_WIRE_SEALED:
+        *why = "a SEALED frame is opened, not decoded";
+        st = PDX_ERR_PROTO;
         break;
     default: /* peek rejected it */
         *why = "unknown message type";

@@ -23,7 +23,7 @@
  * decoder enforces, so whatever encodes also decodes.
  *
  * wire.c: frames, HELLO, EP, ABORT, ABORT_ACK, HEARTBEAT, ERROR, CREDIT, READY,
- * RESET, BYE, notify;
+ * RESET, BYE, AUTH, notify;
  * wire_desc.c: MEM, LAYOUT, ROOM; wire_buf.h: their byte readers/writers.
  */
 #ifndef PDX_WIRE_H
@@ -35,6 +35,11 @@
 #define PDX_WIRE_MAGIC        0x77786470u  /* "pdxw" on the wire */
 #define PDX_WIRE_HEADER_SIZE  12u
 #define PDX_WIRE_MAX_FRAME    (4u << 20)   /* header included */
+#define PDX_WIRE_SEAL_TAG     16u          /* what sealing adds to a frame's body */
+/* A SEALED frame holds one whole frame: it may pass PDX_WIRE_MAX_FRAME by this. */
+#define PDX_WIRE_MAX_SEALED   (PDX_WIRE_MAX_FRAME + PDX_WIRE_HEADER_SIZE + PDX_WIRE_SEAL_TAG)
+#define PDX_WIRE_NONCE_SIZE   32u          /* AUTH nonce */
+#define PDX_WIRE_MAC_SIZE     32u          /* AUTH proof */
 
 #define PDX_WIRE_HOST_MAX       64         /* HELLO host name, bytes */
 #define PDX_WIRE_TRANSPORT_MAX  32         /* HELLO transport name, bytes */
@@ -63,6 +68,8 @@ typedef enum pdx_wire_type {
     PDX_WIRE_READY     = 11,
     PDX_WIRE_RESET     = 12,
     PDX_WIRE_BYE       = 13,
+    PDX_WIRE_AUTH      = 14,
+    PDX_WIRE_SEALED    = 15,
 } pdx_wire_type_t;
 
 typedef struct pdx_wire_header {
@@ -208,6 +215,25 @@ typedef struct pdx_wire_bye {
     char reason[PDX_WIRE_REASON_MAX + 1];
 } pdx_wire_bye_t;
 
+/*
+ * AUTH: a step of the key exchange (auth.h) of engines with PDX_AUTH_KEY:
+ * 1 the connector's nonce, 2 the acceptor's nonce and proof, 3 the
+ * connector's proof (fields a step does not use are zero).
+ */
+typedef struct pdx_wire_auth {
+    uint32_t version;                        /* PDX_PROTOCOL_VERSION */
+    uint32_t step;                           /* 1..3 */
+    uint8_t  nonce[PDX_WIRE_NONCE_SIZE];
+    uint8_t  mac[PDX_WIRE_MAC_SIZE];
+} pdx_wire_auth_t;
+
+/*
+ * SEALED: after the key exchange, every frame, sealed (auth.h): its body is
+ * the whole frame encrypted, then a tag of PDX_WIRE_SEAL_TAG bytes. The
+ * control thread opens it (pdx_unseal) and decodes what it holds;
+ * pdx_wire_decode() refuses it.
+ */
+
 /* A decoded frame. */
 typedef struct pdx_wire_msg {
     pdx_wire_type_t type;
@@ -224,6 +250,7 @@ typedef struct pdx_wire_msg {
         pdx_wire_credit_t    credit;
         pdx_wire_reset_t     reset;
         pdx_wire_bye_t       bye;
+        pdx_wire_auth_t      auth;
     } u;
 } pdx_wire_msg_t;
 
@@ -293,6 +320,8 @@ pdx_status_t pdx_wire_encode_heartbeat(const pdx_wire_heartbeat_t *m, void *buf,
                                        size_t *size_p);
 pdx_status_t pdx_wire_encode_error(const pdx_wire_error_t *m, void *buf, size_t cap,
                                    size_t *size_p);
+pdx_status_t pdx_wire_encode_auth(const pdx_wire_auth_t *m, void *buf, size_t cap,
+                                  size_t *size_p);
 
 /* ------------------------------------------------------------ notify record */
 

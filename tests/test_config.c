@@ -111,12 +111,55 @@ Test(config, set_by_name)
     pdx_config_t cfg;
 
     pdx_config_init(&cfg);
-    cr_expect_eq(pdx_config_set(&cfg, "PDX_ROOMS", "0x100"), PDX_OK);
+    cr_expect_eq(pdx_config_set(&cfg, "PDX_ROOMS", "256"), PDX_OK);
     cr_expect_eq(cfg.rooms, 256);
     cr_expect_eq(pdx_config_set(&cfg, "PDX_NOPE", "1"), PDX_ERR_NOT_FOUND);
     cr_expect_eq(pdx_config_set(&cfg, "PDX_ROOMS", "1"), PDX_ERR_INVALID);
     cr_expect_eq(cfg.rooms, 256);
     cr_expect_eq(pdx_config_set(NULL, "PDX_ROOMS", "1"), PDX_ERR_INVALID);
+}
+
+/* Numbers are decimal: leading zeros are not octal, no 0x, no plus sign. */
+Test(config, numbers_are_decimal)
+{
+    pdx_config_t cfg;
+
+    pdx_config_init(&cfg);
+    cr_expect_eq(pdx_config_set(&cfg, "PDX_SHARDS", "010"), PDX_OK);
+    cr_expect_eq(cfg.shards, 10);
+    cr_expect_eq(pdx_config_set(&cfg, "PDX_TRANSFER_TIMEOUT_MS", "030000"), PDX_OK);
+    cr_expect_eq(cfg.transfer_timeout_ms, 30000);
+    cr_expect_eq(pdx_config_set(&cfg, "PDX_MAX_MSG_SIZE", "0064K"), PDX_OK);
+    cr_expect_eq(cfg.max_msg_size, 64 << 10);
+    cr_expect_eq(pdx_config_set(&cfg, "PDX_IB_GID_INDEX", "-01"), PDX_OK);
+    cr_expect_eq(cfg.ib_gid_index, -1);
+    expect_rejected("PDX_SHARDS", "0x3");
+    expect_rejected("PDX_SHARDS", "+3");
+    expect_rejected("PDX_SHARDS", " 3");
+    expect_rejected("PDX_SHARDS", "3 ");
+    expect_rejected("PDX_SHARDS", "-");
+    expect_rejected("PDX_SHARDS", "");
+    expect_rejected("PDX_MAX_MSG_SIZE", "0x10M");
+}
+
+/* The key is taken but never shown. */
+Test(config, auth_key_is_not_shown)
+{
+    pdx_config_t cfg;
+    pdx_config_var_t v;
+    bool seen = false;
+
+    pdx_config_init(&cfg);
+    cr_assert_eq(pdx_config_set(&cfg, "PDX_AUTH_KEY", "sixteen bytes ok"), PDX_OK);
+    cr_expect_str_eq(cfg.auth_key, "sixteen bytes ok");
+    for (uint32_t i = 0; pdx_config_describe(&cfg, i, &v) == PDX_OK; i++) {
+        if (strcmp(v.name, "PDX_AUTH_KEY") == 0) {
+            cr_expect_str_eq(v.value, "(set)");
+            seen = true;
+        }
+        cr_expect_null(strstr(v.value, "sixteen"), "%s shows the key", v.name);
+    }
+    cr_expect(seen);
 }
 
 Test(config, program_overrides_environment_by_field_mask)

@@ -159,6 +159,7 @@ pdx_status_t encode_sample_into(int which, void *buf, size_t cap, size_t *len_p)
     pdx_wire_credit_t credit = {7, 1, 9, 0x80000001u};
     pdx_wire_reset_t reset = {1023, 2, 41, PDX_ERR_PEER, "remote access error on QP 0x1234"};
     pdx_wire_bye_t bye = {"engine destroyed"};
+    pdx_wire_auth_t auth = {.version = PDX_PROTOCOL_VERSION, .step = 2};
     pdx_wire_mem_t mem = {SAMPLE_MEMS, (pdx_wire_mem_entry_t *)sample_mem_entries};
     pdx_status_t st = PDX_ERR_INVALID;
 
@@ -209,6 +210,13 @@ pdx_status_t encode_sample_into(int which, void *buf, size_t cap, size_t *len_p)
         break;
     case F_BYE:
         st = pdx_wire_encode_bye(&bye, buf, cap, len_p);
+        break;
+    case F_AUTH:
+        for (uint32_t i = 0; i < PDX_WIRE_NONCE_SIZE; i++)
+            auth.nonce[i] = (uint8_t)(0xa0 + i);
+        for (uint32_t i = 0; i < PDX_WIRE_MAC_SIZE; i++)
+            auth.mac[i] = (uint8_t)(0x5a ^ i);
+        st = pdx_wire_encode_auth(&auth, buf, cap, len_p);
         break;
     }
     return st;

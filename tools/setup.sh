@@ -8,6 +8,7 @@ packages=(
   libcriterion-dev                                  # unit tests
   python3                                           # the Python binding and its tests
   libibverbs-dev                                    # the rdma transport (and softnic)
+  libsodium-dev                                     # PDX_AUTH_KEY: MACs and sealing
   libamdhip64-dev                                   # hip/ on amd: HIP headers, libamdhip64
   iproute2 procps                                   # tests and demo helpers
 )

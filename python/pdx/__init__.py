@@ -48,6 +48,7 @@ class Status(enum.IntEnum):
     ERR_NO_DEVICE = -14
     ERR_FULL = -15
     ERR_STATE = -16
+    ERR_AUTH = -17
 
 
 class RoomState(enum.IntEnum):
@@ -212,11 +213,14 @@ class Engine:
             name = key.upper()
             if not name.startswith("PDX_"):
                 name = "PDX_" + name
+            shown = "(the key)" if name == "PDX_AUTH_KEY" else value
             _check(_lib.pdx_config_set(ctypes.byref(cfg), name.encode(), str(value).encode()),
-                   "pdx_config_set", "%s=%s" % (name, value))
+                   "pdx_config_set", "%s=%s" % (name, shown))
         handle = ctypes.c_void_p()
-        _check(_lib.pdx_engine_create(ctypes.byref(cfg), ctypes.byref(handle)),
-               "pdx_engine_create")
+        st = _lib.pdx_engine_create(ctypes.byref(cfg), ctypes.byref(handle))
+        ctypes.memset(ctypes.addressof(cfg) + _ffi.Config.auth_key.offset, 0,
+                      _ffi.Config.auth_key.size)
+        _check(st, "pdx_engine_create")
         self._e = handle
         self._mems = {}
         self._descs = {}

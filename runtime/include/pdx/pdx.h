@@ -38,7 +38,7 @@ extern "C" {
 #define PDX_VERSION_PATCH 0
 
 /* Control-channel protocol version, checked at handshake. */
-#define PDX_PROTOCOL_VERSION 6
+#define PDX_PROTOCOL_VERSION 7
 
 /* ---------------------------------------------------------------- status */
 
@@ -61,6 +61,7 @@ typedef enum pdx_status {
     PDX_ERR_NO_DEVICE   = -14, /* no GPU or NIC where one is required */
     PDX_ERR_FULL        = -15, /* a fixed-capacity table is full */
     PDX_ERR_STATE       = -16, /* the call does not fit the object's state */
+    PDX_ERR_AUTH        = -17, /* the peer did not prove the key (PDX_AUTH_KEY) */
 } pdx_status_t;
 
 /* A static string naming the status; never NULL, also for unknown values. */
@@ -144,6 +145,8 @@ enum {
     PDX_CONFIG_FIELD_GPU                 = 1ull << 27,
     PDX_CONFIG_FIELD_NICS                = 1ull << 28,
     PDX_CONFIG_FIELD_HANDSHAKE_TIMEOUT   = 1ull << 29,
+    PDX_CONFIG_FIELD_AUTH_KEY            = 1ull << 30,
+    PDX_CONFIG_FIELD_AUTH_KEY_FILE       = 1ull << 31,
 };
 
 #define PDX_NAME_MAX 128
@@ -189,6 +192,8 @@ typedef struct pdx_config {
                                                 * thread's current device */
     uint32_t        nics;                      /* PDX_NICS: NICs the engine's data uses */
     uint32_t        handshake_timeout_ms;      /* PDX_HANDSHAKE_TIMEOUT_MS: from accept to READY */
+    char            auth_key[PDX_NAME_MAX];    /* PDX_AUTH_KEY: the shared key, "" = none */
+    char            auth_key_file[PDX_NAME_MAX]; /* PDX_AUTH_KEY_FILE: a file holding it */
 } pdx_config_t;
 
 /*
@@ -334,6 +339,13 @@ PDX_API pdx_status_t pdx_layout_create(pdx_engine_t *engine, const pdx_layout_de
  * use answers PDX_ERR_FULL, one with too many handshakes in progress from
  * this address PDX_ERR_AGAIN. Either side may connect; the connection serves
  * both directions.
+ *
+ * With PDX_AUTH_KEY (or PDX_AUTH_KEY_FILE) set, both engines first prove to
+ * each other that they hold the same key, which never crosses the wire;
+ * until then neither learns anything of the other, and everything after is
+ * sealed (encrypted and authenticated). A peer without the key, with
+ * another key, or with a key where this engine has none is PDX_ERR_AUTH,
+ * on both sides.
  *
  * A handle names one connection: once that peer is gone (failed, closed,
  * or replaced by a new incarnation of its engine, which is the same address
@@ -637,6 +649,8 @@ typedef struct pdx_stats {
     uint64_t peers_retired;   /* peers whose slots were freed, since the start */
     uint64_t handshakes_refused; /* connections in that failed or were refused before
                                   * their handshake finished, since the start */
+    uint64_t auth_refused;    /* connections either way refused for the key (PDX_ERR_AUTH),
+                               * since the start */
 } pdx_stats_t;
 
 PDX_API pdx_status_t pdx_engine_stats(pdx_engine_t *engine, pdx_stats_t *stats_p);
