@@ -3,6 +3,7 @@
 #include "bounds.h"
 
 #include <ctype.h>
+#include <stdatomic.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -312,12 +313,77 @@ pdx_status_t pdx_config_set(pdx_config_t *cfg, const char *name, const char *val
     return PDX_OK;
 }
 
+/* Edit distance of two short names, at most 3 (cut off). */
+static unsigned name_distance(const char *a, size_t na, const char *b)
+{
+    size_t nb = strlen(b);
+    unsigned row[64], prev;
+
+    if (na >= PDX_ARRAY_SIZE(row) || nb >= PDX_ARRAY_SIZE(row))
+        return 3;
+    for (size_t j = 0; j <= nb; j++)
+        row[j] = (unsigned)j;
+    for (size_t i = 1; i <= na; i++) {
+        prev = row[0];
+        row[0] = (unsigned)i;
+        for (size_t j = 1; j <= nb; j++) {
+            unsigned cur = row[j];
+            unsigned sub = prev + (a[i - 1] != b[j - 1]);
+
+            row[j] = PDX_MIN(PDX_MIN(row[j] + 1, row[j - 1] + 1), sub);
+            prev = cur;
+        }
+    }
+    return PDX_MIN(row[nb], 3u);
+}
+
+/*
+ * A PDX_* variable of the environment that is none of pdx's is most likely
+ * misspelled: warn once per process, naming the nearest one. PDX_LIBRARY
+ * (the Python binding) and PDX_TEST_* (the tests) are not configuration.
+ */
+static void warn_unknown_names(void)
+{
+    static atomic_flag warned = ATOMIC_FLAG_INIT;
+    extern char **environ;
+
+    if (atomic_flag_test_and_set(&warned))
+        return;
+    for (char **v = environ; v && *v; v++) {
+        const char *eq = strchr(*v, '=');
+        size_t n = eq ? (size_t)(eq - *v) : strlen(*v);
+        const char *best = NULL;
+        unsigned dist = 3;
+
+        if (strncmp(*v, "PDX_", 4) != 0 || strncmp(*v, "PDX_TEST_", 9) == 0 ||
+            (n == 11 && strncmp(*v, "PDX_LIBRARY", n) == 0))
+            continue;
+        for (size_t i = 0; i < PDX_ARRAY_SIZE(config_table); i++) {
+            unsigned d = name_distance(*v, n, config_table[i].name);
+
+            if (d < dist) {
+                dist = d;
+                best = config_table[i].name;
+            }
+        }
+        if (dist == 0)
+            continue;
+        if (best)
+            pdx_warn("%.*s is not a pdx variable (did you mean %s?); it is ignored", (int)n, *v,
+                     best);
+        else
+            pdx_warn("%.*s is not a pdx variable (pdx-info --config lists them); it is ignored",
+                     (int)n, *v);
+    }
+}
+
 pdx_status_t pdx_config_init(pdx_config_t *cfg)
 {
     pdx_status_t result = PDX_OK;
 
     if (!cfg)
         return PDX_ERR_INVALID;
+    warn_unknown_names();
     pdx_config_defaults(cfg);
     for (size_t i = 0; i < PDX_ARRAY_SIZE(config_table); i++) {
         const char *value = getenv(config_table[i].name);

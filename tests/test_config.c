@@ -142,6 +142,39 @@ Test(config, numbers_are_decimal)
     expect_rejected("PDX_MAX_MSG_SIZE", "0x10M");
 }
 
+static char warned[1024];
+
+static void keep_warnings(void *arg, pdx_log_level_t level, const char *engine, const char *msg)
+{
+    (void)arg, (void)engine;
+    if (level == PDX_LOG_WARN)
+        snprintf(warned + strlen(warned), sizeof(warned) - strlen(warned), "%s\n", msg);
+}
+
+/* A misspelled variable is named with the one it likely meant, once. */
+Test(config, misspelled_variables_are_warned_about)
+{
+    pdx_config_t cfg;
+    const char *first;
+
+    setenv("PDX_SHRADS", "3", 1);
+    setenv("PDX_WHATEVER_THIS_IS", "1", 1);
+    setenv("PDX_TEST_ANYTHING", "1", 1);
+    setenv("PDX_LIBRARY", "/x/libpdx.so", 1);
+    pdx_log_set_handler(keep_warnings, NULL);
+    cr_assert_eq(pdx_config_init(&cfg), PDX_OK);
+    cr_assert_eq(pdx_config_init(&cfg), PDX_OK);
+    pdx_log_set_handler(NULL, NULL);
+    cr_expect_eq(cfg.shards, 4, "a misspelled name sets nothing");
+    cr_expect_not_null(strstr(warned, "PDX_SHRADS is not a pdx variable (did you mean "
+                                      "PDX_SHARDS?)"), "%s", warned);
+    cr_expect_not_null(strstr(warned, "PDX_WHATEVER_THIS_IS is not a pdx variable"));
+    cr_expect_null(strstr(warned, "PDX_TEST_ANYTHING"));
+    cr_expect_null(strstr(warned, "PDX_LIBRARY"));
+    first = strstr(warned, "PDX_SHRADS");
+    cr_expect(first && !strstr(first + 1, "PDX_SHRADS"), "warned once: %s", warned);
+}
+
 /* The key is taken but never shown. */
 Test(config, auth_key_is_not_shown)
 {

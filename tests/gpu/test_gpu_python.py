@@ -4,7 +4,7 @@ room whose source pages a stream copies in, sent behind a gate armed on
 that stream (and behind a recorded event), checked on the host after;
 one-sided writes between GPU regions through pdx.Engine and pdx.mori. The
 GPU runtime is reached with ctypes: libcudart (nvidia) or libamdhip64
-(amd); PDX_GPU_RUNTIME names another.
+(amd); PDX_TEST_GPU_RUNTIME names another.
 """
 
 import ctypes
@@ -22,7 +22,7 @@ H2D, D2H = 1, 2  # cudaMemcpyKind and hipMemcpyKind alike
 
 
 def runtime():
-    names = [os.environ["PDX_GPU_RUNTIME"]] if os.environ.get("PDX_GPU_RUNTIME") else [
+    names = [os.environ["PDX_TEST_GPU_RUNTIME"]] if os.environ.get("PDX_TEST_GPU_RUNTIME") else [
         "libcudart.so", "libcudart.so.13", "libcudart.so.12", "/usr/local/cuda/lib64/libcudart.so",
         "libamdhip64.so", "libamdhip64.so.6", "libamdhip64.so.5"]
     for name in names:

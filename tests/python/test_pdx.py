@@ -1,7 +1,7 @@
 """The Python binding over tcp: struct mirrors against C, errors, a transfer in
 one process and between two, descriptors, abort, a killed peer, log lines.
 
-Run by ctest with PDX_LIBRARY (the build's libpdx.so), PDX_PY_LAYOUT (the
+Run by ctest with PDX_LIBRARY (the build's libpdx.so), PDX_TEST_PY_LAYOUT (the
 tests/python/layout.c program) and PYTHONPATH=python.
 """
 
@@ -79,7 +79,7 @@ def release(e, room, timeout=5.0):
 
 class Structs(unittest.TestCase):
     def test_mirrors_match_the_c_header(self):
-        out = subprocess.run([os.environ["PDX_PY_LAYOUT"]], check=True, capture_output=True,
+        out = subprocess.run([os.environ["PDX_TEST_PY_LAYOUT"]], check=True, capture_output=True,
                              text=True).stdout
         mirror = {"pdx_config_t": _ffi.Config, "pdx_buffer_desc_t": _ffi.BufferDesc,
                   "pdx_group_desc_t": _ffi.GroupDesc, "pdx_layout_desc_t": _ffi.LayoutDesc,
