@@ -192,6 +192,23 @@ class Engine(unittest.TestCase):
         self.assertEqual(st["rooms_success"], 1)
         self.assertGreater(st["bytes_sent"], 6 * LAYERS * BPP - 1)
 
+    def test_auth_key(self):
+        key = "a key of more than sixteen bytes"
+        pf, dc = self.side(auth_key=key), self.side(auth_key=key)
+        peer = dc.e.connect(pf.e.address)
+        dc.e.expect(peer, 5, dc.layout, [[1, 2]])
+        pf.fill(5, [3, 4])
+        pf.e.send(5, pf.layout, [[3, 4]], last=True)
+        self.assertEqual(wait(dc.e, 5, pdx.RoomState.SUCCESS), pdx.RoomState.SUCCESS)
+        self.assertIsNone(dc.check(5, [1, 2]))
+        other = self.side(auth_key=key + "!")
+        with self.assertRaises(pdx.Error) as cm:
+            other.e.connect(pf.e.address)
+        self.assertEqual(cm.exception.status, pdx.Status.ERR_AUTH)
+        with self.assertRaises(pdx.Error) as cm:
+            pdx.Engine(auth_key="short")
+        self.assertNotIn("short", str(cm.exception), "the key is not repeated")
+
     def test_descriptors(self):
         pf, dc = self.side(), self.side()
         desc = pf.e.desc()
