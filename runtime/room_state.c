@@ -26,6 +26,7 @@ void pdx_rooms_end_signal_locked(pdx_room_ext_t *ext)
                                     __ATOMIC_RELAXED);
 }
 
+__attribute__((format(printf, 6, 0)))
 static bool fail_v(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id, pdx_log_level_t level,
                    pdx_status_t status, const char *fmt, va_list ap)
 {

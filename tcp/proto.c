@@ -62,7 +62,7 @@ pdx_status_t tcp_addr_decode(const pdx_tp_addr_t *in, tcp_addr_t *out)
     a.port = (uint16_t)((in->bytes[4] << 8) | in->bytes[5]);
     memcpy(a.ip, &in->bytes[6], sizeof(a.ip));
     a.token = get_be64(&in->bytes[22]);
-    if ((a.family != 4 && a.family != 6) || a.port == 0 || a.token == 0) {
+    if ((a.family != 4 && a.family != 6) || in->bytes[3] != 0 || a.port == 0 || a.token == 0) {
         pdx_error("tcp: malformed endpoint address (family %u, port %u)", a.family, a.port);
         return PDX_ERR_INVALID;
     }

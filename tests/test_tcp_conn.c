@@ -136,3 +136,30 @@ Test(tcp_conn, silent_clients_do_not_stop_the_tp, .timeout = 30)
     ops->close(a);
     ops->close(b);
 }
+
+/* An endpoint address decodes only as tcp_addr_encode() writes one. */
+Test(tcp_conn, addresses_decode_strictly)
+{
+    tcp_addr_t a = {.family = 4, .port = 4242, .ip = {127, 0, 0, 1}, .token = 0x1122334455667788ull};
+    static const struct { size_t at; uint8_t byte; } bad[] = {
+        {0, 'X'}, {1, 99}, {2, 5}, {3, 1}, {4, 0}, {29, 0},
+    };
+    pdx_tp_addr_t enc, p;
+    tcp_addr_t d;
+
+    tcp_addr_encode(&a, &enc);
+    cr_assert_eq(tcp_addr_decode(&enc, &d), PDX_OK);
+    cr_expect_eq(tcp_addr_cmp(&a, &d), 0);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        p = enc;
+        if (bad[i].at == 4)
+            p.bytes[5] = 0; /* port 0 */
+        if (bad[i].at == 29)
+            memset(&p.bytes[22], 0, 8); /* token 0 */
+        p.bytes[bad[i].at] = bad[i].byte;
+        cr_expect_neq(tcp_addr_decode(&p, &d), PDX_OK, "edit %zu", i);
+    }
+    p = enc;
+    p.len--;
+    cr_expect_neq(tcp_addr_decode(&p, &d), PDX_OK, "short");
+}

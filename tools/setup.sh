@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   gcc libc6-dev make cmake ninja-build pkg-config   # toolchain
   libcriterion-dev                                  # unit tests
+  clang libclang-rt-14-dev                          # the libFuzzer targets (tools/fuzz.sh)
   python3                                           # the Python binding and its tests
   libibverbs-dev                                    # the rdma transport (and softnic)
   libsodium-dev                                     # PDX_AUTH_KEY: MACs and sealing
