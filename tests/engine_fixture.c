@@ -146,3 +146,19 @@ pdx_status_t release_wait(pdx_engine_t *e, uint64_t room, int timeout_ms)
         sleep_ms(1);
     return st;
 }
+
+void side_move(side_t *prefill, side_t *decode, uint32_t peer, uint64_t room,
+               const uint32_t *pages, uint32_t n)
+{
+    pdx_pages_t p = {(uint32_t *)pages, n};
+
+    cr_assert_eq(pdx_expect(decode->e, peer, room, decode->layout, &p, NULL, 1, 10000), PDX_OK);
+    side_fill(prefill, room, pages, n, 0);
+    cr_assert_eq(pdx_send(prefill->e, room, prefill->layout, &p, NULL, NULL, PDX_SEND_LAST),
+                 PDX_OK);
+    cr_assert_eq(wait_done(decode->e, room, 10000), PDX_ROOM_SUCCESS);
+    cr_assert_eq(side_check(decode, room, pages, n, 0), 0);
+    cr_assert_eq(wait_done(prefill->e, room, 10000), PDX_ROOM_SUCCESS);
+    cr_assert_eq(release_wait(decode->e, room, 5000), PDX_OK);
+    cr_assert_eq(release_wait(prefill->e, room, 5000), PDX_OK);
+}

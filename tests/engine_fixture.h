@@ -45,6 +45,12 @@ uint64_t side_check(const side_t *s, uint64_t room, const uint32_t *dst, uint32_
 /* n distinct random pages of the pool. */
 void pick_pages(uint32_t *out, uint32_t n, uint32_t npages, unsigned *seed);
 
+/* One room from prefill to decode's peer over pages (the same on both
+ * sides): expected, filled, sent, SUCCESS on both, every byte checked,
+ * released on both. */
+void side_move(side_t *prefill, side_t *decode, uint32_t peer, uint64_t room,
+               const uint32_t *pages, uint32_t n);
+
 /* Poll until the room is SUCCESS or FAILED, or timeout_ms; the last state. */
 pdx_room_state_t wait_done(pdx_engine_t *e, uint64_t room, int timeout_ms);
 

@@ -85,21 +85,14 @@ static size_t hello_frame(uint8_t *buf, size_t cap)
 /* A real peer: connected within the handshake deadline, a room verified, closed. */
 static void real_peer(uint64_t room)
 {
-    uint32_t pages[3] = {1, 17, 40}, peer;
-    pdx_pages_t p = {pages, 3};
+    static const uint32_t pages[3] = {1, 17, 40};
     uint64_t t0 = pdx_now_ns();
+    uint32_t peer;
     pdx_status_t st = pdx_peer_connect(dc.e, pdx_engine_address(pf.e), CONNECT_MS, &peer);
 
     cr_assert_eq(st, PDX_OK, "a real peer was not served within %d ms (%s, %.1f ms)",
                  CONNECT_MS, pdx_status_str(st), (pdx_now_ns() - t0) / 1e6);
-    cr_assert_eq(pdx_expect(dc.e, peer, room, dc.layout, &p, NULL, 1, 10000), PDX_OK);
-    side_fill(&pf, room, pages, 3, 0);
-    cr_assert_eq(pdx_send(pf.e, room, pf.layout, &p, NULL, NULL, PDX_SEND_LAST), PDX_OK);
-    cr_assert_eq(wait_done(dc.e, room, 10000), PDX_ROOM_SUCCESS);
-    cr_assert_eq(side_check(&dc, room, pages, 3, 0), 0);
-    cr_assert_eq(wait_done(pf.e, room, 10000), PDX_ROOM_SUCCESS);
-    cr_assert_eq(release_wait(dc.e, room, 5000), PDX_OK);
-    cr_assert_eq(release_wait(pf.e, room, 5000), PDX_OK);
+    side_move(&pf, &dc, peer, room, pages, 3);
     cr_assert_eq(pdx_peer_close(dc.e, peer), PDX_OK);
 }
 
