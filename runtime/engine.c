@@ -271,8 +271,12 @@ pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p)
         pdx_info("PDX_FLUSH=on: the %s transport places bytes before its notify; no flush read",
                  e->ops->name);
     st = rooms_init(e);
-    if (st != PDX_OK)
+    if (st != PDX_OK) {
+        pdx_error("PDX_ROOMS=%u, PDX_HELD_NOTIFIES=%u: no memory for the room table (%zu "
+                  "bytes of address space and more): lower them", e->cfg.rooms,
+                  e->cfg.held_notifies, ext_bytes(e));
         goto err_close_gpu;
+    }
 
     e->nshards = e->cfg.shards;
     e->shards = calloc(e->nshards, sizeof(*e->shards));

@@ -110,8 +110,9 @@ pdx_status_t pdx_shard_init(pdx_engine_t *e, pdx_shard_t *s, uint32_t index)
 
     status = pdx_ring_init(&s->ring, cfg->ring_chunks, cfg->ring_pages);
     if (status != PDX_OK) {
-        pdx_error("shard %u: ring of %u chunks and %u pages: %s", index, cfg->ring_chunks,
-                  cfg->ring_pages, pdx_status_str(status));
+        pdx_error("PDX_RING_CHUNKS=%u, PDX_RING_PAGES=%u: shard %u has no memory for its "
+                  "ring (%s): lower them", cfg->ring_chunks, cfg->ring_pages, index,
+                  pdx_status_str(status));
         return status;
     }
     s->cell_next = malloc((size_t)s->ring.nchunks * sizeof(*s->cell_next));

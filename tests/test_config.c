@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 
 #include "config.h"
 
@@ -151,6 +152,13 @@ static void keep_warnings(void *arg, pdx_log_level_t level, const char *engine, 
         snprintf(warned + strlen(warned), sizeof(warned) - strlen(warned), "%s\n", msg);
 }
 
+static void keep_errors(void *arg, pdx_log_level_t level, const char *engine, const char *msg)
+{
+    (void)arg, (void)engine;
+    if (level == PDX_LOG_ERROR)
+        snprintf(warned + strlen(warned), sizeof(warned) - strlen(warned), "%s\n", msg);
+}
+
 /* A misspelled variable is named with the one it likely meant, once. */
 Test(config, misspelled_variables_are_warned_about)
 {
@@ -174,6 +182,43 @@ Test(config, misspelled_variables_are_warned_about)
     first = strstr(warned, "PDX_SHRADS");
     cr_expect(first && !strstr(first + 1, "PDX_SHRADS"), "warned once: %s", warned);
 }
+
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+/* Sizes that cannot be allocated (under an address-space limit) fail the
+ * engine with a message that names the variable. Sanitizers reserve more
+ * address space than such a limit allows: built without them only. */
+static void expect_no_memory(const char *name, const char *value)
+{
+    struct rlimit lim = {.rlim_cur = 1ull << 30, .rlim_max = RLIM_INFINITY};
+    pdx_engine_t *e = NULL;
+    pdx_config_t cfg;
+
+    warned[0] = '\0';
+    pdx_config_init(&cfg);
+    pdx_config_set(&cfg, "PDX_LISTEN", "127.0.0.1:0");
+    pdx_config_set(&cfg, "PDX_TRANSPORT", "tcp");
+    pdx_config_set(&cfg, "PDX_SHARDS", "1");
+    cr_assert_eq(pdx_config_set(&cfg, name, value), PDX_OK);
+    getrlimit(RLIMIT_AS, &lim);
+    lim.rlim_cur = 1ull << 30;
+    cr_assert_eq(setrlimit(RLIMIT_AS, &lim), 0);
+    pdx_log_set_handler(keep_errors, NULL);
+    cr_expect_neq(pdx_engine_create(&cfg, &e), PDX_OK, "%s=%s", name, value);
+    pdx_log_set_handler(NULL, NULL);
+    cr_expect_null(e);
+    cr_expect_not_null(strstr(warned, name), "%s=%s: %s", name, value, warned);
+}
+
+Test(config, sizes_that_cannot_be_allocated_name_their_variable)
+{
+    expect_no_memory("PDX_ROOMS", "16777216");
+}
+
+Test(config, rings_that_cannot_be_allocated_name_their_variable)
+{
+    expect_no_memory("PDX_RING_PAGES", "1073741824");
+}
+#endif
 
 /* The key is taken but never shown. */
 Test(config, auth_key_is_not_shown)
