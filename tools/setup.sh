@@ -12,6 +12,7 @@ packages=(
   libsodium-dev                                     # PDX_AUTH_KEY: MACs and sealing
   libamdhip64-dev                                   # hip/ on amd: HIP headers, libamdhip64
   iproute2 procps                                   # tests and demo helpers
+  valgrind                                          # tools/memcheck.sh
 )
 
 missing=()
