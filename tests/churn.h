@@ -61,11 +61,12 @@ static inline uint64_t churn_check(const uint8_t *pool, uint64_t room)
     return bad;
 }
 
-/* An engine on 127.0.0.1 over tcp with `shards` shards, the pool
- * registered and its layout made: PDX_OK, or the first call's failure. */
+/* An engine listening at `listen` (host:port) over tcp with `shards`
+ * shards, the pool registered and its layout made: PDX_OK, or the first
+ * call's failure. */
 static inline pdx_status_t churn_open(uint8_t pool[CHURN_PAGES * CHURN_PAGE_BYTES],
-                                      const char *shards, pdx_engine_t **e_p,
-                                      uint32_t *layout_p)
+                                      const char *shards, const char *listen,
+                                      pdx_engine_t **e_p, uint32_t *layout_p)
 {
     pdx_buffer_desc_t buf = {.bytes_per_page = CHURN_PAGE_BYTES};
     pdx_group_desc_t group = {.buffers_per_layer = 1, .nbuffers = 1, .npages = CHURN_PAGES,
@@ -76,7 +77,7 @@ static inline pdx_status_t churn_open(uint8_t pool[CHURN_PAGES * CHURN_PAGE_BYTE
     pdx_status_t st;
 
     pdx_config_init(&cfg);
-    pdx_config_set(&cfg, "PDX_LISTEN", "127.0.0.1:0");
+    pdx_config_set(&cfg, "PDX_LISTEN", listen);
     pdx_config_set(&cfg, "PDX_TRANSPORT", "tcp");
     pdx_config_set(&cfg, "PDX_SHARDS", shards);
     if ((st = pdx_engine_create(&cfg, e_p)) != PDX_OK)

@@ -45,7 +45,7 @@ int main(int argc, char **argv)
     prefill = strcmp(argv[1], "prefill") == 0;
     room = strtoull(argv[3], NULL, 10);
     churn_pages(room, pages);
-    if ((st = churn_open(pool, "1", &e, &layout)) != PDX_OK)
+    if ((st = churn_open(pool, "1", "127.0.0.1:0", &e, &layout)) != PDX_OK)
         die("the engine", st);
     if ((st = pdx_peer_connect(e, argv[2], 10000, &peer)) != PDX_OK)
         die("pdx_peer_connect", st);

@@ -91,7 +91,7 @@ static void serve_processes(bool decode)
     long rss0 = 0, rss1;
     int fds0 = 0, fds1;
 
-    cr_assert_eq(churn_open(pool, "2", &eng, &layout), PDX_OK);
+    cr_assert_eq(churn_open(pool, "2", "127.0.0.1:0", &eng, &layout), PDX_OK);
     for (uint32_t i = 0; i < n; i++) {
         bool child_sends = decode;
         const char *mode = modes[i % 3];
