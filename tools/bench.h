@@ -9,6 +9,7 @@
 #define PDX_TOOLS_BENCH_H
 
 #include <stddef.h>
+#include <signal.h>
 #include <stdint.h>
 
 #include <pdx/pdx.h>
@@ -42,6 +43,8 @@ typedef struct bench_opts {
     int      keep_going;
     int      progress;         /* a live progress line on stdout is allowed */
     int      gpu;              /* --gpu: the GPU holding the KV pool and aux slots; -1: host */
+    uint32_t peers;            /* decode: prefill peers served one after another (1);
+                                  0: until SIGINT or SIGTERM */
     /* derived */
     uint64_t bytes_per_page;   /* bytes_per_token * page_size */
     uint64_t npages;           /* pages per buffer in the pool */
@@ -54,7 +57,8 @@ typedef struct bench_result {
     uint64_t done;             /* rooms that reached SUCCESS (decode: and verified) */
     uint64_t failed;           /* rooms that failed, did not verify or did not finish */
     uint64_t bytes;            /* bytes of the rooms in `done` */
-    uint64_t wall_ns;          /* first room started .. last room finished */
+    uint64_t wall_ns;          /* first room started .. last room finished (summed over peers) */
+    uint32_t peers;            /* peers whose rooms were served */
     uint64_t nlat;             /* latency samples */
     int64_t  lat_p50_ns;
     int64_t  lat_p99_ns;
@@ -72,6 +76,9 @@ typedef struct bench_result {
  */
 int bench_run(const bench_opts_t *o, bench_role_t role, const pdx_config_t *cfg,
               const char *connect_addr, int addr_fd, bench_result_t *res);
+
+/* Set by SIGINT or SIGTERM: a decode side serving --peers 0 stops taking peers. */
+extern volatile sig_atomic_t bench_stopping;
 
 /* "decode" or "prefill". */
 const char *bench_role_name(bench_role_t role);
@@ -126,7 +133,8 @@ typedef struct bench_side {
     uint32_t       *slot_pages;
     uint32_t        nslots, nactive;
     uint64_t        rng;
-    int64_t        *lat;             /* one sample per verified room */
+    int64_t        *lat;             /* one sample per verified room (lat_cap) */
+    uint64_t        lat_cap;
     uint64_t        finished;        /* rooms done or failed */
     int             stop;            /* a failure without --keep-going */
     int             progress_shown;

@@ -277,6 +277,14 @@ static void room_finish(bench_side_t *s, bench_slot_t *sl)
     }
     if (room_release(s, sl, !ok) != 0 || !ok)
         return;
+    if (s->res->nlat == s->lat_cap) { /* more peers than the first */
+        int64_t *more = realloc(s->lat, 2 * s->lat_cap * sizeof(*more));
+
+        if (!more)
+            return;
+        s->lat = more;
+        s->lat_cap *= 2;
+    }
     s->lat[s->res->nlat++] = lat;
     s->res->done++;
     s->res->bytes += s->o->bytes_per_request;
@@ -387,7 +395,7 @@ static void run_loop(bench_side_t *s)
         printf("\r%79s\r", "");
         fflush(stdout);
     }
-    s->res->wall_ns = t_end - t0;
+    s->res->wall_ns += t_end - t0;
 }
 
 /*
@@ -419,6 +427,65 @@ static void barrier(bench_side_t *s)
     } while (bench_now_ns() < deadline);
     while (pdx_release(s->e, room) == PDX_INPROGRESS && bench_now_ns() < deadline)
         bench_sleep_ns(IDLE_NS);
+}
+
+volatile sig_atomic_t bench_stopping;
+
+/* One peer's rooms, a line about them when there are several peers. */
+static void serve_one(bench_side_t *s, uint32_t k)
+{
+    bench_result_t before = *s->res;
+    const bench_result_t *r = s->res;
+
+    s->finished = 0;
+    run_loop(s);
+    barrier(s);
+    s->res->peers++;
+    if (s->o->peers != 1 && !s->o->json) {
+        uint64_t ns = r->wall_ns - before.wall_ns;
+
+        printf(" peer %-4u      : %" PRIu64 " verified, %" PRIu64 " failed, %.2f GB/s\n", k + 1,
+               r->done - before.done, r->failed - before.failed,
+               ns ? (double)(r->bytes - before.bytes) / (double)ns : 0.0);
+        fflush(stdout);
+    }
+}
+
+/*
+ * Prefill: its rooms to the decode side. Decode: --peers prefill peers one
+ * after another (0: until SIGINT or SIGTERM), each accepted within the
+ * timeout (0: waiting as long as it takes); a failure ends it unless
+ * --keep-going.
+ */
+static int serve_peers(bench_side_t *s, const char *connect_addr)
+{
+    const bench_opts_t *o = s->o;
+
+    if (s->role == BENCH_PREFILL || o->peers == 1) {
+        if (bench_side_join(s, connect_addr) != 0)
+            return -1;
+        serve_one(s, 0);
+        return 0;
+    }
+    for (uint32_t k = 0; (o->peers == 0 || k < o->peers) && !bench_stopping; k++) {
+        if (o->peers == 0) {
+            pdx_status_t st;
+
+            while ((st = pdx_peer_accept(s->e, 500, &s->peer)) == PDX_ERR_TIMEOUT &&
+                   !bench_stopping)
+                ;
+            if (st != PDX_OK)
+                return bench_stopping ? 0 : -1;
+        } else if (bench_side_join(s, connect_addr) != 0) {
+            return -1;
+        }
+        serve_one(s, k);
+        pdx_peer_close(s->e, s->peer);
+        if (s->stop && !o->keep_going)
+            break;
+        s->stop = 0;
+    }
+    return 0;
 }
 
 static int cmp_i64(const void *a, const void *b)
@@ -467,11 +534,7 @@ int bench_run(const bench_opts_t *o, bench_role_t role, const pdx_config_t *cfg,
     if (addr_fd >= 0)
         close(addr_fd);
     if (rc == 0)
-        rc = bench_side_join(&s, connect_addr);
-    if (rc == 0) {
-        run_loop(&s);
-        barrier(&s);
-    }
+        rc = serve_peers(&s, connect_addr);
     if (s.e && pdx_engine_stats(s.e, &res->stats) != PDX_OK)
         memset(&res->stats, 0, sizeof(res->stats));
     if (res->nlat) {
@@ -482,5 +545,6 @@ int bench_run(const bench_opts_t *o, bench_role_t role, const pdx_config_t *cfg,
     bench_side_close(&s);
     if (rc != 0)
         return BENCH_EXIT_FAIL;
-    return res->failed || res->done < o->requests ? BENCH_EXIT_FAIL : BENCH_EXIT_OK;
+    return res->failed || res->done < (uint64_t)o->requests * res->peers ? BENCH_EXIT_FAIL
+                                                                        : BENCH_EXIT_OK;
 }

@@ -178,7 +178,8 @@ int bench_side_open(bench_side_t *s, const pdx_config_t *cfg)
     s->free_pages = malloc(o->npages * sizeof(*s->free_pages));
     s->slots = calloc(s->nslots, sizeof(*s->slots));
     s->slot_pages = malloc((size_t)s->nslots * o->pages * sizeof(*s->slot_pages));
-    s->lat = malloc(o->requests * sizeof(*s->lat));
+    s->lat_cap = o->requests;
+    s->lat = malloc(s->lat_cap * sizeof(*s->lat));
     bufs = calloc(o->layers, sizeof(*bufs));
     if (!s->free_pages || !s->slots || !s->slot_pages || !s->lat || !bufs) {
         bench_err(s->role, "out of memory for the page tables");

@@ -20,6 +20,7 @@
 #include "bench.h"
 #include "bench_gpu.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -50,7 +51,7 @@ typedef struct cli {
 
 enum {
     OPT_ROLE = 256, OPT_LISTEN, OPT_CONNECT, OPT_LOOPBACK, OPT_SHARDS, OPT_TRANSPORT, OPT_SEED,
-    OPT_JSON, OPT_KEEP_GOING, OPT_TIMEOUT, OPT_GPU,
+    OPT_JSON, OPT_KEEP_GOING, OPT_TIMEOUT, OPT_GPU, OPT_PEERS,
 };
 
 static const struct option long_opts[] = {
@@ -74,6 +75,7 @@ static const struct option long_opts[] = {
     {"keep-going", no_argument, NULL, OPT_KEEP_GOING},
     {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
     {"gpu", required_argument, NULL, OPT_GPU},
+    {"peers", required_argument, NULL, OPT_PEERS},
     {"help", no_argument, NULL, 'h'},
     {NULL, 0, NULL, 0},
 };
@@ -106,6 +108,8 @@ static void usage(FILE *out)
         "                            built: amd) and sends it behind a pdx_gate_arm() gate\n"
         "                            on that stream; decode copies every page back to the\n"
         "                            host to check it\n"
+        "      --peers N             decode: serve N prefill peers one after another, each\n"
+        "                            its R requests (0: until SIGINT or SIGTERM)   [1]\n"
         "      --keep-going          count failures instead of stopping at the first\n"
         "      --json                one JSON object instead of the table\n"
         "Exit status: 0 all verified, 1 a mismatch or failure (--gpu: also no GPU, or GPU\n"
@@ -119,8 +123,8 @@ static int parse_u64(const char *flag, const char *text, uint64_t min, uint64_t 
     unsigned long long v;
 
     errno = 0;
-    v = strtoull(text, &end, 0);
-    if (!*text || *text == '-' || *end || errno || v < min || v > max) {
+    v = strtoull(text, &end, 10);
+    if (!isdigit((unsigned char)*text) || *end || errno || v < min || v > max) {
         fprintf(stderr, "pdx-bench: %s %s: expected an integer in [%" PRIu64 ", %" PRIu64 "]\n",
                 flag, text, min, max);
         return -1;
@@ -186,6 +190,7 @@ static int parse_args(int argc, char **argv, cli_t *c)
             rc |= parse_u64("--gpu", optarg, 0, 1023, &v);
             o->gpu = (int)v;
             break;
+        case OPT_PEERS: rc |= parse_u32("--peers", optarg, 0, 1u << 20, &o->peers); break;
         case 'h': usage(stdout); exit(BENCH_EXIT_OK);
         default: rc = -1; break;
         }
@@ -203,6 +208,10 @@ static int parse_args(int argc, char **argv, cli_t *c)
                                               : !c->connect || c->listen)) {
         fprintf(stderr, "pdx-bench: --role decode takes --listen HOST:PORT, --role prefill takes "
                         "--connect HOST:PORT, --loopback takes neither\n");
+        rc = -1;
+    }
+    if (rc == 0 && o->peers != 1 && c->role != BENCH_DECODE) {
+        fprintf(stderr, "pdx-bench: --peers is for --role decode\n");
         rc = -1;
     }
     if (rc == 0 && o->chunks > o->pages) {
@@ -354,6 +363,17 @@ static double rate(uint64_t n, uint64_t ns)
     return ns ? (double)n * 1e9 / (double)ns : 0.0;
 }
 
+/* Decode: the rooms it should have verified (--requests for each peer served, at least one). */
+static uint64_t expected(const bench_opts_t *o, const bench_result_t *r)
+{
+    return (uint64_t)o->requests * (r->peers ? r->peers : 1);
+}
+
+static int all_verified(const bench_opts_t *o, const bench_result_t *r)
+{
+    return !r->failed && r->done == expected(o, r);
+}
+
 static void print_table(const bench_opts_t *o, bench_role_t role, const bench_result_t *r)
 {
     printf(" %-12s %-10s %-10s %-12s %-12s %-12s %s\n", "#bytes", "#requests", "BW[GB/s]",
@@ -364,10 +384,11 @@ static void print_table(const bench_opts_t *o, bench_role_t role, const bench_re
            (double)r->lat_p50_ns / 1e3, (double)r->lat_p99_ns / 1e3);
     if (role == BENCH_PREFILL)
         printf("%" PRIu64 "\n", r->failed);
-    else if (!r->failed && r->done == o->requests)
+    else if (all_verified(o, r))
         printf("yes\n");
     else
-        printf("NO (%" PRIu64 " of %u)\n", o->requests - r->done, o->requests);
+        printf("NO (%" PRIu64 " of %" PRIu64 ")\n",
+               r->done < expected(o, r) ? expected(o, r) - r->done : 0, expected(o, r));
     printf("%s\n", DASHES);
 }
 
@@ -433,7 +454,7 @@ static void print_json(const cli_t *c, const pdx_config_t *cfg, bench_role_t rol
                                "host only")
                : (o->gpu < 0 ? "first pdx_send - prefill SUCCESS"
                              : "first GPU write - prefill SUCCESS"),
-           role == BENCH_DECODE && !r->failed && r->done == o->requests ? "true" : "false",
+           role == BENCH_DECODE && all_verified(o, r) ? "true" : "false",
            role == BENCH_DECODE ? "decode" : "prefill");
     json_result(r, rc);
     if (pf) {
@@ -605,11 +626,17 @@ static int check_gpu(const cli_t *c)
     return rc < 0 ? BENCH_EXIT_FAIL : rc;
 }
 
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    bench_stopping = 1;
+}
+
 int main(int argc, char **argv)
 {
     cli_t c = {.o = {.layers = 61, .bytes_per_token = 576, .page_size = 64, .pages = 64,
                      .requests = 64, .concurrency = 8, .chunks = 1, .seed = 1,
-                     .timeout_ms = 30000, .gpu = -1},
+                     .timeout_ms = 30000, .gpu = -1, .peers = 1},
                .role = -1};
     pdx_config_t cfg;
     bench_result_t res;
@@ -627,6 +654,10 @@ int main(int argc, char **argv)
     c.o.progress = !c.o.json && isatty(STDOUT_FILENO);
     /* A closed pipe or socket is an error to report, not a signal that ends us. */
     signal(SIGPIPE, SIG_IGN);
+    if (c.o.peers == 0) {
+        signal(SIGINT, on_stop_signal);
+        signal(SIGTERM, on_stop_signal);
+    }
     if (c.loopback)
         return run_loopback(&c, &cfg);
     if (!c.o.json)

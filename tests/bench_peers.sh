@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# pdx-bench --role decode --peers 3 --keep-going serves three prefill
+# processes one after another; the second is killed (SIGKILL) in the middle
+# of its requests. The first and the third verify every room, the decode
+# side counts the second's failures, goes on, and exits 1 for them.
+set -euo pipefail
+bench=$1
+dir=$(mktemp -d)
+dpid=
+cleanup() { [ -n "$dpid" ] && kill -9 "$dpid" 2>/dev/null; rm -rf "$dir"; }
+trap cleanup EXIT
+flags=(--layers 4 --bytes-per-token 576 --page-size 16 --pages 8 --concurrency 2
+       --pool-mib 16 --timeout-ms 5000 --requests 8000)
+
+"$bench" --role decode --listen 127.0.0.1:0 --peers 3 --keep-going "${flags[@]}" \
+  >"$dir/decode" 2>"$dir/decode.err" &
+dpid=$!
+addr=
+for _ in $(seq 100); do
+  addr=$(sed -n 's/.*listening on \([0-9.]*:[0-9]*\);.*/\1/p' "$dir/decode.err")
+  [ -n "$addr" ] && break
+  sleep 0.1
+done
+[ -n "$addr" ] || { cat "$dir/decode.err"; echo "bench_peers: decode did not listen" >&2; exit 1; }
+
+"$bench" --role prefill --connect "$addr" "${flags[@]}" >"$dir/p1"
+"$bench" --role prefill --connect "$addr" "${flags[@]}" >"$dir/p2" 2>&1 &
+p2=$!
+sleep 0.3
+kill -9 "$p2"
+wait "$p2" 2>/dev/null || true
+"$bench" --role prefill --connect "$addr" "${flags[@]}" >"$dir/p3"
+rc=0
+wait "$dpid" || rc=$?
+dpid=
+cat "$dir/decode"
+grep -q " peer 1 *: 8000 verified, 0 failed" "$dir/decode" || { echo "bench_peers: peer 1" >&2; exit 1; }
+grep -Eq " peer 2 *: [0-9]+ verified, [1-9][0-9]* failed" "$dir/decode" ||
+  { echo "bench_peers: peer 2 was not cut short (it finished within 0.3 s?)" >&2; exit 1; }
+grep -q " peer 3 *: 8000 verified, 0 failed" "$dir/decode" || { echo "bench_peers: peer 3" >&2; exit 1; }
+[ "$rc" -eq 1 ] || { echo "bench_peers: decode exited $rc, not 1" >&2; exit 1; }
+echo "bench_peers: 3 peers served in turn, the killed one's rooms failed, the others verified"
