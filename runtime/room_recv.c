@@ -52,6 +52,14 @@ static pdx_status_t check_dst(const pdx_layout_t *layout, const pdx_pages_t *dst
 }
 
 /* Record that `peer` will send for the decode room (under ext->lock). */
+static bool expects_peer(const pdx_room_ext_t *ext, const pdx_peer_t *peer)
+{
+    for (uint32_t i = 0; i < ext->npeers; i++)
+        if (ext->peers[i] == peer)
+            return true;
+    return false;
+}
+
 static pdx_status_t expect_peer(pdx_room_ext_t *ext, pdx_peer_t *peer, uint32_t nsenders)
 {
     uint32_t n = ext->nsenders + nsenders;
@@ -160,6 +168,9 @@ static pdx_status_t expect_held(pdx_engine_t *e, pdx_peer_t *peer, pdx_room_t ro
     pthread_mutex_lock(&ext->lock);
     if (!pdx_rooms_live(obj, room) || (!created && !atomic_load(&ext->decode))) {
         st = PDX_ERR_STATE;  /* a prefill room of the same id, or one just removed */
+    } else if (!created && (pdx_rooms_terminal(pdx_room_state(obj)) ||
+                            expects_peer(ext, peer))) {
+        st = PDX_ERR_EXISTS; /* ended and not released, or this peer's already */
     } else if (aux && atomic_load(&ext->app) && ext->aux_mem >= 0 &&
                ext->aux_mem != (int32_t)aux->mem) {
         st = PDX_ERR_INVALID;
@@ -182,6 +193,8 @@ static pdx_status_t expect_held(pdx_engine_t *e, pdx_peer_t *peer, pdx_room_t ro
     if (st != PDX_OK) {
         pdx_error("pdx_expect: room %llu: %s", (unsigned long long)room,
                   st == PDX_ERR_STATE     ? "the id is in use by a room sent from here"
+                  : st == PDX_ERR_EXISTS  ? "expected from this peer already, or ended and "
+                                            "not released"
                   : st == PDX_ERR_INVALID ? "its aux regions must share one memory region"
                                           : "too many peers or senders for one room");
         if (created)

@@ -19,7 +19,7 @@
 
 pdx_room_state_t pdx_poll(pdx_engine_t *e, pdx_room_t room)
 {
-    return pdx_room_poll(&e->rooms, room);
+    return PDX_LIKELY(e) ? pdx_room_poll(&e->rooms, room) : PDX_ROOM_NONE;
 }
 
 pdx_status_t pdx_room_error(pdx_engine_t *e, pdx_room_t room, char *buf, size_t len)
