@@ -2,7 +2,8 @@
 # The libFuzzer targets of tests/fuzz: build the fuzz preset (clang, ASan +
 # UBSan, -Werror), make the seed corpus from real engines, then run every
 # target over its corpus (build/fuzz/corpus/TARGET, kept between runs) and
-# print the executions each made.
+# print the executions each made. The handshake targets (a live engine, with
+# and without a key) run in a network namespace of their own (unshare).
 #   tools/fuzz.sh            15 seconds per target
 #   tools/fuzz.sh 60         60 seconds per target
 #   tools/fuzz.sh -runs N    N executions per target
@@ -22,11 +23,20 @@ rm -rf build/fuzz/seeds
 "$bin/fuzz_seeds" build/fuzz/seeds 2>/dev/null
 mkdir -p build/fuzz/crashes
 export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-for t in ctrl notify desc tcp_addr; do
+# The handshake targets run a live engine that dials the endpoint addresses
+# they are fed: only inside a network namespace of their own (loopback only).
+ns() { unshare -rn sh -c 'ip link set lo up && exec "$@"' sh "$@"; }
+for t in ctrl notify desc tcp_addr handshake handshake-key; do
+  target=${t%-key} seeds=$t run=
+  case $t in
+    handshake) seeds=ctrl run=ns ;;
+    handshake-key) seeds=ctrl run=ns; export FUZZ_AUTH_KEY="a key the fuzzer does not know" ;;
+  esac
   mkdir -p "build/fuzz/corpus/$t"
   log="build/fuzz/$t.log"
-  if ! "$bin/fuzz_$t" "$limit" -print_final_stats=1 -artifact_prefix=build/fuzz/crashes/"$t"- \
-       "build/fuzz/corpus/$t" "build/fuzz/seeds/$t" >"$log" 2>&1; then
+  if ! $run "$bin/fuzz_$target" "$limit" -print_final_stats=1 \
+       -artifact_prefix=build/fuzz/crashes/"$t"- \
+       "build/fuzz/corpus/$t" "build/fuzz/seeds/$seeds" >"$log" 2>&1; then
     tail -n 40 "$log"
     echo "fuzz_$t: crashed; the input is under build/fuzz/crashes" >&2
     exit 1
@@ -34,4 +44,5 @@ for t in ctrl notify desc tcp_addr; do
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log")
   secs=$(sed -n 's/^Done [0-9]* runs in \([0-9]*\) second.*/\1/p' "$log")
   echo "fuzz_$t: $runs executions in ${secs:-?} s, no crash; corpus $(ls "build/fuzz/corpus/$t" | wc -l) inputs"
+  unset FUZZ_AUTH_KEY
 done
