@@ -13,19 +13,18 @@
 #include <stdbool.h>
 #include <errno.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "churn.h"
 #include "proc_usage.h"
 #include "sanitized.h"
 #include "util.h"
 
-extern char **environ;
 
 static pdx_engine_t *eng;
 
@@ -57,21 +56,9 @@ static pid_t spawn_child(const char *role, uint64_t room, const char *mode, int 
     char roomtxt[32];
     char *argv[] = {PDX_CHURN_CHILD, (char *)role, (char *)pdx_engine_address(eng), roomtxt,
                     (char *)mode, NULL};
-    posix_spawn_file_actions_t fa;
-    int fds[2];
-    pid_t pid;
 
     snprintf(roomtxt, sizeof(roomtxt), "%llu", (unsigned long long)room);
-    cr_assert_eq(pipe(fds), 0);
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    posix_spawn_file_actions_addclose(&fa, fds[1]);
-    cr_assert_eq(posix_spawn(&pid, PDX_CHURN_CHILD, &fa, NULL, argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    *out_p = fds[0];
-    return pid;
+    return child_spawn(PDX_CHURN_CHILD, argv, out_p);
 }
 
 /* The long-lived engine receives each child's room (decode), or sends one. */

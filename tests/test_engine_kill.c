@@ -17,7 +17,6 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,10 +24,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "child.h"
 #include "churn.h"
 #include "util.h"
 
-extern char **environ;
 
 #define HEARTBEAT_MS "100"  /* a peer silent for 5 beats is gone: 0.5 s */
 #define TRANSFER_MS  3000   /* PDX_TRANSFER_TIMEOUT_MS */
@@ -68,19 +67,9 @@ static void spawn(const char *role, const char *addr, uint64_t room)
 {
     char roomtxt[32];
     char *argv[] = {PDX_FAULT_CHILD, (char *)role, (char *)addr, roomtxt, NULL};
-    posix_spawn_file_actions_t fa;
-    int fds[2];
 
     snprintf(roomtxt, sizeof(roomtxt), "%llu", (unsigned long long)room);
-    cr_assert_eq(pipe(fds), 0);
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    posix_spawn_file_actions_addclose(&fa, fds[1]);
-    cr_assert_eq(posix_spawn(&child, PDX_FAULT_CHILD, &fa, NULL, argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    child_out = fds[0];
+    child = child_spawn(PDX_FAULT_CHILD, argv, &child_out);
 }
 
 /* The child's next line (without its newline), within timeout_ms. */
