@@ -452,8 +452,10 @@ typedef struct pdx_region {
  * WAITING on return and FAILED if not SUCCESS within timeout_ms (<= 0:
  * PDX_TRANSFER_TIMEOUT_MS). The page arrays may be freed on return; the
  * destination pages must not be reused until pdx_release() returned PDX_OK.
- * Call once per prefill peer. At most PDX_MAX_ROOM_PAGES page indices over
- * all groups and PDX_MAX_SENDERS senders (PDX_ERR_INVALID beyond).
+ * Call once per prefill peer: again for the same peer, or for a room that
+ * ended and is not released, is PDX_ERR_EXISTS. At most PDX_MAX_ROOM_PAGES
+ * page indices over all groups and PDX_MAX_SENDERS senders
+ * (PDX_ERR_INVALID beyond).
  */
 PDX_API pdx_status_t pdx_expect(pdx_engine_t *engine, uint32_t peer, pdx_room_t room,
                                 uint32_t layout, const pdx_pages_t *dst, const pdx_region_t *aux,
