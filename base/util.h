@@ -92,6 +92,19 @@ static inline uint64_t pdx_hash64(uint64_t x)
             (node)->next->prev = (node)->prev;    \
     } while (0)
 
+/* Under LeakSanitizer a mapped table is a root: what only it points to
+ * (a room's pages, a peer it holds) is not a leak. */
+#if defined(__SANITIZE_ADDRESS__)
+#define PDX_LSAN_ROOTS 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define PDX_LSAN_ROOTS 1
+#endif
+#endif
+#ifdef PDX_LSAN_ROOTS
+#include <sanitizer/lsan_interface.h>
+#endif
+
 /* Zeroed memory that costs nothing until touched (a table sized by its
  * capacity, used by what it holds), or NULL. Give it back with pdx_unmap. */
 static inline void *pdx_map_zeroed(size_t len)
@@ -99,13 +112,22 @@ static inline void *pdx_map_zeroed(size_t len)
     void *p = mmap(NULL, len ? len : 1, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
 
-    return p == MAP_FAILED ? NULL : p;
+    if (p == MAP_FAILED)
+        return NULL;
+#ifdef PDX_LSAN_ROOTS
+    __lsan_register_root_region(p, len ? len : 1);
+#endif
+    return p;
 }
 
 static inline void pdx_unmap(void *p, size_t len)
 {
-    if (p)
-        munmap(p, len ? len : 1);
+    if (!p)
+        return;
+#ifdef PDX_LSAN_ROOTS
+    __lsan_unregister_root_region(p, len ? len : 1);
+#endif
+    munmap(p, len ? len : 1);
 }
 
 #endif
