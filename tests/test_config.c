@@ -152,13 +152,6 @@ static void keep_warnings(void *arg, pdx_log_level_t level, const char *engine, 
         snprintf(warned + strlen(warned), sizeof(warned) - strlen(warned), "%s\n", msg);
 }
 
-static void keep_errors(void *arg, pdx_log_level_t level, const char *engine, const char *msg)
-{
-    (void)arg, (void)engine;
-    if (level == PDX_LOG_ERROR)
-        snprintf(warned + strlen(warned), sizeof(warned) - strlen(warned), "%s\n", msg);
-}
-
 /* A misspelled variable is named with the one it likely meant, once. */
 Test(config, misspelled_variables_are_warned_about)
 {
@@ -187,6 +180,13 @@ Test(config, misspelled_variables_are_warned_about)
 /* Sizes that cannot be allocated (under an address-space limit) fail the
  * engine with a message that names the variable. Sanitizers reserve more
  * address space than such a limit allows: built without them only. */
+static void keep_errors(void *arg, pdx_log_level_t level, const char *engine, const char *msg)
+{
+    (void)arg, (void)engine;
+    if (level == PDX_LOG_ERROR)
+        snprintf(warned + strlen(warned), sizeof(warned) - strlen(warned), "%s\n", msg);
+}
+
 static void expect_no_memory(const char *name, const char *value)
 {
     struct rlimit lim = {.rlim_cur = 1ull << 30, .rlim_max = RLIM_INFINITY};
