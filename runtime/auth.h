@@ -12,9 +12,11 @@
  *   C -> A  AUTH 3 {version, MAC(k, "C" nc na)}
  *
  * MAC is HMAC-SHA-512-256 (crypto_auth) under k, the key derived from the
- * configured bytes; the nonces are 32 random bytes, fresh per connection,
- * so no proof is worth anything on another connection. Each side checks
- * the other's proof before it sends its own or anything else. From AUTH 3
+ * configured bytes (keyed hashing, no key stretching: the configured key
+ * must be random, since one exchange lets anyone test guesses offline); the
+ * nonces are 32 random bytes, fresh per connection,
+ * so no proof is worth anything on another connection. The acceptor proves
+ * first; each side checks the other's proof before it sends anything more. From AUTH 3
  * on, every frame each way is sealed with ChaCha20-Poly1305 (IETF) under a
  * key per direction derived from k, nc and na, its 12-byte header the
  * associated data and the frame's number in its direction the nonce: a
@@ -29,6 +31,7 @@
 #include <stdint.h>
 
 #include "pdx/pdx.h"
+#include "wire.h"
 
 #define PDX_AUTH_KEY_BYTES   32u
 #define PDX_AUTH_NONCE_BYTES 32u
@@ -36,6 +39,8 @@
 #define PDX_AUTH_KEY_MIN     16u   /* configured key bytes, at least */
 #define PDX_AUTH_KEY_MAX     4096u /* ... at most */
 #define PDX_SEAL_TAG_BYTES   16u
+
+_Static_assert(PDX_SEAL_TAG_BYTES == PDX_WIRE_SEAL_TAG, "one tag size");
 
 typedef struct pdx_auth_key {
     bool    set;
@@ -89,7 +94,7 @@ size_t pdx_seal(pdx_seal_t *s, const void *frame, size_t len, uint8_t *out);
  * Open, in place, the SEALED frame of len bytes (header included) as the
  * next of the peer's direction: *inner_p is where the frame it holds begins,
  * *inner_len_p its length. False: it was not sealed by the peer as that
- * frame (nothing else is changed then).
+ * frame (the frame's bytes may be clobbered then: fail the peer).
  */
 bool pdx_unseal(pdx_seal_t *s, uint8_t *frame, size_t len, uint8_t **inner_p,
                 size_t *inner_len_p);

@@ -126,18 +126,22 @@ pdx_status_t pdx_peer_send_descs(pdx_peer_t *peer);
 /* Queue a frame even on a FAILED peer (the reap pushes it out); no errors. */
 void pdx_peer_queue_last(pdx_peer_t *peer, const void *frame, size_t len);
 
-/* From now on every frame to the peer goes out sealed (auth.h). */
-void pdx_peer_start_sealing(pdx_peer_t *peer);
+/* Queue `last` (NULL: none) as the last plaintext frame, then seal every
+ * frame after it with `seal` (auth.h): one step under out_lock. */
+pdx_status_t pdx_peer_start_sealing(pdx_peer_t *peer, const void *last, size_t len,
+                                    const pdx_seal_t *seal);
 
 /*
  * ctrl_auth.c: the key exchange of engines with a key (auth.h).
- * pdx_ctrl_auth_start: the connector's AUTH 1 (pdx_peer_connect).
+ * pdx_ctrl_auth_prepare: the connector's nonce, before the control thread
+ * watches the socket; pdx_ctrl_auth_start: its AUTH 1 (pdx_peer_connect).
  * pdx_ctrl_on_auth: an AUTH from the peer. pdx_ctrl_auth_admits: whether a
  * message of this type may be acted on yet (false: the peer was failed).
  */
+pdx_status_t pdx_ctrl_auth_prepare(pdx_peer_t *peer);
 pdx_status_t pdx_ctrl_auth_start(pdx_peer_t *peer);
 void pdx_ctrl_on_auth(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_auth_t *m);
-bool pdx_ctrl_auth_admits(pdx_engine_t *e, pdx_peer_t *peer, pdx_wire_type_t type);
+bool pdx_ctrl_auth_admits(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_msg_t *msg);
 /* Fail the peer with PDX_ERR_AUTH (counted), after an ERROR that says why. */
 void pdx_ctrl_auth_fail(pdx_peer_t *peer, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));

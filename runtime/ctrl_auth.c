@@ -1,8 +1,9 @@
 /*
  * ctrl_auth: the key exchange at the start of a control connection between
  * engines with PDX_AUTH_KEY (the exchange and the sealing are in auth.h).
- * Runs on the control thread, but for pdx_ctrl_auth_start (the connecting
- * thread, before the control thread reads anything of the connection).
+ * Runs on the control thread, but for pdx_ctrl_auth_prepare and
+ * pdx_ctrl_auth_start (the connecting thread: the nonce before the control
+ * thread watches the socket, AUTH 1 after).
  *
  * Until the peer proved the key, an engine with one acts on nothing it
  * sends but AUTH, an ERROR or a BYE (which end the connection) and tells it
@@ -33,39 +34,60 @@ void pdx_ctrl_auth_fail(pdx_peer_t *peer, const char *fmt, ...)
     pdx_ctrl_fail(peer, PDX_ERR_AUTH, "%s", msg);
 }
 
-static pdx_status_t send_auth(pdx_peer_t *peer, uint32_t step, const uint8_t *nonce,
-                              const uint8_t *mac)
+#define AUTH_FRAME (PDX_WIRE_HEADER_SIZE + 8 + PDX_WIRE_NONCE_SIZE + PDX_WIRE_MAC_SIZE)
+
+static size_t encode_auth(const pdx_peer_t *peer, uint32_t step, const uint8_t *nonce,
+                          const uint8_t *mac, uint8_t frame[AUTH_FRAME])
 {
     pdx_wire_auth_t m = {.version = peer->engine->protocol_version, .step = step};
-    uint8_t frame[PDX_WIRE_HEADER_SIZE + 8 + PDX_WIRE_NONCE_SIZE + PDX_WIRE_MAC_SIZE];
-    pdx_status_t st;
-    size_t len;
+    size_t len = 0;
 
     if (nonce)
         memcpy(m.nonce, nonce, sizeof(m.nonce));
     if (mac)
         memcpy(m.mac, mac, sizeof(m.mac));
-    st = pdx_wire_encode_auth(&m, frame, sizeof(frame), &len);
-    return st == PDX_OK ? pdx_peer_send(peer, frame, len) : st;
+    return pdx_wire_encode_auth(&m, frame, AUTH_FRAME, &len) == PDX_OK ? len : 0;
 }
 
-pdx_status_t pdx_ctrl_auth_start(pdx_peer_t *peer)
+static pdx_status_t send_auth(pdx_peer_t *peer, uint32_t step, const uint8_t *nonce,
+                              const uint8_t *mac)
+{
+    uint8_t frame[AUTH_FRAME];
+    size_t len = encode_auth(peer, step, nonce, mac, frame);
+
+    return len ? pdx_peer_send(peer, frame, len) : PDX_ERR_INVALID;
+}
+
+pdx_status_t pdx_ctrl_auth_prepare(pdx_peer_t *peer)
 {
     if (!pdx_auth_nonce(peer->nc, sizeof(peer->nc))) {
         pdx_error("no random bytes for the key exchange with %s", peer->addr);
         return PDX_ERR_IO;
     }
     peer->auth_step = 1;
+    return PDX_OK;
+}
+
+pdx_status_t pdx_ctrl_auth_start(pdx_peer_t *peer)
+{
     return send_auth(peer, 1, peer->nc, NULL);
 }
 
-/* Both sides proved the key: everything from here on is sealed. */
-static void authed(pdx_peer_t *peer)
+/* Both sides proved the key: after `last` (the connector's AUTH 3; NULL for
+ * the acceptor) everything is sealed, both ways. */
+static pdx_status_t authed(pdx_peer_t *peer, const void *last, size_t len)
 {
-    pdx_seal_init(&peer->seal, &peer->engine->key, peer->outgoing, peer->nc, peer->na);
-    peer->authed = true;
-    pdx_peer_start_sealing(peer);
-    pdx_debug("%s proved the key", peer->addr);
+    pdx_seal_t seal;
+    pdx_status_t st;
+
+    pdx_seal_init(&seal, &peer->engine->key, peer->outgoing, peer->nc, peer->na);
+    st = pdx_peer_start_sealing(peer, last, len, &seal);
+    pdx_auth_wipe(&seal, sizeof(seal));
+    if (st == PDX_OK) {
+        peer->authed = true;
+        pdx_debug("%s proved the key", peer->addr);
+    }
+    return st;
 }
 
 /* Acceptor: the connector's nonce; answer with ours and our proof. */
@@ -91,8 +113,9 @@ static void on_challenge(pdx_peer_t *peer, const pdx_wire_auth_t *m)
 /* Connector: the acceptor's nonce and proof; if it holds, ours, then HELLO. */
 static void on_answer(pdx_peer_t *peer, const pdx_wire_auth_t *m)
 {
-    uint8_t mac[PDX_AUTH_MAC_BYTES];
+    uint8_t mac[PDX_AUTH_MAC_BYTES], frame[AUTH_FRAME];
     pdx_status_t st;
+    size_t len;
 
     memcpy(peer->na, m->nonce, sizeof(peer->na));
     if (!pdx_auth_check(&peer->engine->key, 'A', peer->nc, peer->na, m->mac)) {
@@ -102,11 +125,10 @@ static void on_answer(pdx_peer_t *peer, const pdx_wire_auth_t *m)
     }
     pdx_auth_proof(&peer->engine->key, 'C', peer->nc, peer->na, mac);
     peer->auth_step = 3;
-    st = send_auth(peer, 3, NULL, mac);
-    if (st == PDX_OK) {
-        authed(peer);
+    len = encode_auth(peer, 3, NULL, mac, frame);
+    st = len ? authed(peer, frame, len) : PDX_ERR_INVALID;
+    if (st == PDX_OK)
         st = pdx_peer_send_hello(peer, false);
-    }
     if (st != PDX_OK)
         pdx_ctrl_fail(peer, st, "handshake with %s: not sent: %s", peer->addr,
                       pdx_status_str(st));
@@ -121,7 +143,8 @@ static void on_proof(pdx_peer_t *peer, const pdx_wire_auth_t *m)
         return;
     }
     peer->auth_step = 3;
-    authed(peer);
+    if (authed(peer, NULL, 0) != PDX_OK)
+        pdx_ctrl_fail(peer, PDX_ERR_PEER, "key exchange with %s: cannot seal", peer->addr);
 }
 
 void pdx_ctrl_on_auth(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_auth_t *m)
@@ -153,11 +176,12 @@ void pdx_ctrl_on_auth(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_auth_t *
         on_proof(peer, m);
 }
 
-bool pdx_ctrl_auth_admits(pdx_engine_t *e, pdx_peer_t *peer, pdx_wire_type_t type)
+bool pdx_ctrl_auth_admits(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_msg_t *msg)
 {
-    if (!e->key.set || peer->authed || type == PDX_WIRE_ERROR || type == PDX_WIRE_BYE)
+    if (!e->key.set || peer->authed || msg->type == PDX_WIRE_BYE ||
+        (msg->type == PDX_WIRE_ERROR && msg->u.error.room == 0))
         return true;
     pdx_ctrl_auth_fail(peer, "%s sent %s before proving the key (this engine has "
-                       "PDX_AUTH_KEY)", peer->addr, pdx_wire_type_str(type));
+                       "PDX_AUTH_KEY)", peer->addr, pdx_wire_type_str(msg->type));
     return false;
 }

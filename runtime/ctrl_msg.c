@@ -508,7 +508,7 @@ void pdx_ctrl_on_msg(pdx_engine_t *e, pdx_peer_t *peer, pdx_wire_msg_t *msg)
         pdx_ctrl_on_auth(e, peer, &msg->u.auth);
         return;
     }
-    if (!pdx_ctrl_auth_admits(e, peer, msg->type))
+    if (!pdx_ctrl_auth_admits(e, peer, msg))
         return;
     if (peer->remote_shards == 0 && msg->type != PDX_WIRE_HELLO) {
         out_of_place(peer, msg->type, "before HELLO");

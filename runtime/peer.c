@@ -324,6 +324,9 @@ static bool append_locked(pdx_peer_t *peer, const void *frame, size_t len)
     return true;
 }
 
+_Static_assert(PDX_PEER_SEAL_EXTRA == PDX_WIRE_HEADER_SIZE + PDX_SEAL_TAG_BYTES,
+              "what sealing adds");
+
 /* Under out_lock, with room checked: append a frame as it goes out, sealed
  * once the key exchange says so. False: out of memory. */
 static bool put_locked(pdx_peer_t *peer, const void *frame, size_t len)
@@ -334,6 +337,9 @@ static bool put_locked(pdx_peer_t *peer, const void *frame, size_t len)
 
     if (!peer->sealing)
         return append_locked(peer, frame, len);
+    /* Room first: a frame numbered and then dropped would desynchronise. */
+    if (!out_room_locked(peer, len + PDX_PEER_SEAL_EXTRA))
+        return false;
     if (len + PDX_PEER_SEAL_EXTRA > sizeof(small) &&
         !(out = malloc(len + PDX_PEER_SEAL_EXTRA)))
         return false;
@@ -392,11 +398,24 @@ void pdx_peer_queue_last(pdx_peer_t *peer, const void *frame, size_t len)
     pthread_mutex_unlock(&peer->out_lock);
 }
 
-void pdx_peer_start_sealing(pdx_peer_t *peer)
+pdx_status_t pdx_peer_start_sealing(pdx_peer_t *peer, const void *last, size_t len,
+                                    const pdx_seal_t *seal)
 {
+    pdx_status_t st = PDX_OK;
+
     pthread_mutex_lock(&peer->out_lock);
-    peer->sealing = true;
+    if (last && (pdx_peer_failed(peer) || peer->fd < 0))
+        st = PDX_ERR_PEER;
+    else if (last && (PDX_PEER_OUT_MAX - peer->out_len < len || !append_locked(peer, last, len)))
+        st = PDX_ERR_NOMEM;
+    if (st == PDX_OK) {
+        peer->seal = *seal;
+        peer->sealing = true;
+    }
     pthread_mutex_unlock(&peer->out_lock);
+    if (st == PDX_OK && last)
+        pdx_peer_flush(peer);
+    return st;
 }
 
 void pdx_peer_flush(pdx_peer_t *peer)

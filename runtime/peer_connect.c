@@ -151,7 +151,10 @@ pdx_status_t pdx_peer_connect(pdx_engine_t *e, const char *addr, int timeout_ms,
         close(fd);
         return st;
     }
-    st = pdx_ctrl_watch(e, peer);
+    /* The nonce is drawn before the control thread can read the socket. */
+    st = e->key.set ? pdx_ctrl_auth_prepare(peer) : PDX_OK;
+    if (st == PDX_OK)
+        st = pdx_ctrl_watch(e, peer);
     if (st == PDX_OK)
         st = e->key.set ? pdx_ctrl_auth_start(peer) : pdx_peer_send_hello(peer, false);
     if (st != PDX_OK) {
