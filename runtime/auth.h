@@ -34,13 +34,11 @@
 #include "wire.h"
 
 #define PDX_AUTH_KEY_BYTES   32u
-#define PDX_AUTH_NONCE_BYTES 32u
-#define PDX_AUTH_MAC_BYTES   32u
+#define PDX_AUTH_NONCE_BYTES PDX_WIRE_NONCE_SIZE
+#define PDX_AUTH_MAC_BYTES   PDX_WIRE_MAC_SIZE
 #define PDX_AUTH_KEY_MIN     16u   /* configured key bytes, at least */
 #define PDX_AUTH_KEY_MAX     4096u /* ... at most */
-#define PDX_SEAL_TAG_BYTES   16u
-
-_Static_assert(PDX_SEAL_TAG_BYTES == PDX_WIRE_SEAL_TAG, "one tag size");
+#define PDX_SEAL_TAG_BYTES   PDX_WIRE_SEAL_TAG
 
 typedef struct pdx_auth_key {
     bool    set;
@@ -85,8 +83,8 @@ void pdx_seal_init(pdx_seal_t *s, const pdx_auth_key_t *key, bool connector,
 
 /*
  * Seal the frame (a whole frame, header included, len bytes) as the next of
- * our direction into out, which takes len + PDX_WIRE_HEADER_SIZE +
- * PDX_SEAL_TAG_BYTES bytes: a SEALED frame. Its length is returned.
+ * our direction into out, which takes len + PDX_WIRE_SEAL_EXTRA bytes: a
+ * SEALED frame. Its length is returned.
  */
 size_t pdx_seal(pdx_seal_t *s, const void *frame, size_t len, uint8_t *out);
 

@@ -324,24 +324,21 @@ static bool append_locked(pdx_peer_t *peer, const void *frame, size_t len)
     return true;
 }
 
-_Static_assert(PDX_PEER_SEAL_EXTRA == PDX_WIRE_HEADER_SIZE + PDX_SEAL_TAG_BYTES,
-              "what sealing adds");
-
 /* Under out_lock, with room checked: append a frame as it goes out, sealed
  * once the key exchange says so. False: out of memory. */
 static bool put_locked(pdx_peer_t *peer, const void *frame, size_t len)
 {
-    uint8_t small[512 + PDX_PEER_SEAL_EXTRA], *out = small;
+    uint8_t small[512 + PDX_WIRE_SEAL_EXTRA], *out = small;
     size_t n;
     bool ok;
 
     if (!peer->sealing)
         return append_locked(peer, frame, len);
     /* Room first: a frame numbered and then dropped would desynchronise. */
-    if (!out_room_locked(peer, len + PDX_PEER_SEAL_EXTRA))
+    if (!out_room_locked(peer, len + PDX_WIRE_SEAL_EXTRA))
         return false;
-    if (len + PDX_PEER_SEAL_EXTRA > sizeof(small) &&
-        !(out = malloc(len + PDX_PEER_SEAL_EXTRA)))
+    if (len + PDX_WIRE_SEAL_EXTRA > sizeof(small) &&
+        !(out = malloc(len + PDX_WIRE_SEAL_EXTRA)))
         return false;
     n = pdx_seal(&peer->seal, frame, len, out);
     ok = append_locked(peer, out, n);
@@ -353,7 +350,7 @@ static bool put_locked(pdx_peer_t *peer, const void *frame, size_t len)
 /* What len bytes of frame take in the output. */
 static size_t out_size(const pdx_peer_t *peer, size_t len)
 {
-    return peer->sealing ? len + PDX_PEER_SEAL_EXTRA : len;
+    return peer->sealing ? len + PDX_WIRE_SEAL_EXTRA : len;
 }
 
 pdx_status_t pdx_peer_send(pdx_peer_t *peer, const void *frame, size_t len)

@@ -36,8 +36,10 @@
 #define PDX_WIRE_HEADER_SIZE  12u
 #define PDX_WIRE_MAX_FRAME    (4u << 20)   /* header included */
 #define PDX_WIRE_SEAL_TAG     16u          /* what sealing adds to a frame's body */
+/* What sealing adds to a frame: its SEALED header and the tag. */
+#define PDX_WIRE_SEAL_EXTRA   (PDX_WIRE_HEADER_SIZE + PDX_WIRE_SEAL_TAG)
 /* A SEALED frame holds one whole frame: it may pass PDX_WIRE_MAX_FRAME by this. */
-#define PDX_WIRE_MAX_SEALED   (PDX_WIRE_MAX_FRAME + PDX_WIRE_HEADER_SIZE + PDX_WIRE_SEAL_TAG)
+#define PDX_WIRE_MAX_SEALED   (PDX_WIRE_MAX_FRAME + PDX_WIRE_SEAL_EXTRA)
 #define PDX_WIRE_NONCE_SIZE   32u          /* AUTH nonce */
 #define PDX_WIRE_MAC_SIZE     32u          /* AUTH proof */
 
