@@ -25,6 +25,7 @@ const char *pdx_status_str(pdx_status_t status)
     case PDX_ERR_FULL:        return "table full";
     case PDX_ERR_STATE:       return "wrong state";
     case PDX_ERR_AUTH:        return "not authenticated";
+    case PDX_ERR_CORRUPT:     return "checksum mismatch";
     }
     return "unknown status";
 }

@@ -25,6 +25,8 @@ static pdx_status_t parse_mode(const pdx_config_row_t *row, const char *text, vo
                                char *err, size_t errlen);
 static pdx_status_t parse_secret(const pdx_config_row_t *row, const char *text, void *field,
                                  char *err, size_t errlen);
+static pdx_status_t parse_verify(const pdx_config_row_t *row, const char *text, void *field,
+                                 char *err, size_t errlen);
 static pdx_status_t parse_log(const pdx_config_row_t *row, const char *text, void *field,
                               char *err, size_t errlen);
 
@@ -100,6 +102,9 @@ static const pdx_config_row_t config_table[] = {
              "empty: no authentication", AUTH_KEY, auth_key, parse_secret, NULL),
     ROW_WORD("PDX_AUTH_KEY_FILE", "", "A file (readable by its owner only) holding the shared "
              "key, instead of PDX_AUTH_KEY", AUTH_KEY_FILE, auth_key_file, parse_text, NULL),
+    ROW_WORD("PDX_VERIFY", "off", "Decode checks every room's bytes against a CRC-32C its "
+             "senders computed (costs CPU on both sides)", VERIFY, verify, parse_verify,
+             "off|crc32c"),
 };
 
 const pdx_config_row_t *pdx_config_table(size_t *nrows_p)
@@ -252,6 +257,17 @@ static pdx_status_t parse_mode(const pdx_config_row_t *row, const char *text, vo
         if (strcmp(text, modes[i].word) == 0)
             *(pdx_mode_t *)field = modes[i].mode;
     }
+    return PDX_OK;
+}
+
+static pdx_status_t parse_verify(const pdx_config_row_t *row, const char *text, void *field,
+                                 char *err, size_t errlen)
+{
+    int i = choice_index(row, text); /* the words in pdx_verify_mode_t order */
+
+    if (i < 0)
+        return bad_choice(row, text, err, errlen);
+    *(pdx_verify_mode_t *)field = (pdx_verify_mode_t)i;
     return PDX_OK;
 }
 
@@ -421,7 +437,7 @@ pdx_status_t pdx_config_check(const pdx_config_t *cfg, char *err, size_t errlen)
                  cfg->ib_rnr_retry);
         return PDX_ERR_INVALID;
     }
-    if (cfg->log_level > PDX_LOG_TRACE || cfg->shards == 0 || cfg->rooms == 0 ||
+    if (cfg->log_level > PDX_LOG_TRACE || cfg->verify > PDX_VERIFY_CRC32C || cfg->shards == 0 || cfg->rooms == 0 ||
         cfg->ring_chunks < 2 || cfg->max_msg_size == 0) {
         snprintf(err, errlen, "configuration has a zero or out-of-range field");
         return PDX_ERR_INVALID;
@@ -442,6 +458,9 @@ static void field_text(const pdx_config_row_t *row, const pdx_config_t *cfg, cha
     } else if (row->parse == parse_mode) {
         static const char *const words[] = {"auto", "on", "off"};
         snprintf(buf, len, "%s", words[*(const pdx_mode_t *)field % 3]);
+    } else if (row->parse == parse_verify) {
+        snprintf(buf, len, "%s", *(const pdx_verify_mode_t *)field == PDX_VERIFY_CRC32C ? "crc32c"
+                                                                                       : "off");
     } else if (row->parse == parse_log) {
         static const char *const levels[] = {"error", "warn", "info", "debug", "trace"};
         snprintf(buf, len, "%s", levels[*(const pdx_log_level_t *)field % 5]);

@@ -11,6 +11,7 @@
 #include "engine.h"
 #include "peer.h"
 #include "rooms.h"
+#include "verify.h"
 #include "shard.h"
 
 #include <errno.h>
@@ -160,6 +161,8 @@ static void rooms_fini(pdx_engine_t *e)
             free(ext->dests[d].pages);
         free(ext->senders);
         free(ext->last_left);
+        for (uint32_t d = 0; d < PDX_MAX_DESTS; d++)
+            free(ext->vrecs[d]);
         free(ext->xfer); /* its pins go with the regions */
         pthread_mutex_destroy(&ext->lock);
     }
@@ -262,6 +265,9 @@ pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p)
     st = pdx_gpu_open(e);
     if (st != PDX_OK)
         goto err_close_tp;
+    st = pdx_verify_init(e);
+    if (st != PDX_OK)
+        goto err_close_gpu;
     /* Flush reads: for every decode room with PDX_FLUSH=on, for rooms with
      * GPU destinations with auto where the device needs one (gpu.c). tcp
      * places bytes before its notify. */
@@ -320,6 +326,7 @@ err_free_shards:
 err_rooms:
     rooms_fini(e);
 err_close_gpu:
+    pdx_verify_fini(e);
     pdx_gpu_close(e);
 err_close_tp:
     close_nics(e);
@@ -363,6 +370,7 @@ void pdx_engine_destroy(pdx_engine_t *e)
     pdx_mem_fini(e);
     close_nics(e);
     rooms_fini(e);
+    pdx_verify_fini(e);
     pdx_gpu_close(e);
     free(e->shards);
     pthread_cond_destroy(&e->accept_cond);
@@ -498,6 +506,9 @@ pdx_status_t pdx_engine_stats(pdx_engine_t *e, pdx_stats_t *stats_p)
     s.handshakes_refused =
         atomic_load_explicit(&e->stats.handshakes_refused, memory_order_relaxed);
     s.auth_refused = atomic_load_explicit(&e->stats.auth_refused, memory_order_relaxed);
+    s.rooms_verified = atomic_load_explicit(&e->stats.rooms_verified, memory_order_relaxed);
+    s.checksum_mismatches = atomic_load_explicit(&e->stats.checksum_mismatches,
+                                                 memory_order_relaxed);
     *stats_p = s;
     return PDX_OK;
 }

@@ -59,6 +59,7 @@
 typedef struct pdx_engine_stats_acc {
     _Atomic uint64_t rooms_success, rooms_failed, send_again;
     _Atomic uint64_t peers_admitted, peers_retired, handshakes_refused, auth_refused;
+    _Atomic uint64_t rooms_verified, checksum_mismatches;
 } pdx_engine_stats_acc_t;
 
 struct pdx_engine {
@@ -69,6 +70,7 @@ struct pdx_engine {
     uint64_t                   mr_piece;    /* the smallest of the tps' (0: none) */
     bool                       flush;       /* shards keep a loopback pair for flush reads */
     pdx_gpu_t                  gpu;
+    struct pdx_verify         *verify;      /* verify.c: PDX_VERIFY's stage for GPU memory */
     uint8_t                    id[PDX_WIRE_ID_SIZE];
     pdx_auth_key_t             key;         /* PDX_AUTH_KEY derived; key.set: peers prove it */
     uint64_t                   sender_id;   /* notify identity: from id */

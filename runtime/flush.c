@@ -233,23 +233,10 @@ static void round_done(pdx_shard_loop_t *L)
         s->flush_status = PDX_OK;
         return;
     }
-    for (uint32_t i = 0; i < s->flush_nbatch; i++) {
-        pdx_room_obj_t *obj = s->flush_batch[i].obj;
-        pdx_room_ext_t *ext = pdx_room_ext(e, obj);
-        bool ok;
-
-        /* The same room still: live, TRANSFERRING and every sender done (a
-         * slot recycled for a new room of the same id is not). */
-        pthread_mutex_lock(&ext->lock);
-        ok = pdx_rooms_live(obj, s->flush_batch[i].room) &&
-             pdx_room_state(obj) == PDX_ROOM_TRANSFERRING && ext->nsenders &&
-             ext->ndone == ext->nsenders && pdx_room_advance(obj, PDX_ROOM_SUCCESS);
-        if (ok)
-            pdx_rooms_end_signal_locked(ext);
-        pthread_mutex_unlock(&ext->lock);
-        if (ok)
-            atomic_fetch_add_explicit(&e->stats.rooms_success, 1, memory_order_relaxed);
-    }
+    /* Each the same room still: live, TRANSFERRING and every sender done (a
+     * slot recycled for a new room of the same id is not). */
+    for (uint32_t i = 0; i < s->flush_nbatch; i++)
+        pdx_rooms_arrive(e, s->flush_batch[i].obj, s->flush_batch[i].room);
     atomic_fetch_add_explicit(&s->stats.flushes, 1, memory_order_relaxed);
     s->flush_nbatch = 0;
 }

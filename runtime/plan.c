@@ -390,3 +390,30 @@ uint32_t pdx_plan_next(pdx_plan_t *plan, pdx_run_t *out, uint32_t max)
     }
     return n;
 }
+
+int pdx_plan_pages(const pdx_plan_t *plan, pdx_plan_page_fn fn, void *ctx)
+{
+    if (plan->runs)
+        return 0;
+    for (uint32_t g = 0; g < plan->ngroups; g++) {
+        const pdx_group_t *sg = &plan->src->groups[g], *dg = &plan->dst->groups[g];
+        const pdx_pages_t *sl = &plan->src_pages[g], *dl = &plan->dst_pages[g];
+
+        if (!(plan->planned & (1u << g)))
+            continue;
+        for (uint32_t layer = 0; layer < plan_group_layers(plan, sg); layer++) {
+            for (uint32_t part = 0; part < sg->buffers_per_layer; part++) {
+                uint32_t sb = plan_buffer_index(sg, plan->src_layer0, layer, part);
+                uint32_t db = plan_buffer_index(dg, plan->dst_layer0, layer, part);
+
+                for (uint32_t i = 0; i < sl->npages; i++) {
+                    int r = fn(ctx, g, sb, sl->pages[i], db, dl->pages[i]);
+
+                    if (r)
+                        return r;
+                }
+            }
+        }
+    }
+    return 0;
+}

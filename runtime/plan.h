@@ -89,6 +89,16 @@ uint32_t pdx_plan_next(pdx_plan_t *plan, pdx_run_t *out, uint32_t max);
  */
 void pdx_plan_init_runs(pdx_plan_t *plan, const pdx_run_t *runs, uint32_t n,
                         uint64_t max_msg_size);
+/*
+ * Every page the plan covers, whole, in plan order: fn(ctx, g, src buffer,
+ * src page, dst buffer, dst page) with the buffers' indices in their
+ * groups; a non-zero return stops the walk and is returned. The plan's
+ * cursor is not used or moved (a plan of explicit runs has no pages: 0).
+ */
+typedef int (*pdx_plan_page_fn)(void *ctx, uint32_t group, uint32_t src_buffer,
+                                uint32_t src_page, uint32_t dst_buffer, uint32_t dst_page);
+int pdx_plan_pages(const pdx_plan_t *plan, pdx_plan_page_fn fn, void *ctx);
+
 /* Merge, in place, each run that continues the one before it on both sides
  * (same regions, the next bytes of each); returns how many runs are left. */
 uint32_t pdx_plan_coalesce(pdx_run_t *runs, uint32_t n);

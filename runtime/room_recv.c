@@ -14,6 +14,7 @@
 #include "shard.h"
 #include "log.h"
 #include "rooms.h"
+#include "verify.h"
 
 static pdx_status_t expect_held(pdx_engine_t *e, pdx_peer_t *peer, pdx_room_t room,
                                 uint32_t layout_id, const pdx_pages_t *dst,
@@ -49,6 +50,32 @@ static pdx_status_t check_dst(const pdx_layout_t *layout, const pdx_pages_t *dst
     }
     *total_p = total;
     return PDX_OK;
+}
+
+/* PDX_VERIFY: a copy of what pdx_expect() names, checked once it arrived. */
+static pdx_verify_rec_t *verify_rec_new(uint32_t layout_id, const pdx_layout_t *layout,
+                                        const pdx_pages_t *dst, const pdx_region_t *aux,
+                                        uint64_t total)
+{
+    pdx_verify_rec_t *rec = calloc(1, sizeof(*rec) + total * sizeof(rec->pages[0]));
+    uint32_t *p;
+
+    if (!rec)
+        return NULL;
+    rec->layout = layout_id;
+    rec->ngroups = layout->ngroups;
+    p = rec->pages;
+    for (uint32_t g = 0; g < layout->ngroups; g++) {
+        if (dst[g].npages)
+            memcpy(p, dst[g].pages, dst[g].npages * sizeof(*p));
+        rec->lists[g] = (pdx_pages_t){p, dst[g].npages};
+        p += dst[g].npages;
+    }
+    if (aux) {
+        rec->has_aux = true;
+        rec->aux = *aux;
+    }
+    return rec;
 }
 
 /* Record that `peer` will send for the decode room (under ext->lock). */
@@ -135,6 +162,7 @@ static pdx_status_t expect_held(pdx_engine_t *e, pdx_peer_t *peer, pdx_room_t ro
                                 const pdx_region_t *aux, uint32_t nsenders, uint32_t timeout)
 {
     const pdx_layout_t *layout;
+    pdx_verify_rec_t *rec = NULL;
     pdx_wire_room_t m = {0};
     pdx_room_obj_t *obj;
     pdx_room_ext_t *ext;
@@ -153,8 +181,13 @@ static pdx_status_t expect_held(pdx_engine_t *e, pdx_peer_t *peer, pdx_room_t ro
     if (st != PDX_OK)
         return st;
 
-    if (aux && (st = pdx_rooms_aux_pin(e, aux->mem)) != PDX_OK)
+    if (e->cfg.verify != PDX_VERIFY_OFF && !(rec = verify_rec_new(layout_id, layout, dst, aux,
+                                                                  total)))
+        return PDX_ERR_NOMEM;
+    if (aux && (st = pdx_rooms_aux_pin(e, aux->mem)) != PDX_OK) {
+        free(rec);
         return st;
+    }
     st = pdx_room_insert(&e->rooms, room, PDX_ROOM_WAITING, &obj);
     created = st == PDX_OK;
     if (st != PDX_OK && st != PDX_ERR_EXISTS) {
@@ -162,6 +195,7 @@ static pdx_status_t expect_held(pdx_engine_t *e, pdx_peer_t *peer, pdx_room_t ro
                   (unsigned long long)room, e->cfg.rooms);
         if (aux)
             pdx_rooms_aux_unpin(e, (int32_t)aux->mem);
+        free(rec);
         return st;
     }
     ext = pdx_room_ext(e, obj);
@@ -180,6 +214,8 @@ static pdx_status_t expect_held(pdx_engine_t *e, pdx_peer_t *peer, pdx_room_t ro
         atomic_store(&ext->decode, true);
         st = expect_peer(ext, peer, nsenders);
         if (st == PDX_OK) {
+            ext->vrecs[ext->nholds - 1] = rec; /* NULL without PDX_VERIFY */
+            rec = NULL;
             pdx_rooms_app_claim_locked(ext);
             if (aux && ext->aux_mem < 0) {
                 ext->aux_mem = (int32_t)aux->mem;
@@ -188,6 +224,7 @@ static pdx_status_t expect_held(pdx_engine_t *e, pdx_peer_t *peer, pdx_room_t ro
         }
     }
     pthread_mutex_unlock(&ext->lock);
+    free(rec); /* refused */
     if (aux && !pinned)
         pdx_rooms_aux_unpin(e, (int32_t)aux->mem); /* refused, or the room pins it already */
     if (st != PDX_OK) {
@@ -213,6 +250,8 @@ static pdx_status_t expect_held(pdx_engine_t *e, pdx_peer_t *peer, pdx_room_t ro
         m.flags = PDX_WIRE_ROOM_AUX;
         m.aux = *aux;
     }
+    if (e->cfg.verify != PDX_VERIFY_OFF)
+        m.flags |= PDX_WIRE_ROOM_VERIFY;
     st = send_room_msg(peer, &m, dst, total);
     if (st != PDX_OK) {
         pdx_rooms_fail_id(e, obj, room, st, "could not send the room's metadata to %s: %s",
@@ -361,12 +400,136 @@ static void arrived_locked(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_room_ext_t 
     PDX_MARKER_POP();
 }
 
+/* PDX_VERIFY, under ext->lock: keep the checksum of peer's LAST notify;
+ * why it cannot be used, else NULL. Without PDX_VERIFY here: nothing. */
+static const char *sum_note_locked(pdx_room_ext_t *ext, const pdx_peer_t *peer,
+                                   const pdx_wire_notify_t *n)
+{
+    pdx_verify_rec_t *rec = NULL;
+
+    for (uint32_t i = 0; i < ext->nholds && !rec; i++)
+        if (ext->holds[i] == peer)
+            rec = ext->vrecs[i];
+    if (!rec)
+        return NULL;
+    if (!(n->flags & PDX_WIRE_NOTIFY_SUM))
+        return "checksum mismatch: the sender's last notify carries no checksum";
+    if (rec->has_sum && (rec->sum != n->sum || rec->layer_begin != n->layer_begin ||
+                         rec->layer_end != n->layer_end ||
+                         rec->sum_aux != !!(n->flags & PDX_WIRE_NOTIFY_AUX)))
+        return "checksum mismatch: the sender's last notifies carry different checksums";
+    rec->has_sum = true;
+    rec->sum_aux = n->flags & PDX_WIRE_NOTIFY_AUX;
+    rec->sum = n->sum;
+    rec->layer_begin = n->layer_begin;
+    rec->layer_end = n->layer_end;
+    return NULL;
+}
+
+/* Live, TRANSFERRING and every sender done (under ext->lock). */
+static bool all_arrived_locked(pdx_room_obj_t *obj, const pdx_room_ext_t *ext,
+                               uint64_t room)
+{
+    return pdx_rooms_live(obj, room) && pdx_room_state(obj) == PDX_ROOM_TRANSFERRING &&
+           ext->nsenders && ext->ndone == ext->nsenders;
+}
+
+/* The bytes one peer's expect names against its sender's checksum; err
+ * says why not. */
+static pdx_status_t verify_rec(pdx_engine_t *e, const pdx_verify_rec_t *rec, char *err,
+                               size_t len)
+{
+    const pdx_layout_t *layout = pdx_engine_layout(e, rec->layout);
+    uint64_t sum = 0;
+    pdx_plan_t plan;
+    pdx_status_t st;
+
+    if (!layout) {
+        snprintf(err, len, "layout %u is gone", rec->layout);
+        return PDX_ERR_NOT_FOUND;
+    }
+    st = pdx_plan_init(&plan, layout, layout, rec->lists, rec->lists, 1ull << 30, PDX_PLAN_STATE,
+                       err, len);
+    if (st != PDX_OK)
+        return st;
+    if (rec->layer_begin < layout->layer_begin || rec->layer_end > layout->layer_end) {
+        snprintf(err, len, "checksum mismatch: the sender names layers [%u, %u), the layout "
+                 "holds [%u, %u)", rec->layer_begin, rec->layer_end, layout->layer_begin,
+                 layout->layer_end);
+        return PDX_ERR_CORRUPT;
+    }
+    if (rec->sum_aux && !rec->has_aux) {
+        snprintf(err, len, "checksum mismatch: the sender wrote aux bytes where none were "
+                 "expected");
+        return PDX_ERR_CORRUPT;
+    }
+    /* the units of the layers the sender wrote, named as it named them */
+    plan.src_layer0 = plan.dst_layer0 = rec->layer_begin - layout->layer_begin;
+    plan.nlayers = rec->layer_end - rec->layer_begin;
+    st = pdx_verify_plan(e, &plan, &sum, err, len);
+    if (st == PDX_OK && rec->sum_aux)
+        st = pdx_verify_aux(e, rec->aux.mem, rec->aux.offset, rec->aux.len, &sum, err, len);
+    if (st != PDX_OK)
+        return st;
+    if (sum != rec->sum) {
+        snprintf(err, len, "checksum mismatch: the bytes received sum to %016llx, the sender's "
+                 "to %016llx", (unsigned long long)sum, (unsigned long long)rec->sum);
+        return PDX_ERR_CORRUPT;
+    }
+    return PDX_OK;
+}
+
+void pdx_rooms_arrive(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t room)
+{
+    pdx_room_ext_t *ext = pdx_room_ext(e, obj);
+    const pdx_verify_rec_t *recs[PDX_MAX_DESTS];
+    const pdx_peer_t *peers[PDX_MAX_DESTS];
+    char err[PDX_ERRMSG_MAX];
+    pdx_status_t st = PDX_OK;
+    uint32_t n = 0, i;
+    bool check;
+
+    pthread_mutex_lock(&ext->lock);
+    check = all_arrived_locked(obj, ext, room);
+    for (i = 0; check && i < ext->nholds; i++) {
+        if (ext->vrecs[i]) {
+            recs[n] = ext->vrecs[i];
+            peers[n++] = ext->holds[i];
+        }
+    }
+    if (check && n == 0) {
+        arrived_locked(e, obj, ext, room);
+        check = false;
+    }
+    if (check) /* the records stay: the room is not removed while this is set */
+        atomic_fetch_add_explicit(&ext->verifying, 1, memory_order_relaxed);
+    pthread_mutex_unlock(&ext->lock);
+    if (!check)
+        return;
+
+    for (i = 0; i < n; i++)
+        if ((st = verify_rec(e, recs[i], err, sizeof(err))) != PDX_OK)
+            break;
+    if (st == PDX_OK)
+        atomic_fetch_add_explicit(&e->stats.rooms_verified, 1, memory_order_relaxed);
+    else if (st == PDX_ERR_CORRUPT)
+        atomic_fetch_add_explicit(&e->stats.checksum_mismatches, 1, memory_order_relaxed);
+
+    pthread_mutex_lock(&ext->lock);
+    atomic_fetch_sub_explicit(&ext->verifying, 1, memory_order_relaxed);
+    if (st == PDX_OK && all_arrived_locked(obj, ext, room))
+        arrived_locked(e, obj, ext, room);
+    pthread_mutex_unlock(&ext->lock);
+    if (st != PDX_OK)
+        pdx_rooms_fail_id(e, obj, room, st, "%s (from %s)", err, peers[i]->addr);
+}
+
 void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notify_t *n)
 {
     pdx_room_obj_t *obj;
     const char *why = NULL;
     pdx_room_ext_t *ext;
-    bool done = false, ignore = false, flush = false, host_flush = false;
+    bool done = false, ignore = false, flush = false, host_flush = false, arrive = false;
     pdx_status_t fail = PDX_ERR_PROTO;
     uint32_t mode;
 
@@ -389,7 +552,9 @@ void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notif
         ignore = true;
     } else if (n->status == PDX_OK) {
         pdx_room_advance(obj, PDX_ROOM_TRANSFERRING);
-        if (n->flags & PDX_WIRE_NOTIFY_LAST) {
+        if ((n->flags & PDX_WIRE_NOTIFY_LAST) && (why = sum_note_locked(ext, peer, n)) != NULL)
+            fail = PDX_ERR_CORRUPT;
+        else if (n->flags & PDX_WIRE_NOTIFY_LAST) {
             done = count_last(ext, n, &why);
             /* Every byte is placed (RC order: data before the notify);
              * visible to kernels at once, after a flush read (flush.c), or
@@ -400,22 +565,20 @@ void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notif
             else if (mode == PDX_FLUSH_HOST)
                 host_flush = true; /* a GPU runtime call: not under the room's lock */
             else if (done)
-                arrived_locked(e, obj, ext, n->room);
+                arrive = true;
         }
     }
     pthread_mutex_unlock(&ext->lock);
     if (flush)
         pdx_flush_defer(e, obj, n->room);
     if (host_flush) {
-        if ((fail = pdx_gpu_flush_host(e)) != PDX_OK) {
+        if ((fail = pdx_gpu_flush_host(e)) != PDX_OK)
             why = "the GPU runtime's flush of RDMA writes failed";
-        } else {
-            pthread_mutex_lock(&ext->lock);
-            if (pdx_rooms_live(obj, n->room))
-                arrived_locked(e, obj, ext, n->room);
-            pthread_mutex_unlock(&ext->lock);
-        }
+        else
+            arrive = true;
     }
+    if (arrive)
+        pdx_rooms_arrive(e, obj, n->room);
     if (ignore)
         pdx_warn("room %llu: notify from %s (sender %016llx) ignored: not one of the room's "
                  "senders", (unsigned long long)n->room, peer->addr,

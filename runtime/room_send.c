@@ -265,6 +265,9 @@ static pdx_status_t dest_fill(pdx_dest_t *d, pdx_peer_t *peer, const pdx_wire_ro
     d->ngroups = m->ngroups;
     d->has_aux = m->flags & PDX_WIRE_ROOM_AUX;
     d->aux = m->aux;
+    d->verify = m->flags & PDX_WIRE_ROOM_VERIFY;
+    d->sum = 0;
+    d->sum_layers = false;
     return PDX_OK;
 }
 

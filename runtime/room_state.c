@@ -263,7 +263,8 @@ bool pdx_rooms_fenced(pdx_room_obj_t *obj, pdx_room_ext_t *ext)
 {
     /* queued before active before inflight: the shard adds to inflight
      * before it gives up a chunk (queued) and leaves the list (active). */
-    if (atomic_load(&ext->queued) || atomic_load(&ext->active) || atomic_load(&ext->inflight))
+    if (atomic_load(&ext->queued) || atomic_load(&ext->active) || atomic_load(&ext->inflight) ||
+        atomic_load(&ext->verifying))
         return false;
     if (!atomic_load(&ext->decode) || pdx_room_state(obj) == PDX_ROOM_SUCCESS)
         return true;
@@ -282,6 +283,8 @@ static void ext_reset(pdx_room_ext_t *ext)
         pdx_peer_put(ext->holds[i]);
     free(ext->senders);
     free(ext->last_left);
+    for (uint32_t i = 0; i < PDX_MAX_DESTS; i++)
+        free(ext->vrecs[i]);
     memset((char *)ext + sizeof(ext->lock), 0, sizeof(*ext) - sizeof(ext->lock));
     ext->aux_mem = -1;
     ext->head_cell = ext->tail_cell = UINT32_MAX;

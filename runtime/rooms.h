@@ -47,7 +47,28 @@ typedef struct pdx_dest {
     uint32_t           *pages;         /* all groups back to back */
     bool                has_aux;
     pdx_region_t        aux;           /* the peer's mem id, offset, len */
+    /* PDX_VERIFY asked by decode (shard): the checksum of the chunks so far
+     * and the layers of decode's layout they covered */
+    bool                verify;
+    bool                sum_layers;    /* layer_begin, layer_end are set */
+    uint64_t            sum;
+    uint32_t            layer_begin, layer_end;
 } pdx_dest_t;
+
+/* Decode with PDX_VERIFY: what one peer's pdx_expect covers, and the
+ * checksum its sender's LAST notifies carried (verify.h). */
+typedef struct pdx_verify_rec {
+    uint32_t            layout;        /* decode's layout id */
+    uint32_t            ngroups;
+    pdx_pages_t         lists[PDX_LAYOUT_MAX_GROUPS]; /* into pages[] */
+    bool                has_aux;
+    pdx_region_t        aux;
+    bool                has_sum;       /* a LAST notify came (under ext->lock) */
+    bool                sum_aux;       /* ... its sum includes the aux bytes */
+    uint64_t            sum;
+    uint32_t            layer_begin, layer_end;
+    uint32_t            pages[];
+} pdx_verify_rec_t;
 
 /*
  * Engine data of a room, parallel to the room table's objects
@@ -106,6 +127,8 @@ typedef struct pdx_room_ext {
     uint64_t        *senders;          /* [nsenders]: ids of done senders */
     uint32_t        *last_left;        /* [nsenders]: LAST notifies still due */
     uint32_t         acks;             /* ABORT_ACKs or gone peers, after a failure */
+    pdx_verify_rec_t *vrecs[PDX_MAX_DESTS]; /* PDX_VERIFY: holds[i]'s; NULL without */
+    _Atomic uint32_t verifying;        /* checks of the room's bytes running: not fenced */
 } pdx_room_ext_t;
 
 #define PDX_DESTS_CLOSED  (1u << 31)
@@ -128,6 +151,10 @@ void pdx_rooms_on_room_msg(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_roo
 void pdx_rooms_on_abort(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_abort_t *m);
 void pdx_rooms_on_abort_ack(pdx_engine_t *e, pdx_peer_t *peer, uint64_t room);
 void pdx_rooms_on_error(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_error_t *m);
+/* Every sender of the decode room is done and its bytes are visible: SUCCESS,
+ * or with PDX_VERIFY FAILED when they do not match their checksums. Without
+ * ext->lock; nothing for a room that moved on meanwhile. */
+void pdx_rooms_arrive(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t room);
 /* A notify record arrived (shard thread). */
 void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notify_t *n);
 /* Fail rooms whose deadline passed (control thread, every PDX_SWEEP_MS). */

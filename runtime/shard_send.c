@@ -29,6 +29,7 @@
 #include "shard_loop.h"
 #include "peer.h"
 #include "rooms.h"
+#include "verify.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -314,13 +315,20 @@ static step_t post_data(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **deps,
     return STEP_WAIT; /* budget spent: other rooms get a turn */
 }
 
-/* One signaled notify SEND on dep (a credit and a slot are there). */
-static pdx_status_t post_notify(send_ctx_t *c, pdx_dep_t *dep, uint32_t flags, uint32_t count)
+/* One signaled notify SEND on dep (a credit and a slot are there); a LAST
+ * one to a destination that verifies carries sum (verify.h). */
+static pdx_status_t post_notify(send_ctx_t *c, pdx_dep_t *dep, uint32_t flags, uint32_t count,
+                                const pdx_dest_t *dest, uint64_t sum)
 {
     pdx_shard_loop_t *L = c->L;
+    const bool with_sum = (flags & PDX_WIRE_NOTIFY_LAST) && dest->verify;
     const pdx_wire_notify_t n = {
         .room = c->chunk->room, .sender = L->e->sender_id, .seq = c->ext->seq,
-        .flags = flags, .count = count, .status = PDX_OK,
+        .flags = with_sum ? flags | PDX_WIRE_NOTIFY_SUM : flags & ~(uint32_t)PDX_WIRE_NOTIFY_AUX,
+        .count = count,
+        .status = PDX_OK, .sum = with_sum ? sum : 0,
+        .layer_begin = with_sum ? dest->layer_begin : 0,
+        .layer_end = with_sum ? dest->layer_end : 0,
     };
     uint8_t buf[PDX_TP_SEND_MAX];
     pdx_status_t status;
@@ -415,9 +423,11 @@ static step_t post_aux(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep, ui
 static step_t finish_dest(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **deps, uint32_t n)
 {
     pdx_room_ext_t *ext = c->ext;
+    char err[PDX_ERRMSG_MAX];
     uint32_t pieces;
     pdx_dep_t *aux_dep;
     pdx_status_t status;
+    uint64_t sum;
     step_t r;
 
     if (ext->xfer)
@@ -428,7 +438,7 @@ static step_t finish_dest(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **dep
 
             if (!dep_can_notify(d, 0))
                 continue;
-            status = post_notify(c, d, 0, ext->wrs);
+            status = post_notify(c, d, 0, ext->wrs, dest, 0);
             return status == PDX_OK ? STEP_DONE : post_refused(c, d, status, "notifying");
         }
         return STEP_WAIT; /* CREDIT messages or completions wake the shard */
@@ -445,13 +455,23 @@ static step_t finish_dest(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **dep
     for (uint32_t i = 0; i < n; i++)
         if (!dep_can_notify(deps[i], deps[i] == aux_dep ? pieces : 0))
             return STEP_WAIT;
+    sum = dest->sum;
+    if (pieces && dest->verify) {
+        /* aux_check() left the runs in L->runs: verify.c does not touch them */
+        const pdx_region_t *a = &c->chunk->aux;
+
+        status = pdx_verify_aux(c->L->e, a->mem, a->offset, a->len, &sum, err, sizeof(err));
+        if (status != PDX_OK)
+            return room_fail(c, status, "checksum of the aux bytes: %s", err);
+    }
     if (pieces) {
         r = post_aux(c, dest, aux_dep, pieces);
         if (r != STEP_DONE)
             return r;
     }
     for (uint32_t i = 0; i < n; i++) {
-        status = post_notify(c, deps[i], PDX_WIRE_NOTIFY_LAST, n);
+        status = post_notify(c, deps[i], PDX_WIRE_NOTIFY_LAST | (pieces ? PDX_WIRE_NOTIFY_AUX : 0),
+                             n, dest, sum);
         if (status != PDX_OK)
             return post_refused(c, deps[i], status, "notifying the last chunk");
     }
@@ -465,8 +485,33 @@ static bool group_skipped(const pdx_layout_t *src, uint32_t g, bool last)
     return (src->groups[g].flags & PDX_GROUP_STATE) && !last;
 }
 
+/*
+ * PDX_VERIFY: the chunk's units into dest's sum, from the bytes as they are
+ * now that its gate opened (what the NIC reads next). Every chunk must cover
+ * the same layers of decode's layout: its LAST notify names one range.
+ */
+static step_t plan_sum(send_ctx_t *c, pdx_dest_t *dest, const pdx_layout_t *dst)
+{
+    const pdx_plan_t *plan = &c->ext->plan;
+    const uint32_t begin = dst->layer_begin + plan->dst_layer0, end = begin + plan->nlayers;
+    char err[PDX_ERRMSG_MAX];
+    pdx_status_t status;
+
+    if (dest->sum_layers && (dest->layer_begin != begin || dest->layer_end != end))
+        return room_fail(c, PDX_ERR_INVALID, "PDX_VERIFY: a chunk covers layers [%u, %u) of "
+                         "decode's layout at %s, the chunks before it [%u, %u)", begin, end,
+                         dest->peer->addr, dest->layer_begin, dest->layer_end);
+    dest->layer_begin = begin;
+    dest->layer_end = end;
+    dest->sum_layers = true;
+    status = pdx_verify_plan(c->L->e, plan, &dest->sum, err, sizeof(err));
+    if (status != PDX_OK)
+        return room_fail(c, status, "checksum of the chunk for %s: %s", dest->peer->addr, err);
+    return STEP_DONE;
+}
+
 /* Plan the head chunk for dest: the chunk's pages onto dest's next unused ones. */
-static step_t plan_dest(send_ctx_t *c, const pdx_dest_t *dest)
+static step_t plan_dest(send_ctx_t *c, pdx_dest_t *dest)
 {
     pdx_shard_loop_t *L = c->L;
     pdx_engine_t *e = L->e;
@@ -525,6 +570,8 @@ static step_t plan_dest(send_ctx_t *c, const pdx_dest_t *dest)
                            e->cfg.max_msg_size, last ? PDX_PLAN_STATE : 0, err, sizeof(err));
     if (status != PDX_OK)
         return room_fail(c, status, "to %s: %s", dest->peer->addr, err);
+    if (dest->verify && plan_sum(c, dest, dst) != STEP_DONE)
+        return STEP_FAILED;
     ext->plan.piece = plan_piece(e, dest->peer);
     ext->planning = true;
     ext->wrs = 0;

@@ -20,7 +20,23 @@
 #define RESET_FIXED  (4u + 4u + 4u + 4u + 2u)
 #define BYE_FIXED    2u
 
-#define NOTIFY_FLAGS (PDX_WIRE_NOTIFY_LAST | PDX_WIRE_NOTIFY_STATUS_ONLY | PDX_WIRE_NOTIFY_CREDIT)
+#define NOTIFY_FLAGS (PDX_WIRE_NOTIFY_LAST | PDX_WIRE_NOTIFY_STATUS_ONLY | PDX_WIRE_NOTIFY_CREDIT | \
+                      PDX_WIRE_NOTIFY_SUM | PDX_WIRE_NOTIFY_AUX)
+
+/* A sum rides on a LAST notify that reports data; its layers are a range;
+ * without the flag its fields are zero. */
+static const char *sum_invalid(const pdx_wire_notify_t *n)
+{
+    if (!(n->flags & PDX_WIRE_NOTIFY_SUM))
+        return n->sum || n->layer_begin || n->layer_end || (n->flags & PDX_WIRE_NOTIFY_AUX)
+                   ? "notify sum fields without the flag" : NULL;
+    if (!(n->flags & PDX_WIRE_NOTIFY_LAST) || (n->flags & PDX_WIRE_NOTIFY_STATUS_ONLY) ||
+        n->status != PDX_OK)
+        return "notify sum on a record that is not a successful last chunk";
+    if (n->layer_begin > n->layer_end)
+        return "notify sum layers end before they begin";
+    return NULL;
+}
 
 /* A credit record: that flag alone, no room, a count in range, status OK. */
 static bool credit_ok(const pdx_wire_notify_t *n)
@@ -29,7 +45,8 @@ static bool credit_ok(const pdx_wire_notify_t *n)
            n->count >= 1 && n->count <= PDX_WIRE_MAX_CREDIT && n->status == PDX_OK;
 }
 
-_Static_assert(PDX_WIRE_NOTIFY_SIZE <= PDX_TP_SEND_MAX, "a notify record must fit one SEND");
+_Static_assert(PDX_WIRE_NOTIFY_SUM_SIZE <= PDX_TP_SEND_MAX, "a notify record must fit one SEND");
+_Static_assert(PDX_WIRE_NOTIFY_SUM_SIZE == PDX_WIRE_NOTIFY_SIZE + 8 + 4 + 4, "notify sum size");
 _Static_assert(PDX_WIRE_NOTIFY_SIZE == 4 + 2 + 2 + 8 + 8 + 4 + 4 + 4, "notify record size");
 _Static_assert(PDX_TP_ADDR_MAX <= UINT16_MAX && PDX_WIRE_REASON_MAX <= UINT16_MAX &&
                PDX_WIRE_HOST_MAX <= UINT16_MAX, "strings have 16-bit lengths");
@@ -676,9 +693,10 @@ pdx_status_t pdx_wire_notify_encode(const pdx_wire_notify_t *n, void *buf, size_
 
     if (!n || (n->flags & ~(uint32_t)NOTIFY_FLAGS) || n->status > 0 ||
         ((n->flags & PDX_WIRE_NOTIFY_STATUS_ONLY) && n->count) ||
-        ((n->flags & PDX_WIRE_NOTIFY_CREDIT) && !credit_ok(n)))
+        ((n->flags & PDX_WIRE_NOTIFY_CREDIT) && !credit_ok(n)) || sum_invalid(n))
         return PDX_ERR_INVALID;
-    if (!buf || cap < PDX_WIRE_NOTIFY_SIZE)
+    if (!buf || cap < (n->flags & PDX_WIRE_NOTIFY_SUM ? PDX_WIRE_NOTIFY_SUM_SIZE
+                                                      : PDX_WIRE_NOTIFY_SIZE))
         return PDX_ERR_RANGE;
     pdx_wire_wr_u32(&w, PDX_WIRE_NOTIFY_MAGIC);
     pdx_wire_wr_u16(&w, (uint16_t)n->flags);
@@ -688,6 +706,11 @@ pdx_status_t pdx_wire_notify_encode(const pdx_wire_notify_t *n, void *buf, size_
     pdx_wire_wr_u32(&w, n->seq);
     pdx_wire_wr_u32(&w, n->count);
     pdx_wire_wr_i32(&w, n->status);
+    if (n->flags & PDX_WIRE_NOTIFY_SUM) {
+        pdx_wire_wr_u64(&w, n->sum);
+        pdx_wire_wr_u32(&w, n->layer_begin);
+        pdx_wire_wr_u32(&w, n->layer_end);
+    }
     *size_p = w.off;
     return PDX_OK;
 }
@@ -698,12 +721,12 @@ pdx_status_t pdx_wire_notify_decode(const void *buf, size_t len, pdx_wire_notify
     const char *why_local;
     const char **why = why_p ? why_p : &why_local;
     pdx_wire_rd_t r = {buf, len, 0, false};
-    pdx_wire_notify_t n;
+    pdx_wire_notify_t n = {0};
     uint32_t magic;
     uint16_t reserved;
     int32_t status;
 
-    if (len != PDX_WIRE_NOTIFY_SIZE) {
+    if (len != PDX_WIRE_NOTIFY_SIZE && len != PDX_WIRE_NOTIFY_SUM_SIZE) {
         *why = "notify record of the wrong size";
         return PDX_ERR_PROTO;
     }
@@ -715,6 +738,11 @@ pdx_status_t pdx_wire_notify_decode(const void *buf, size_t len, pdx_wire_notify
     n.seq = pdx_wire_rd_u32(&r);
     n.count = pdx_wire_rd_u32(&r);
     status = pdx_wire_rd_i32(&r);
+    if (len == PDX_WIRE_NOTIFY_SUM_SIZE) {
+        n.sum = pdx_wire_rd_u64(&r);
+        n.layer_begin = pdx_wire_rd_u32(&r);
+        n.layer_end = pdx_wire_rd_u32(&r);
+    }
     if (magic != PDX_WIRE_NOTIFY_MAGIC) {
         *why = "bad notify magic";
         return PDX_ERR_PROTO;
@@ -736,6 +764,12 @@ pdx_status_t pdx_wire_notify_decode(const void *buf, size_t len, pdx_wire_notify
         *why = "credit record with other flags, a room, or a count outside 1..4096";
         return PDX_ERR_PROTO;
     }
+    if (!(n.flags & PDX_WIRE_NOTIFY_SUM) != (len == PDX_WIRE_NOTIFY_SIZE)) {
+        *why = "notify record of the wrong size for its flags";
+        return PDX_ERR_PROTO;
+    }
+    if ((*why = sum_invalid(&n)) != NULL)
+        return PDX_ERR_PROTO;
     *n_p = n;
     return PDX_OK;
 }

@@ -134,7 +134,9 @@ typedef struct pdx_wire_ep {
 } pdx_wire_ep_t;
 
 enum {
-    PDX_WIRE_ROOM_AUX = 1u << 0,             /* the aux region is set */
+    PDX_WIRE_ROOM_AUX    = 1u << 0,          /* the aux region is set */
+    PDX_WIRE_ROOM_VERIFY = 1u << 1,          /* PDX_VERIFY: the LAST notifies carry the
+                                              * checksum of what was written (verify.h) */
 };
 
 /*
@@ -150,7 +152,7 @@ typedef struct pdx_wire_room {
     uint32_t       layout;                   /* decode's layout id */
     uint32_t       nsenders;                 /* 1..PDX_WIRE_MAX_SENDERS */
     uint32_t       timeout_ms;
-    uint32_t       flags;                    /* PDX_WIRE_ROOM_AUX */
+    uint32_t       flags;                    /* PDX_WIRE_ROOM_* */
     pdx_region_t   aux;                      /* without PDX_WIRE_ROOM_AUX: all zero */
     uint32_t       ngroups;                  /* 1..PDX_LAYOUT_MAX_GROUPS */
     uint32_t       npages[PDX_LAYOUT_MAX_GROUPS];   /* decode only */
@@ -333,9 +335,14 @@ pdx_status_t pdx_wire_encode_auth(const pdx_wire_auth_t *m, void *buf, size_t ca
  *
  *     magic u32 ("pdxn")  flags u16  reserved u16 (0)  room u64  sender u64
  *     seq u32  count u32  status i32
+ *
+ * and, with PDX_WIRE_NOTIFY_SUM (PDX_WIRE_NOTIFY_SUM_SIZE bytes in all):
+ *
+ *     sum u64  layer_begin u32  layer_end u32
  */
-#define PDX_WIRE_NOTIFY_MAGIC 0x6e786470u  /* "pdxn" on the wire */
-#define PDX_WIRE_NOTIFY_SIZE  36u
+#define PDX_WIRE_NOTIFY_MAGIC    0x6e786470u  /* "pdxn" on the wire */
+#define PDX_WIRE_NOTIFY_SIZE     36u
+#define PDX_WIRE_NOTIFY_SUM_SIZE 52u
 
 enum {
     PDX_WIRE_NOTIFY_LAST        = 1u << 0, /* the sender's last chunk of the room */
@@ -343,6 +350,10 @@ enum {
     PDX_WIRE_NOTIFY_CREDIT      = 1u << 2, /* not about a room: the sender reposted `count`
                                             * receive buffers for this endpoint's notifies
                                             * (1..PDX_WIRE_MAX_CREDIT; room, seq 0; alone) */
+    PDX_WIRE_NOTIFY_SUM         = 1u << 3, /* a LAST notify of a room that verifies: the
+                                            * checksum of every byte the sender wrote and
+                                            * the layers its pages covered (verify.h) */
+    PDX_WIRE_NOTIFY_AUX         = 1u << 4, /* with SUM: the sum includes aux bytes it wrote */
 };
 
 #define PDX_WIRE_MAX_CREDIT 4096u
@@ -354,12 +365,16 @@ typedef struct pdx_wire_notify {
     uint32_t     flags;     /* PDX_WIRE_NOTIFY_* */
     uint32_t     count;     /* writes of the chunk this notify follows */
     pdx_status_t status;    /* PDX_OK or an error (< 0) */
+    /* PDX_WIRE_NOTIFY_SUM; all zero without it */
+    uint64_t     sum;
+    uint32_t     layer_begin; /* the layers of decode's layout it wrote: */
+    uint32_t     layer_end;   /* [layer_begin, layer_end), begin <= end */
 } pdx_wire_notify_t;
 
-/* PDX_ERR_RANGE when cap < PDX_WIRE_NOTIFY_SIZE, PDX_ERR_INVALID on bad fields. */
+/* PDX_ERR_RANGE when cap is below the record's size, PDX_ERR_INVALID on bad fields. */
 pdx_status_t pdx_wire_notify_encode(const pdx_wire_notify_t *n, void *buf, size_t cap,
                                     size_t *size_p);
-/* len must be PDX_WIRE_NOTIFY_SIZE; otherwise or when malformed PDX_ERR_PROTO. */
+/* len must be the record's size; otherwise or when malformed PDX_ERR_PROTO. */
 pdx_status_t pdx_wire_notify_decode(const void *buf, size_t len, pdx_wire_notify_t *n_p,
                                     const char **why_p);
 

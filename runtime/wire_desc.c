@@ -348,7 +348,7 @@ static const char *room_invalid(const pdx_wire_room_t *m)
 {
     if (m->nsenders == 0 || m->nsenders > PDX_WIRE_MAX_SENDERS)
         return "ROOM sender count outside 1..PDX_WIRE_MAX_SENDERS";
-    if (m->flags & ~(uint32_t)PDX_WIRE_ROOM_AUX)
+    if (m->flags & ~(uint32_t)(PDX_WIRE_ROOM_AUX | PDX_WIRE_ROOM_VERIFY))
         return "ROOM has unknown flags";
     if (m->flags & PDX_WIRE_ROOM_AUX) {
         if (m->aux.len == 0 || m->aux.offset > UINT64_MAX - m->aux.len)

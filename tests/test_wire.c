@@ -477,6 +477,58 @@ Test(wire, truncation_at_every_length)
     }
 }
 
+Test(wire, notify_with_a_sum)
+{
+    pdx_wire_notify_t n = {.room = 4, .sender = 5, .seq = 6, .count = 2,
+                           .flags = PDX_WIRE_NOTIFY_LAST | PDX_WIRE_NOTIFY_SUM |
+                                    PDX_WIRE_NOTIFY_AUX,
+                           .sum = 0x0123456789abcdefull, .layer_begin = 3, .layer_end = 61};
+    static const uint8_t tail[16] = {0xef, 0xcd, 0xab, 0x89, 0x67, 0x45, 0x23, 0x01,
+                                     3, 0, 0, 0, 61, 0, 0, 0};
+    uint8_t buf[PDX_TP_SEND_MAX], *p;
+    pdx_wire_notify_t got;
+    const char *why;
+    size_t len;
+
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, PDX_WIRE_NOTIFY_SUM_SIZE - 1, &len),
+                 PDX_ERR_RANGE);
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_OK);
+    cr_assert_eq(len, PDX_WIRE_NOTIFY_SUM_SIZE);
+    cr_assert_arr_eq(buf + PDX_WIRE_NOTIFY_SIZE, tail, sizeof(tail));
+    p = exact_copy(buf, len);
+    cr_assert_eq(pdx_wire_notify_decode(p, len, &got, NULL), PDX_OK);
+    cr_assert_eq(got.sum, n.sum);
+    cr_assert_eq(got.layer_begin, 3);
+    cr_assert_eq(got.layer_end, 61);
+    cr_assert_eq(got.flags, n.flags);
+    /* the short record with the flag, the long one without it */
+    why = NULL;
+    cr_assert_eq(pdx_wire_notify_decode(p, PDX_WIRE_NOTIFY_SIZE, &got, &why), PDX_ERR_PROTO);
+    cr_assert(why && strstr(why, "size"), "%s", why ? why : "");
+    p[4] = PDX_WIRE_NOTIFY_LAST;
+    cr_assert_eq(pdx_wire_notify_decode(p, len, &got, &why), PDX_ERR_PROTO);
+    p[4] = PDX_WIRE_NOTIFY_SUM | PDX_WIRE_NOTIFY_AUX; /* not a last chunk */
+    cr_assert_eq(pdx_wire_notify_decode(p, len, &got, &why), PDX_ERR_PROTO);
+    cr_assert(strstr(why, "not a successful last chunk"), "%s", why);
+    p[4] = (uint8_t)n.flags;
+    p[PDX_WIRE_NOTIFY_SIZE + 8] = 62; /* layers [62, 61) */
+    cr_assert_eq(pdx_wire_notify_decode(p, len, &got, &why), PDX_ERR_PROTO);
+    cr_assert(strstr(why, "layers"), "%s", why);
+    free(p);
+    /* encoder: the same rules */
+    n.layer_begin = 62;
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    n.layer_begin = 0, n.flags = PDX_WIRE_NOTIFY_LAST | PDX_WIRE_NOTIFY_AUX;
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    n.flags = PDX_WIRE_NOTIFY_LAST;
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_ERR_INVALID,
+                 "a sum without its flag");
+    n = (pdx_wire_notify_t){.room = 4, .sender = 5, .status = PDX_ERR_IO,
+                            .flags = PDX_WIRE_NOTIFY_LAST | PDX_WIRE_NOTIFY_STATUS_ONLY |
+                                     PDX_WIRE_NOTIFY_SUM};
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+}
+
 Test(wire, notify_truncated_or_bad)
 {
     pdx_wire_notify_t n = sample_notify(), got;

@@ -380,7 +380,9 @@ Test(wire_bad, room_limits_and_counts)
     room_case(&b, s, "sender count");
     s = room_ok, s.nsenders = PDX_WIRE_MAX_SENDERS + 1;
     room_case(&b, s, "sender count");
-    s = room_ok, s.flags = 2;
+    s = room_ok, s.flags |= PDX_WIRE_ROOM_VERIFY;
+    room_case(&b, s, NULL);
+    s = room_ok, s.flags = 4;
     room_case(&b, s, "unknown flags");
     s = room_ok, s.flags = 0;
     room_case(&b, s, "without its flag");

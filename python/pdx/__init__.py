@@ -49,6 +49,7 @@ class Status(enum.IntEnum):
     ERR_FULL = -15
     ERR_STATE = -16
     ERR_AUTH = -17
+    ERR_CORRUPT = -18
 
 
 class RoomState(enum.IntEnum):

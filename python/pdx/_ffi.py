@@ -50,6 +50,7 @@ class Config(ctypes.Structure):
         ("handshake_timeout_ms", ctypes.c_uint32),
         ("auth_key", ctypes.c_char * NAME_MAX),
         ("auth_key_file", ctypes.c_char * NAME_MAX),
+        ("verify", ctypes.c_int),
     ]
 
 
@@ -114,7 +115,7 @@ STATS_FIELDS = (
     "bytes_sent", "writes_posted", "chunks_sent", "notifies_sent", "notifies_received",
     "rooms_success", "rooms_failed", "send_again", "worker_wakeups", "ring_high_water",
     "registrations", "nics", "peers", "handshakes", "peers_retired", "handshakes_refused",
-    "auth_refused",
+    "auth_refused", "rooms_verified", "checksum_mismatches",
 )
 
 

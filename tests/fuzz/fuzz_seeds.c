@@ -170,8 +170,11 @@ static void notifies(void)
         {.room = 9, .sender = 1, .seq = 0,
          .flags = PDX_WIRE_NOTIFY_STATUS_ONLY | PDX_WIRE_NOTIFY_LAST, .status = PDX_ERR_ABORTED},
         {.flags = PDX_WIRE_NOTIFY_CREDIT, .count = 64},
+        {.room = 7, .sender = 1, .seq = 4, .count = 2, .sum = 0x9e3779b97f4a7c15ull,
+         .flags = PDX_WIRE_NOTIFY_LAST | PDX_WIRE_NOTIFY_SUM | PDX_WIRE_NOTIFY_AUX,
+         .layer_begin = 0, .layer_end = 61},
     };
-    uint8_t buf[PDX_WIRE_NOTIFY_SIZE];
+    uint8_t buf[PDX_WIRE_NOTIFY_SUM_SIZE];
     char name[32];
     size_t len;
 

@@ -180,7 +180,7 @@ static bool sn_step(sn_qp_t *qp, uint64_t now, uint64_t *deadline)
         return false;
     if (!cur->matched) {
         cur->matched = true; /* counted once per WR */
-        sn_fault_match(qp, cur);
+        sn_fault_match(qp, cur, w);
     }
     if (cur->status != IBV_WC_SUCCESS) {
         sn_sq_complete(qp, cur->status, 0);

@@ -26,7 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { SN_FAULT_STATUS, SN_FAULT_LOST_ACK, SN_FAULT_POLL_CQ, SN_FAULT_CALL };
+enum { SN_FAULT_STATUS, SN_FAULT_LOST_ACK, SN_FAULT_POLL_CQ, SN_FAULT_CALL, SN_FAULT_CORRUPT };
 
 typedef struct sn_fault {
     sn_list_t          link;
@@ -90,6 +90,11 @@ void softnic_fault_lost_ack(uint32_t qpn, uint64_t nth, bool placed)
 {
     sn_fault_add(&(sn_fault_t){.kind = SN_FAULT_LOST_ACK, .qpn = qpn, .nth = nth,
                                .placed = placed});
+}
+
+void softnic_fault_corrupt(uint32_t qpn, uint64_t nth)
+{
+    sn_fault_add(&(sn_fault_t){.kind = SN_FAULT_CORRUPT, .qpn = qpn, .nth = nth});
 }
 
 void softnic_fault_poll_cq(uint32_t dev, uint64_t nth)
@@ -191,14 +196,26 @@ bool sn_fault_poll(sn_cq_t *cq)
     return hit;
 }
 
-void sn_fault_match(sn_qp_t *qp, sn_cur_t *cur)
+void sn_fault_match(sn_qp_t *qp, sn_cur_t *cur, sn_swqe_t *w)
 {
+    const bool data_write = (w->opcode == IBV_WR_RDMA_WRITE ||
+                             w->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) && w->len;
     sn_list_t *pos, *tmp;
     bool hit = false;
 
     sn_list_for_safe(pos, tmp, &softnic_g.faults) {
         sn_fault_t *f = sn_container_of(pos, sn_fault_t, link);
 
+        if (f->kind == SN_FAULT_CORRUPT) {
+            if (!data_write || (f->qpn != 0 && f->qpn != qp->qpn) || ++f->count < f->nth)
+                continue;
+            w->corrupt = 1;
+            SN_TRACE("QP %#x: corruption fault hits a WRITE of %llu bytes", qp->qpn,
+                     (unsigned long long)w->len);
+            sn_list_del(pos);
+            free(f);
+            continue;
+        }
         if ((f->kind != SN_FAULT_STATUS && f->kind != SN_FAULT_LOST_ACK) ||
             (f->qpn != 0 && f->qpn != qp->qpn))
             continue;

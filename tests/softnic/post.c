@@ -70,6 +70,7 @@ static void sn_swqe_fill(sn_qp_t *qp, sn_swqe_t *w, const struct ibv_send_wr *wr
     w->len = len;
     w->not_before = not_before;
     w->inl = (wr->send_flags & IBV_SEND_INLINE) != 0;
+    w->corrupt = 0;
     if (w->inl) {
         uint8_t *p = sn_swqe_inline(qp, w);
 

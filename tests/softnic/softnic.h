@@ -229,6 +229,10 @@ void softnic_fault_wr_status(uint32_t qpn, uint64_t nth, enum ibv_wc_status stat
  * retry_cnt is spent and completes it with IBV_WC_RETRY_EXC_ERR (the QP goes
  * to error). */
 void softnic_fault_lost_ack(uint32_t qpn, uint64_t nth, bool placed);
+/* The nth RDMA WRITE that carries data (only those are counted) places its
+ * bytes with one bit flipped, in the middle one, and completes as if all
+ * were well: corruption that no transport check catches. */
+void softnic_fault_corrupt(uint32_t qpn, uint64_t nth);
 /* The nth ibv_poll_cq (1-based) from now on any CQ of a context open on
  * device `dev` (index in the device list) fails, as a provider's poll that
  * meets a CQE it cannot parse: it returns -1 with errno EIO, and that CQ is

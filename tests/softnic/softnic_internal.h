@@ -193,6 +193,7 @@ typedef struct sn_swqe {
     uint8_t        opcode;
     uint8_t        signaled;
     uint8_t        inl;
+    uint8_t        corrupt;    /* a corruption fault hit it: one bit placed flipped */
     uint32_t       num_sge;
     struct ibv_sge sge[];
 } sn_swqe_t;
@@ -407,7 +408,7 @@ enum { SN_X_DONE, SN_X_PLACED, SN_X_RNR, SN_X_UNREACHABLE };
 int sn_xfer(sn_qp_t *qp, sn_swqe_t *w, bool hold_ack, uint64_t *rnr_ns_p);
 
 /* fault.c (fabric lock held) */
-void sn_fault_match(sn_qp_t *qp, sn_cur_t *cur);
+void sn_fault_match(sn_qp_t *qp, sn_cur_t *cur, sn_swqe_t *w);
 /* fault.c, fabric lock not held: whether a poll fault hits this
  * ibv_poll_cq (the CQ is then broken) */
 bool sn_fault_poll(sn_cq_t *cq);

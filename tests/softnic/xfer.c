@@ -261,6 +261,8 @@ static int sn_write(sn_qp_t *qp, sn_qp_t *r, sn_swqe_t *w, bool move, bool imm)
         sn_it_flat(&dst, sn_mr_ptr(mr, w->remote_addr, w->len), w->len);
         sn_it_copy(&dst, &src, w->len);
         SN_STAT_ADD(bytes_placed, w->len);
+        if (w->corrupt)
+            sn_mr_ptr(mr, w->remote_addr, w->len)[w->len / 2] ^= 0x10;
     }
     if (imm) {
         rwc.byte_len = (uint32_t)w->len;

@@ -38,7 +38,7 @@ extern "C" {
 #define PDX_VERSION_PATCH 0
 
 /* Control-channel protocol version, checked at handshake. */
-#define PDX_PROTOCOL_VERSION 7
+#define PDX_PROTOCOL_VERSION 8
 
 /* ---------------------------------------------------------------- status */
 
@@ -62,6 +62,7 @@ typedef enum pdx_status {
     PDX_ERR_FULL        = -15, /* a fixed-capacity table is full */
     PDX_ERR_STATE       = -16, /* the call does not fit the object's state */
     PDX_ERR_AUTH        = -17, /* the peer did not prove the key (PDX_AUTH_KEY) */
+    PDX_ERR_CORRUPT     = -18, /* received bytes failed their checksum (PDX_VERIFY) */
 } pdx_status_t;
 
 /* A static string naming the status; never NULL, also for unknown values. */
@@ -147,7 +148,14 @@ enum {
     PDX_CONFIG_FIELD_HANDSHAKE_TIMEOUT   = 1ull << 29,
     PDX_CONFIG_FIELD_AUTH_KEY            = 1ull << 30,
     PDX_CONFIG_FIELD_AUTH_KEY_FILE       = 1ull << 31,
+    PDX_CONFIG_FIELD_VERIFY              = 1ull << 32,
 };
+
+/* PDX_VERIFY: decode checks each room's bytes against its senders' checksums. */
+typedef enum pdx_verify_mode {
+    PDX_VERIFY_OFF    = 0,
+    PDX_VERIFY_CRC32C = 1,
+} pdx_verify_mode_t;
 
 #define PDX_NAME_MAX 128
 
@@ -194,6 +202,7 @@ typedef struct pdx_config {
     uint32_t        handshake_timeout_ms;      /* PDX_HANDSHAKE_TIMEOUT_MS: from accept to READY */
     char            auth_key[PDX_NAME_MAX];    /* PDX_AUTH_KEY: the shared key, "" = none */
     char            auth_key_file[PDX_NAME_MAX]; /* PDX_AUTH_KEY_FILE: a file holding it */
+    pdx_verify_mode_t verify;                  /* PDX_VERIFY: off, crc32c */
 } pdx_config_t;
 
 /*
@@ -653,6 +662,8 @@ typedef struct pdx_stats {
                                   * their handshake finished, since the start */
     uint64_t auth_refused;    /* connections either way refused for the key (PDX_ERR_AUTH),
                                * since the start */
+    uint64_t rooms_verified;  /* decode rooms whose bytes matched their checksums (PDX_VERIFY) */
+    uint64_t checksum_mismatches; /* ... and those that did not (FAILED, PDX_ERR_CORRUPT) */
 } pdx_stats_t;
 
 PDX_API pdx_status_t pdx_engine_stats(pdx_engine_t *engine, pdx_stats_t *stats_p);
