@@ -10,6 +10,7 @@
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine_fixture.h"
 #ifdef PDX_TEST_SOFTNIC
@@ -125,6 +126,34 @@ Test(verify, fewer_prefill_layers_checked_over_those, .fini = fini, .timeout = 6
     cr_assert_eq(wait_done(dc.e, 9, 10000), PDX_ROOM_SUCCESS);
     cr_assert_eq(stats(dc.e).rooms_verified, 1);
     release_both(9);
+}
+
+Test(verify, bytes_changed_at_decode_fail_the_room, .fini = fini, .timeout = 60)
+{
+    /* the first chunk's bytes change in decode's memory before the last
+     * chunk arrives: what decode holds is what it checks */
+    const geom_t g = {.layers = 2, .bytes_per_page = 4096, .npages = 16};
+    const uint32_t pages[] = {4, 5, 11, 12};
+    const pdx_pages_t first = {pages, 2}, rest = {pages + 2, 2}, all = {pages, 4};
+    char why[256];
+    uint32_t peer;
+
+    side_open(&pf, &g, NULL);
+    side_open(&dc, &g, verify_on);
+    peer = side_connect(&dc, &pf);
+    cr_assert_eq(pdx_expect(dc.e, peer, 3, dc.layout, &all, NULL, 1, 10000), PDX_OK);
+    side_fill(&pf, 3, pages, 4, 0);
+    cr_assert_eq(pdx_send(pf.e, 3, pf.layout, &first, NULL, NULL, 0), PDX_OK);
+    for (int i = 0; i < 10000 && pdx_poll(dc.e, 3) != PDX_ROOM_TRANSFERRING; i++)
+        usleep(1000);
+    cr_assert_eq(pdx_poll(dc.e, 3), PDX_ROOM_TRANSFERRING, "the first chunk's notify came");
+    dc.pool[(size_t)1 * g.npages * g.bytes_per_page + 5 * g.bytes_per_page + 100] ^= 1;
+    cr_assert_eq(pdx_send(pf.e, 3, pf.layout, &rest, NULL, NULL, PDX_SEND_LAST), PDX_OK);
+    cr_assert_eq(wait_done(dc.e, 3, 10000), PDX_ROOM_FAILED);
+    cr_assert_eq(pdx_room_error(dc.e, 3, why, sizeof(why)), PDX_OK);
+    cr_assert(strstr(why, "checksum mismatch") != NULL, "%s", why);
+    cr_assert_eq(stats(dc.e).checksum_mismatches, 1);
+    cr_assert_eq(release_wait(dc.e, 3, 5000), PDX_OK);
 }
 
 #ifdef PDX_TEST_SOFTNIC

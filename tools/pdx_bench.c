@@ -390,6 +390,9 @@ static void print_table(const bench_opts_t *o, bench_role_t role, const bench_re
     else
         printf("NO (%" PRIu64 " of %" PRIu64 ")\n",
                r->done < expected(o, r) ? expected(o, r) - r->done : 0, expected(o, r));
+    if (r->stats.rooms_verified || r->stats.checksum_mismatches)
+        printf(" PDX_VERIFY: %" PRIu64 " rooms matched their checksums, %" PRIu64 " did not\n",
+               r->stats.rooms_verified, r->stats.checksum_mismatches);
     printf("%s\n", DASHES);
 }
 
@@ -417,13 +420,14 @@ static void json_result(const bench_result_t *r, int exit_status)
            "{\"bytes_sent\": %" PRIu64 ", \"writes_posted\": %" PRIu64 ", \"chunks_sent\": %" PRIu64
            ", \"notifies_sent\": %" PRIu64 ", \"notifies_received\": %" PRIu64
            ", \"rooms_success\": %" PRIu64 ", \"rooms_failed\": %" PRIu64 ", \"send_again\": %"
-           PRIu64 ", \"ring_high_water\": %" PRIu64 "}}",
+           PRIu64 ", \"ring_high_water\": %" PRIu64 ", \"rooms_verified\": %" PRIu64
+           ", \"checksum_mismatches\": %" PRIu64 "}}",
            r->done, r->failed, r->bytes, (double)r->wall_ns / 1e9, rate(r->bytes, r->wall_ns) / 1e9,
            rate(r->done, r->wall_ns), r->nlat, (double)r->lat_p50_ns / 1e3,
            (double)r->lat_p99_ns / 1e3, exit_status, r->stats.bytes_sent, r->stats.writes_posted,
            r->stats.chunks_sent, r->stats.notifies_sent, r->stats.notifies_received,
            r->stats.rooms_success, r->stats.rooms_failed, r->stats.send_again,
-           r->stats.ring_high_water);
+           r->stats.ring_high_water, r->stats.rooms_verified, r->stats.checksum_mismatches);
 }
 
 /* pf is the loopback child's result, NULL otherwise. */

@@ -30,4 +30,9 @@ PDX_NICS=2 "$build/tools/pdx-bench" --gpu 0 --loopback --transport tcp --request
   rc=1
 echo "=== the same with host memory ==="
 "$build/tools/pdx-bench" --loopback --transport tcp --requests 64 --chunks 4 || rc=1
+echo "=== PDX_VERIFY=crc32c: GPU -> GPU (staged checks), then host memory ==="
+PDX_VERIFY=crc32c "$build/tools/pdx-bench" --gpu 0 --loopback --transport tcp --requests 64 \
+  --chunks 4 || rc=1
+PDX_VERIFY=crc32c "$build/tools/pdx-bench" --loopback --transport tcp --requests 64 --chunks 4 ||
+  rc=1
 exit $rc
