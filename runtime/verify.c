@@ -68,7 +68,7 @@ static uint64_t blocks_sum(uint64_t key, uint32_t block0, const void *p, size_t 
 
 /* ---------------------------------------------------- GPU memory: staged */
 
-static pdx_status_t stage_open(pdx_engine_t *e, pdx_verify_t *v)
+static pdx_status_t stage_open(pdx_verify_t *v)
 {
     pdx_status_t st;
 
@@ -85,7 +85,6 @@ static pdx_status_t stage_open(pdx_engine_t *e, pdx_verify_t *v)
         pdx_hip_host_free(v->stage);
         v->stage = v->stream = v->done = NULL;
     }
-    (void)e;
     return st;
 }
 
@@ -110,15 +109,10 @@ static pdx_status_t stage_drain(pdx_verify_t *v, const void *const *src, uint64_
         nanosleep(&(struct timespec){0, 20000}, NULL);
     }
     if (st != PDX_OK) {
+        /* The stage stays: a copy still queued writes into it, and the next
+         * drain's event comes after it on the same stream. */
         snprintf(err, errlen, "copying GPU memory to check it failed: %s (%s)",
                  pdx_status_str(st), pdx_hip_last_error());
-        pdx_hip_stream_destroy(v->stream); /* lets what is queued finish */
-        v->stream = NULL;
-        if (pdx_hip_stream_create(&v->stream) != PDX_OK) {
-            pdx_hip_event_destroy(v->done);
-            pdx_hip_host_free(v->stage); /* made anew at the next use */
-            v->stage = v->done = NULL;
-        }
     } else {
         for (uint32_t i = 0; i < v->npieces; i++)
             *sum += blocks_sum(v->pieces[i].key, v->pieces[i].block0,
@@ -138,7 +132,8 @@ typedef struct walk {
     char               *err;
     size_t              errlen;
     pdx_status_t        status;
-    bool                staged;     /* holds v->lock */
+    bool                staged;     /* holds v->lock, the engine's GPU current */
+    int                 old_device; /* the caller's current device to restore, -1: none */
     const void         *src[STAGE_PAGES];
 } walk_t;
 
@@ -160,9 +155,16 @@ static int walk_bytes(walk_t *w, uint32_t mem, uint64_t offset, uint64_t len, ui
         return 0;
     }
     if (!w->staged) {
+        int cur = -1;
+
         pthread_mutex_lock(&v->lock);
         w->staged = true;
-        if ((w->status = stage_open(e, v)) != PDX_OK) {
+        /* An API thread may get here (a held notify applied by pdx_expect):
+         * the stage's stream and copies belong to the engine's GPU. */
+        if (pdx_hip_current_device(&cur) == PDX_OK && cur != e->gpu.device &&
+            pdx_hip_set_device(e->gpu.device) == PDX_OK)
+            w->old_device = cur;
+        if ((w->status = stage_open(v)) != PDX_OK) {
             snprintf(w->err, w->errlen, "no staging memory to check GPU memory: %s",
                      pdx_status_str(w->status));
             return 1;
@@ -207,6 +209,8 @@ static pdx_status_t walk_end(walk_t *w)
         w->status = stage_drain(v, w->src, w->sum, w->err, w->errlen);
     v->npieces = 0;
     v->used = 0;
+    if (w->old_device >= 0)
+        pdx_hip_set_device(w->old_device);
     pthread_mutex_unlock(&v->lock);
     return w->status;
 }
@@ -214,7 +218,8 @@ static pdx_status_t walk_end(walk_t *w)
 pdx_status_t pdx_verify_plan(pdx_engine_t *e, const pdx_plan_t *plan, uint64_t *sum, char *err,
                              size_t errlen)
 {
-    walk_t w = {.e = e, .plan = plan, .sum = sum, .err = err, .errlen = errlen};
+    walk_t w = {.e = e, .plan = plan, .sum = sum, .err = err, .errlen = errlen,
+                .old_device = -1};
 
     pdx_plan_pages(plan, walk_page, &w);
     return walk_end(&w);
@@ -223,7 +228,7 @@ pdx_status_t pdx_verify_plan(pdx_engine_t *e, const pdx_plan_t *plan, uint64_t *
 pdx_status_t pdx_verify_aux(pdx_engine_t *e, uint32_t mem, uint64_t offset, uint64_t len,
                             uint64_t *sum, char *err, size_t errlen)
 {
-    walk_t w = {.e = e, .sum = sum, .err = err, .errlen = errlen};
+    walk_t w = {.e = e, .sum = sum, .err = err, .errlen = errlen, .old_device = -1};
 
     walk_bytes(&w, mem, offset, len, page_key(AUX_GROUP, 0, 0));
     return walk_end(&w);
