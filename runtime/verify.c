@@ -60,7 +60,7 @@ static uint64_t blocks_sum(uint64_t key, uint32_t block0, const void *p, size_t 
 
         pdx_crc32c_blocks((const char *)p + off, n, PDX_VERIFY_BLOCK, crc);
         for (uint32_t i = 0; i < nb; i++)
-            sum += mix64(key ^ ((uint64_t)block0 << 32 | crc[i]));
+            sum += mix64(key ^ ((uint64_t)(block0 + i) << 32 | crc[i]));
         block0 += nb;
     }
     return sum;
@@ -98,15 +98,14 @@ static pdx_status_t stage_drain(pdx_verify_t *v, const void *const *src, uint64_
     for (uint32_t i = 0; i < v->npieces && st == PDX_OK; i++)
         st = pdx_hip_copy_async(v->stream, PDX_HIP_D2H, (char *)v->stage + v->pieces[i].at,
                                 src[i], v->pieces[i].len, v->done);
-    while (st == PDX_OK && v->npieces) {
-        st = pdx_hip_event_query(v->done);
-        if (st != PDX_INPROGRESS)
-            break;
-        if (pdx_now_ns() > deadline) {
-            st = PDX_ERR_TIMEOUT;
-            break;
+    if (st == PDX_OK && v->npieces) {
+        while ((st = pdx_hip_event_query(v->done)) == PDX_INPROGRESS) {
+            if (pdx_now_ns() > deadline) {
+                st = PDX_ERR_TIMEOUT;
+                break;
+            }
+            nanosleep(&(struct timespec){0, 20000}, NULL);
         }
-        nanosleep(&(struct timespec){0, 20000}, NULL);
     }
     if (st != PDX_OK) {
         /* The stage stays: a copy still queued writes into it, and the next

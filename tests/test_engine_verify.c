@@ -128,18 +128,17 @@ Test(verify, fewer_prefill_layers_checked_over_those, .fini = fini, .timeout = 6
     release_both(9);
 }
 
-Test(verify, bytes_changed_at_decode_fail_the_room, .fini = fini, .timeout = 60)
+/* Room 3 in two chunks; between them, edit() changes decode's copy of the
+ * first chunk: the room must fail with "checksum mismatch". */
+static void changed_at_decode(const geom_t *g, void (*edit)(uint8_t *page, size_t len))
 {
-    /* the first chunk's bytes change in decode's memory before the last
-     * chunk arrives: what decode holds is what it checks */
-    const geom_t g = {.layers = 2, .bytes_per_page = 4096, .npages = 16};
     const uint32_t pages[] = {4, 5, 11, 12};
     const pdx_pages_t first = {pages, 2}, rest = {pages + 2, 2}, all = {pages, 4};
     char why[256];
     uint32_t peer;
 
-    side_open(&pf, &g, NULL);
-    side_open(&dc, &g, verify_on);
+    side_open(&pf, g, NULL);
+    side_open(&dc, g, verify_on);
     peer = side_connect(&dc, &pf);
     cr_assert_eq(pdx_expect(dc.e, peer, 3, dc.layout, &all, NULL, 1, 10000), PDX_OK);
     side_fill(&pf, 3, pages, 4, 0);
@@ -147,13 +146,46 @@ Test(verify, bytes_changed_at_decode_fail_the_room, .fini = fini, .timeout = 60)
     for (int i = 0; i < 10000 && pdx_poll(dc.e, 3) != PDX_ROOM_TRANSFERRING; i++)
         usleep(1000);
     cr_assert_eq(pdx_poll(dc.e, 3), PDX_ROOM_TRANSFERRING, "the first chunk's notify came");
-    dc.pool[(size_t)1 * g.npages * g.bytes_per_page + 5 * g.bytes_per_page + 100] ^= 1;
+    edit(dc.pool + (size_t)1 * g->npages * g->bytes_per_page + 5 * g->bytes_per_page,
+         g->bytes_per_page);
     cr_assert_eq(pdx_send(pf.e, 3, pf.layout, &rest, NULL, NULL, PDX_SEND_LAST), PDX_OK);
     cr_assert_eq(wait_done(dc.e, 3, 10000), PDX_ROOM_FAILED);
     cr_assert_eq(pdx_room_error(dc.e, 3, why, sizeof(why)), PDX_OK);
     cr_assert(strstr(why, "checksum mismatch") != NULL, "%s", why);
     cr_assert_eq(stats(dc.e).checksum_mismatches, 1);
     cr_assert_eq(release_wait(dc.e, 3, 5000), PDX_OK);
+}
+
+static void swap_blocks(uint8_t *page, size_t len)
+{
+    uint8_t tmp[4096];
+
+    cr_assert_geq(len, 2 * sizeof(tmp));
+    memcpy(tmp, page, sizeof(tmp));
+    memcpy(page, page + sizeof(tmp), sizeof(tmp));
+    memcpy(page + sizeof(tmp), tmp, sizeof(tmp));
+}
+
+Test(verify, blocks_swapped_in_a_page_fail_the_room, .fini = fini, .timeout = 60)
+{
+    /* same bytes, other places: each block's place is in its unit */
+    const geom_t g = {.layers = 2, .bytes_per_page = 3 * 4096, .npages = 16};
+
+    changed_at_decode(&g, swap_blocks);
+}
+
+static void flip_bit(uint8_t *page, size_t len)
+{
+    page[len / 2 + 100] ^= 1;
+}
+
+Test(verify, a_bit_changed_at_decode_fails_the_room, .fini = fini, .timeout = 60)
+{
+    /* the first chunk's bytes change in decode's memory before the last
+     * chunk arrives: what decode holds is what it checks */
+    const geom_t g = {.layers = 2, .bytes_per_page = 4096, .npages = 16};
+
+    changed_at_decode(&g, flip_bit);
 }
 
 #ifdef PDX_TEST_SOFTNIC
