@@ -129,16 +129,22 @@ Test(verify, fewer_prefill_layers_checked_over_those, .fini = fini, .timeout = 6
 }
 
 /* Room 3 in two chunks; between them, edit() changes decode's copy of the
- * first chunk: the room must fail with "checksum mismatch". */
+ * first chunk: the room must fail with "checksum mismatch". One shard and
+ * one endpoint each way: the first chunk's notify then follows all of its
+ * writes (a room's runs are striped over every endpoint, and a chunk that
+ * is not the last notifies on one only). */
 static void changed_at_decode(const geom_t *g, void (*edit)(uint8_t *page, size_t len))
 {
+    const char *const one[] = {"PDX_SHARDS=1", "PDX_QPS_PER_PEER=1", NULL};
+    const char *const one_verify[] = {"PDX_SHARDS=1", "PDX_QPS_PER_PEER=1", "PDX_VERIFY=crc32c",
+                                      NULL};
     const uint32_t pages[] = {4, 5, 11, 12};
     const pdx_pages_t first = {pages, 2}, rest = {pages + 2, 2}, all = {pages, 4};
     char why[256];
     uint32_t peer;
 
-    side_open(&pf, g, NULL);
-    side_open(&dc, g, verify_on);
+    side_open(&pf, g, one);
+    side_open(&dc, g, one_verify);
     peer = side_connect(&dc, &pf);
     cr_assert_eq(pdx_expect(dc.e, peer, 3, dc.layout, &all, NULL, 1, 10000), PDX_OK);
     side_fill(&pf, 3, pages, 4, 0);

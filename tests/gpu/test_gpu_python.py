@@ -65,8 +65,8 @@ def to_host(dev, n):
 
 
 class Side:
-    def __init__(self, **config):
-        self.e = pdx.Engine(listen="127.0.0.1:0", transport="tcp", shards=2, **config)
+    def __init__(self, shards=2, **config):
+        self.e = pdx.Engine(listen="127.0.0.1:0", transport="tcp", shards=shards, **config)
         self.size = LAYERS * NPAGES * BPP
         self.dev = dev_alloc(self.size)
         self.mem = self.e.register(self.dev, self.size)
@@ -147,17 +147,19 @@ class Gpu(unittest.TestCase):
         """PDX_VERIFY=crc32c with both pools in GPU memory (staged checks):
         a room in two chunks matches; the same with a byte of the first
         chunk changed in decode's GPU memory before the last one fails
-        with "checksum mismatch"."""
-        dc = Side(verify="crc32c")
+        with "checksum mismatch". One shard and one endpoint: the first
+        chunk's notify follows all of its writes."""
+        pf = Side(shards=1, qps_per_peer=1)
+        dc = Side(shards=1, qps_per_peer=1, verify="crc32c")
         try:
-            peer = dc.e.connect(self.pf.e.address)
-            data = bytes(self.rng.getrandbits(8) for _ in range(self.pf.size))
-            call("Memcpy", ctypes.c_void_p(self.pf.dev), data, ctypes.c_size_t(len(data)), H2D)
+            peer = dc.e.connect(pf.e.address)
+            data = bytes(self.rng.getrandbits(8) for _ in range(pf.size))
+            call("Memcpy", ctypes.c_void_p(pf.dev), data, ctypes.c_size_t(len(data)), H2D)
             for room, corrupt in ((11, False), (12, True)):
                 src = self.rng.sample(range(NPAGES), 8)
                 dst = self.rng.sample(range(NPAGES), 8)
                 dc.e.expect(peer, room, dc.layout, [dst], timeout_ms=20000)
-                self.pf.e.send(room, self.pf.layout, [src[:4]])
+                pf.e.send(room, pf.layout, [src[:4]])
                 until = time.monotonic() + 10
                 while dc.e.poll(room) != pdx.RoomState.TRANSFERRING:
                     self.assertLess(time.monotonic(), until)
@@ -166,7 +168,7 @@ class Gpu(unittest.TestCase):
                     one = ctypes.create_string_buffer(b"\x5a", 1)
                     call("Memcpy", ctypes.c_void_p(dc.dev + dst[1] * BPP + 7), one,
                          ctypes.c_size_t(1), H2D)
-                self.pf.e.send(room, self.pf.layout, [src[4:]], last=True)
+                pf.e.send(room, pf.layout, [src[4:]], last=True)
                 st = wait_room(dc.e, room)
                 if corrupt:
                     self.assertEqual(st, pdx.RoomState.FAILED)
@@ -178,8 +180,8 @@ class Gpu(unittest.TestCase):
                         for p, d in zip(src, dst):
                             s_at, d_at = (l * NPAGES + p) * BPP, (l * NPAGES + d) * BPP
                             self.assertEqual(got[d_at:d_at + BPP], data[s_at:s_at + BPP])
-                wait_room(self.pf.e, room)
-                for e in (dc.e, self.pf.e):
+                wait_room(pf.e, room)
+                for e in (dc.e, pf.e):
                     until = time.monotonic() + 5
                     while not e.release(room):
                         self.assertLess(time.monotonic(), until)
@@ -188,6 +190,7 @@ class Gpu(unittest.TestCase):
             self.assertEqual((stats["rooms_verified"], stats["checksum_mismatches"]), (1, 1))
         finally:
             dc.close()
+            pf.close()
 
     def test_one_sided_writes_between_gpu_regions(self):
         data = bytes(self.rng.getrandbits(8) for _ in range(self.pf.size))
