@@ -209,6 +209,11 @@ static void on_hello(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_hello_t *
                       peer->addr, h->nics, PDX_MAX_NICS);
         return;
     }
+    if (memcmp(h->id, e->id, sizeof(e->id)) == 0) {
+        pdx_ctrl_fail(peer, PDX_ERR_INVALID, "%s is this engine itself: a connection to its own "
+                      "listener is refused", peer->addr);
+        return;
+    }
     for (int i = 7; i >= 0; i--)
         id = id << 8 | h->id[i];
     peer->remote_id = id;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "engine_fixture.h"
 
@@ -195,4 +196,21 @@ Test(api_args, a_room_id_reused_in_flight, .fini = fini, .timeout = 30)
     cr_assert_eq(release_wait(pf.e, 7, 5000), PDX_OK);
     cr_expect_eq(pdx_release(dc.e, 7), PDX_ERR_NOT_FOUND, "released twice");
     still_serves(7); /* released: the id serves again */
+}
+
+Test(api_args, a_connection_to_itself, .fini = fini, .timeout = 30)
+{
+    pdx_stats_t s;
+    uint32_t self = UINT32_MAX;
+
+    open_pair();
+    cr_assert_eq(pdx_peer_connect(dc.e, pdx_engine_address(dc.e), 5000, &self), PDX_ERR_INVALID);
+    cr_assert_eq(pdx_engine_stats(dc.e, &s), PDX_OK);
+    for (int i = 0; i < 2000 && (s.peers != 1 || s.handshakes != 0); i++) {
+        usleep(1000);
+        cr_assert_eq(pdx_engine_stats(dc.e, &s), PDX_OK);
+    }
+    cr_assert_eq(s.peers, 1, "only the prefill peer holds a slot");
+    cr_assert_eq(s.handshakes, 0);
+    still_serves(41);
 }
