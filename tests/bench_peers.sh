@@ -26,6 +26,10 @@ done
 "$bench" --role prefill --connect "$addr" "${flags[@]}" >"$dir/p1"
 "$bench" --role prefill --connect "$addr" "${flags[@]}" >"$dir/p2" 2>&1 &
 p2=$!
+for _ in $(seq 200); do  # killed only once it is served, however loaded the machine
+  grep -q "peer 2 connected" "$dir/decode.err" && break
+  sleep 0.05
+done
 sleep 0.3
 kill -9 "$p2"
 wait "$p2" 2>/dev/null || true

@@ -481,6 +481,7 @@ static int serve_peers(bench_side_t *s, const char *connect_addr)
         } else if (bench_side_join(s, connect_addr) != 0) {
             return -1;
         }
+        bench_err(s->role, "peer %u connected", k + 1);
         serve_one(s, k);
         pdx_peer_close(s->e, s->peer);
         if (s->stop && !o->keep_going)
