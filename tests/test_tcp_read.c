@@ -232,21 +232,31 @@ Test(tcp_read, gpu_memory_is_refused_on_either_side)
     fx_gpu_stop(0);
 }
 
-/* The endpoint fails with READs in flight: each completes in error. */
+/* The endpoint fails with READs in flight: each completes, in order, those
+ * still outstanding in error. A loaded machine may let all 8 finish before
+ * the failure: then the run is made again, a few times at most. */
 Test(tcp_read, ep_fail_flushes_reads)
 {
-    pdx_tp_wc_t wc[8];
-    int got = 0;
-    rig_t r;
+    bool flushed = false;
 
-    rig_open(&r, 8u << 20, 8);
-    for (uint64_t k = 0; k < 8; k++)
-        cr_assert_eq(read_at(&r, 0, k, k * MAXMSG, k * MAXMSG, MAXMSG), PDX_OK);
-    ops->ep_fail(r.ep[0], PDX_ERR_ABORTED, "test");
-    got = fx_wait_wc(ops, r.cq[0], wc, 8, WAIT_MS, 50u);
-    cr_assert_eq(got, 8, "every READ completes");
-    for (int k = 0; k < got; k++)
-        cr_assert_eq(wc[k].wr_id, (uint64_t)k);
-    cr_assert(wc[7].status != PDX_OK, "the last one cannot have finished");
-    rig_close(&r, true);
+    for (int attempt = 0; attempt < 5 && !flushed; attempt++) {
+        pdx_tp_wc_t wc[8];
+        int got = 0;
+        rig_t r;
+
+        rig_open(&r, 8u << 20, 8);
+        for (uint64_t k = 0; k < 8; k++)
+            cr_assert_eq(read_at(&r, 0, k, k * MAXMSG, k * MAXMSG, MAXMSG), PDX_OK);
+        ops->ep_fail(r.ep[0], PDX_ERR_ABORTED, "test");
+        got = fx_wait_wc(ops, r.cq[0], wc, 8, WAIT_MS, 50u);
+        cr_assert_eq(got, 8, "every READ completes");
+        for (int k = 0; k < got; k++) {
+            cr_assert_eq(wc[k].wr_id, (uint64_t)k);
+            if (k > 0 && wc[k - 1].status != PDX_OK)
+                cr_assert_neq(wc[k].status, PDX_OK, "READ %d finished after one failed", k);
+        }
+        flushed = wc[7].status != PDX_OK;
+        rig_close(&r, true);
+    }
+    cr_assert(flushed, "in 5 runs the failure never met a READ in flight");
 }
