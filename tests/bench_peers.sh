@@ -12,6 +12,7 @@ trap cleanup EXIT
 flags=(--layers 4 --bytes-per-token 576 --page-size 16 --pages 8 --concurrency 2
        --pool-mib 16 --timeout-ms 5000 --requests 8000)
 
+: >"$dir/decode.err"   # read below before the decode process may have opened it
 "$bench" --role decode --listen 127.0.0.1:0 --peers 3 --keep-going "${flags[@]}" \
   >"$dir/decode" 2>"$dir/decode.err" &
 dpid=$!

@@ -24,6 +24,7 @@ trap cleanup EXIT
 rate=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["decode"]["requests_per_s"])' "$dir/probe")
 per_peer=$(/usr/bin/python3 -c "print(max(100, int($rate * $period)))")
 
+: >"$dir/decode.err"   # read below before the decode process may have opened it
 "$bench" --role decode --listen 127.0.0.1:0 --peers 0 --keep-going --requests "$per_peer" \
   "${flags[@]}" >"$dir/decode" 2>"$dir/decode.err" &
 dpid=$!
