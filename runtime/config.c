@@ -437,8 +437,8 @@ pdx_status_t pdx_config_check(const pdx_config_t *cfg, char *err, size_t errlen)
                  cfg->ib_rnr_retry);
         return PDX_ERR_INVALID;
     }
-    if (cfg->log_level > PDX_LOG_TRACE || cfg->verify > PDX_VERIFY_CRC32C || cfg->shards == 0 || cfg->rooms == 0 ||
-        cfg->ring_chunks < 2 || cfg->max_msg_size == 0) {
+    if (cfg->log_level > PDX_LOG_TRACE || cfg->verify > PDX_VERIFY_CRC32C || cfg->shards == 0 ||
+        cfg->rooms == 0 || cfg->ring_chunks < 2 || cfg->max_msg_size == 0) {
         snprintf(err, errlen, "configuration has a zero or out-of-range field");
         return PDX_ERR_INVALID;
     }

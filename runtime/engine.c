@@ -157,12 +157,12 @@ static void rooms_fini(pdx_engine_t *e)
     for (uint32_t i = 0; i < e->rooms.touched; i++) {
         pdx_room_ext_t *ext = &e->ext[i];
 
-        for (uint32_t d = 0; d < PDX_MAX_DESTS; d++)
+        for (uint32_t d = 0; d < PDX_MAX_DESTS; d++) {
             free(ext->dests[d].pages);
+            free(ext->vrecs[d]);
+        }
         free(ext->senders);
         free(ext->last_left);
-        for (uint32_t d = 0; d < PDX_MAX_DESTS; d++)
-            free(ext->vrecs[d]);
         free(ext->xfer); /* its pins go with the regions */
         pthread_mutex_destroy(&ext->lock);
     }

@@ -63,7 +63,6 @@ static pdx_verify_rec_t *verify_rec_new(uint32_t layout_id, const pdx_layout_t *
     if (!rec)
         return NULL;
     rec->layout = layout_id;
-    rec->ngroups = layout->ngroups;
     p = rec->pages;
     for (uint32_t g = 0; g < layout->ngroups; g++) {
         if (dst[g].npages)
@@ -434,6 +433,21 @@ static bool all_arrived_locked(pdx_room_obj_t *obj, const pdx_room_ext_t *ext,
            ext->nsenders && ext->ndone == ext->nsenders;
 }
 
+/* Under ext->lock, once the room's senders may all be done: SUCCESS at once
+ * when no PDX_VERIFY record is there; true when its bytes must be checked
+ * first (pdx_rooms_arrive). */
+static bool arrive_locked(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_room_ext_t *ext,
+                          uint64_t room)
+{
+    if (!all_arrived_locked(obj, ext, room))
+        return false;
+    for (uint32_t i = 0; i < ext->nholds; i++)
+        if (ext->vrecs[i])
+            return true;
+    arrived_locked(e, obj, ext, room);
+    return false;
+}
+
 /* The bytes one peer's expect names against its sender's checksum; err
  * says why not. */
 static pdx_status_t verify_rec(pdx_engine_t *e, const pdx_verify_rec_t *rec, char *err,
@@ -490,16 +504,12 @@ void pdx_rooms_arrive(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t room)
     bool check;
 
     pthread_mutex_lock(&ext->lock);
-    check = all_arrived_locked(obj, ext, room);
+    check = arrive_locked(e, obj, ext, room);
     for (i = 0; check && i < ext->nholds; i++) {
         if (ext->vrecs[i]) {
             recs[n] = ext->vrecs[i];
             peers[n++] = ext->holds[i];
         }
-    }
-    if (check && n == 0) {
-        arrived_locked(e, obj, ext, room);
-        check = false;
     }
     if (check) /* the records stay: the room is not removed while this is set */
         atomic_fetch_add_explicit(&ext->verifying, 1, memory_order_relaxed);
@@ -565,7 +575,7 @@ void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notif
             else if (mode == PDX_FLUSH_HOST)
                 host_flush = true; /* a GPU runtime call: not under the room's lock */
             else if (done)
-                arrive = true;
+                arrive = arrive_locked(e, obj, ext, n->room); /* true: check first */
         }
     }
     pthread_mutex_unlock(&ext->lock);

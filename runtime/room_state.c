@@ -277,14 +277,13 @@ static void ext_reset(pdx_room_ext_t *ext)
 {
     for (uint32_t d = 0; d < PDX_MAX_DESTS; d++) {
         free(ext->dests[d].pages);
+        free(ext->vrecs[d]);
         pdx_peer_put(ext->dests[d].peer);
     }
     for (uint32_t i = 0; i < ext->nholds; i++)
         pdx_peer_put(ext->holds[i]);
     free(ext->senders);
     free(ext->last_left);
-    for (uint32_t i = 0; i < PDX_MAX_DESTS; i++)
-        free(ext->vrecs[i]);
     memset((char *)ext + sizeof(ext->lock), 0, sizeof(*ext) - sizeof(ext->lock));
     ext->aux_mem = -1;
     ext->head_cell = ext->tail_cell = UINT32_MAX;

@@ -59,7 +59,6 @@ typedef struct pdx_dest {
  * checksum its sender's LAST notifies carried (verify.h). */
 typedef struct pdx_verify_rec {
     uint32_t            layout;        /* decode's layout id */
-    uint32_t            ngroups;
     pdx_pages_t         lists[PDX_LAYOUT_MAX_GROUPS]; /* into pages[] */
     bool                has_aux;
     pdx_region_t        aux;

@@ -324,8 +324,7 @@ static pdx_status_t post_notify(send_ctx_t *c, pdx_dep_t *dep, uint32_t flags, u
     const bool with_sum = (flags & PDX_WIRE_NOTIFY_LAST) && dest->verify;
     const pdx_wire_notify_t n = {
         .room = c->chunk->room, .sender = L->e->sender_id, .seq = c->ext->seq,
-        .flags = with_sum ? flags | PDX_WIRE_NOTIFY_SUM : flags & ~(uint32_t)PDX_WIRE_NOTIFY_AUX,
-        .count = count,
+        .flags = with_sum ? flags | PDX_WIRE_NOTIFY_SUM : flags, .count = count,
         .status = PDX_OK, .sum = with_sum ? sum : 0,
         .layer_begin = with_sum ? dest->layer_begin : 0,
         .layer_end = with_sum ? dest->layer_end : 0,
@@ -470,8 +469,8 @@ static step_t finish_dest(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **dep
             return r;
     }
     for (uint32_t i = 0; i < n; i++) {
-        status = post_notify(c, deps[i], PDX_WIRE_NOTIFY_LAST | (pieces ? PDX_WIRE_NOTIFY_AUX : 0),
-                             n, dest, sum);
+        status = post_notify(c, deps[i], PDX_WIRE_NOTIFY_LAST |
+                             (pieces && dest->verify ? PDX_WIRE_NOTIFY_AUX : 0), n, dest, sum);
         if (status != PDX_OK)
             return post_refused(c, deps[i], status, "notifying the last chunk");
     }

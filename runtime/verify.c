@@ -8,7 +8,6 @@
 
 #include "crc32c.h"
 #include "engine.h"
-#include "log.h"
 
 #define STAGE_BYTES   (4u << 20)
 #define STAGE_PAGES   256u          /* pieces staged before one wait */
