@@ -105,6 +105,12 @@ static const pdx_config_row_t config_table[] = {
     ROW_WORD("PDX_VERIFY", "off", "Decode checks every room's bytes against a CRC-32C its "
              "senders computed (costs CPU on both sides)", VERIFY, verify, parse_verify,
              "off|crc32c"),
+    ROW_WORD("PDX_ADVERTISE_ADDR", "", "Host peers dial to reach this engine; empty: the host "
+             "of PDX_LISTEN, or for a wildcard the address of the default route's interface",
+             ADVERTISE_ADDR, advertise_addr, parse_text, NULL),
+    ROW_WORD("PDX_CPU_AFFINITY", "auto", "CPUs of the shard workers and transport threads: "
+             "auto (the GPU's local cores), off, or a CPU list such as 0-15,32-47",
+             CPU_AFFINITY, cpu_affinity, parse_text, NULL),
 };
 
 const pdx_config_row_t *pdx_config_table(size_t *nrows_p)

@@ -51,6 +51,8 @@ class Config(ctypes.Structure):
         ("auth_key", ctypes.c_char * NAME_MAX),
         ("auth_key_file", ctypes.c_char * NAME_MAX),
         ("verify", ctypes.c_int),
+        ("advertise_addr", ctypes.c_char * NAME_MAX),
+        ("cpu_affinity", ctypes.c_char * NAME_MAX),
     ]
 
 

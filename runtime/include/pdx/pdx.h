@@ -149,6 +149,8 @@ enum {
     PDX_CONFIG_FIELD_AUTH_KEY            = 1ull << 30,
     PDX_CONFIG_FIELD_AUTH_KEY_FILE       = 1ull << 31,
     PDX_CONFIG_FIELD_VERIFY              = 1ull << 32,
+    PDX_CONFIG_FIELD_ADVERTISE_ADDR      = 1ull << 33,
+    PDX_CONFIG_FIELD_CPU_AFFINITY        = 1ull << 34,
 };
 
 /* PDX_VERIFY: decode checks each room's bytes against its senders' checksums. */
@@ -203,6 +205,10 @@ typedef struct pdx_config {
     char            auth_key[PDX_NAME_MAX];    /* PDX_AUTH_KEY: the shared key, "" = none */
     char            auth_key_file[PDX_NAME_MAX]; /* PDX_AUTH_KEY_FILE: a file holding it */
     pdx_verify_mode_t verify;                  /* PDX_VERIFY: off, crc32c */
+    char            advertise_addr[PDX_NAME_MAX]; /* PDX_ADVERTISE_ADDR: the host peers dial,
+                                                * "" = from PDX_LISTEN (a wildcard: the
+                                                * default route's interface) */
+    char            cpu_affinity[PDX_NAME_MAX]; /* PDX_CPU_AFFINITY: auto, off or a CPU list */
 } pdx_config_t;
 
 /*
