@@ -1,7 +1,7 @@
 /*
  * hip devices: how many GPUs the runtime sees, each one's identity (PCI bus
- * id, NUMA node), the calling thread's current device, and the translation
- * of runtime errors to pdx statuses.
+ * id, product name, NUMA node, XGMI hive), the calling thread's current
+ * device, and the translation of runtime errors to pdx statuses.
  *
  * The device count is asked once per process (pthread_once) and kept: the
  * runtime's answer does not change while the process lives, and a machine
@@ -133,23 +133,46 @@ static pdx_status_t check_device(int device, const char *call)
     return PDX_OK;
 }
 
-/* NUMA node of a PCI device from sysfs; -1 when unknown. */
-static int numa_node_of(const char *bus_id)
+/* NUMA node of a PCI device from sysfs; -1 when unknown. *source_p:
+ * "sysfs" when the file was read, "none" when not. */
+static int numa_node_of(const char *bus_id, const char **source_p)
 {
     char path[96];
     FILE *f;
     int node = -1;
 
+    *source_p = "none";
     snprintf(path, sizeof(path), "/sys/bus/pci/devices/%s/numa_node", bus_id);
     f = fopen(path, "re");
     if (!f) {
         pdx_debug("hip: %s: %s", path, strerror(errno));
         return -1;
     }
-    if (fscanf(f, "%d", &node) != 1)
+    if (fscanf(f, "%d", &node) == 1)
+        *source_p = "sysfs";
+    else
         node = -1;
     fclose(f);
     return node;
+}
+
+/* The runtime's product name of device into name; "" when it gives none
+ * (logged at debug: a name is not needed to move pages). */
+static void runtime_name(int device, char *name, size_t len)
+{
+    hipDeviceProp_t prop;
+    hipError_t err;
+
+    err = hipGetDeviceProperties(&prop, device);
+    if (err != hipSuccess) {
+        pdx_debug("hip: GPU %d: hipGetDeviceProperties: %s: %s; no name", device,
+                  hipGetErrorName(err), hipGetErrorString(err));
+        (void)hipGetLastError();
+        return;
+    }
+    prop.name[sizeof(prop.name) - 1] = '\0';
+    if (snprintf(name, len, "%s", prop.name) >= (int)len)
+        pdx_debug("hip: GPU %d: name \"%s\" cut to %zu bytes", device, prop.name, len - 1);
 }
 
 pdx_status_t pdx_hip_device_identity(int device, pdx_hip_identity_t *id_p)
@@ -179,7 +202,12 @@ pdx_status_t pdx_hip_device_identity(int device, pdx_hip_identity_t *id_p)
         return PDX_ERR_IO;
     }
     snprintf(id.pci_bus_id, sizeof(id.pci_bus_id), "%04x:%02x:%02x.%x", domain, bus, dev, fn);
-    id.numa_node = numa_node_of(id.pci_bus_id);
+    id.numa_node = numa_node_of(id.pci_bus_id, &id.source);
+#if defined(PDX_HIP_PLATFORM_AMD)
+    hipx_smi_apply(hipx_smi_facts(), &id);
+#endif
+    if (!id.name[0])
+        runtime_name(device, id.name, sizeof(id.name));
     *id_p = id;
     return PDX_OK;
 }

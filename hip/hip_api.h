@@ -145,6 +145,54 @@ typedef struct hipx_hsa {
  * its kernel driver cannot export dmabufs (logged once per process, as a
  * warning: the caller falls back to peer memory). */
 pdx_status_t hipx_hsa_dmabuf(const hipx_hsa_t **hsa_p);
+
+/* ------------------------------------------------------------ rocm-smi (smi.c) */
+
+#define HIPX_SMI_MAX 64 /* GPUs read from rocm-smi (8 GPUs of 8 partitions each) */
+
+typedef struct hipx_smi_gpu {
+    char     pci_bus_id[PDX_HIP_BUS_ID_MAX]; /* "0000:c1:00.0", decoded from the BDFID */
+    int      numa_node;                      /* -1: rocm-smi did not say */
+    uint64_t hive_id;                        /* 0: none, or rocm-smi did not say */
+    char     name[PDX_HIP_NAME_MAX];         /* "" when rocm-smi did not say */
+} hipx_smi_gpu_t;
+
+/* What rocm-smi said of each GPU it lists, in its own order (not HIP's). */
+typedef struct hipx_smi_facts {
+    uint32_t       count;
+    hipx_smi_gpu_t gpu[HIPX_SMI_MAX];
+} hipx_smi_facts_t;
+
+/*
+ * Open rocm-smi-lib (lib: a file name or path for dlopen; NULL: the names
+ * ROCm installs, librocm_smi64.so.1, .so.7, .so.6, .so.5, .so), rsmi_init
+ * it, read every GPU it lists into *facts_p, rsmi_shut_down and dlclose it:
+ * nothing stays open. No library or a symbol missing: PDX_ERR_UNSUPPORTED;
+ * rsmi_init or rsmi_num_monitor_devices failing: PDX_ERR_IO; each logged at
+ * info with its cause (rocm-smi is optional: never an error for pdx).
+ */
+pdx_status_t hipx_smi_load(const char *lib, hipx_smi_facts_t *facts_p);
+
+/* The GPU of facts whose PCI bus id is pci_bus_id (as pdx_hip_identity_t
+ * writes it), or NULL. */
+const hipx_smi_gpu_t *hipx_smi_find(const hipx_smi_facts_t *facts, const char *pci_bus_id);
+
+/* Fill id's NUMA node (when rocm-smi knows it), hive, name and source from
+ * the GPU of facts with id's bus id; id is left as it is when there is none. */
+void hipx_smi_apply(const hipx_smi_facts_t *facts, pdx_hip_identity_t *id);
+
+/*
+ * The process's table: hipx_smi_load(), run once, the first time it is
+ * asked after the runtime counted a GPU (pdx_hip_device_count() PDX_OK).
+ * Without a GPU rocm-smi is not opened and the table is empty; so it is
+ * when the load failed. Any thread.
+ */
+const hipx_smi_facts_t *hipx_smi_facts(void);
+
+/* Test hook: the library hipx_smi_facts() opens (NULL: the default names).
+ * Call before the first hipx_smi_facts() or pdx_hip_device_identity();
+ * lib must stay valid for the process. */
+void hipx_smi_library_set(const char *lib);
 #endif
 
 #endif /* !PDX_HIP_PLATFORM_NONE */

@@ -28,6 +28,7 @@ typedef cudaStream_t                 hipStream_t;
 typedef cudaEvent_t                  hipEvent_t;
 typedef struct cudaPointerAttributes hipPointerAttribute_t; /* field .type, as in ROCm 6 */
 typedef enum cudaMemcpyKind          hipMemcpyKind;
+typedef struct cudaDeviceProp        hipDeviceProp_t;       /* .name, as in HIP */
 
 /* ----------------------------------------------------------------- errors */
 
@@ -50,6 +51,7 @@ typedef enum cudaMemcpyKind          hipMemcpyKind;
 #define hipGetDevice              cudaGetDevice
 #define hipSetDevice              cudaSetDevice
 #define hipDeviceGetPCIBusId      cudaDeviceGetPCIBusId
+#define hipGetDeviceProperties    cudaGetDeviceProperties
 
 /* ----------------------------------------------------------------- memory */
 

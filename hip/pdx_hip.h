@@ -50,14 +50,33 @@ pdx_status_t pdx_hip_device_count(int *count_p);
 const char *pdx_hip_no_device_reason(void);
 
 #define PDX_HIP_BUS_ID_MAX 32
+#define PDX_HIP_NAME_MAX   64
 
 typedef struct pdx_hip_identity {
-    int  device;                          /* runtime ordinal */
-    int  numa_node;                       /* -1: unknown (or a single node) */
-    char pci_bus_id[PDX_HIP_BUS_ID_MAX];  /* "0000:c1:00.0", lower case as in sysfs */
+    int         device;                         /* runtime ordinal */
+    int         numa_node;                      /* -1: unknown (or a single node) */
+    char        pci_bus_id[PDX_HIP_BUS_ID_MAX]; /* "0000:c1:00.0", lower case as in sysfs */
+    char        name[PDX_HIP_NAME_MAX];         /* "AMD Instinct MI300X", "NVIDIA H200";
+                                                   "" unknown */
+    uint64_t    hive_id;                        /* XGMI hive; 0: none or unknown */
+    const char *source;                         /* where numa_node and hive_id came
+                                                   from: "rocm-smi", "sysfs" or
+                                                   "none" (static text) */
 } pdx_hip_identity_t;
 
-/* PCI bus id and NUMA node of device (from /sys/bus/pci/devices/<id>/numa_node). */
+/*
+ * What pdx knows of device: its PCI bus id (from the runtime), product name,
+ * NUMA node and XGMI hive.
+ *   amd     rocm-smi-lib (librocm_smi64, dlopen'ed once per process, and only
+ *           once the runtime has counted a GPU) for the NUMA node, the hive
+ *           and the name, matched to the device by PCI bus id; a GPU
+ *           rocm-smi does not list, or no usable rocm-smi (logged once at
+ *           info), gives the NUMA node of /sys/bus/pci/devices/<id>/numa_node,
+ *           hive 0, and the runtime's name (hipGetDeviceProperties)
+ *   nvidia  the name from cudaGetDeviceProperties, the NUMA node from sysfs,
+ *           hive 0
+ * A name or NUMA node that cannot be read is left unknown, not an error.
+ */
 pdx_status_t pdx_hip_device_identity(int device, pdx_hip_identity_t *id_p);
 
 /* Make device the calling thread's current device (worker threads). */
