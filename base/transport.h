@@ -52,8 +52,12 @@ struct pdx_tp {
 };
 
 typedef struct pdx_tp_params {
-    const char *host;            /* local address for data listeners; peers must
-                                  * reach it (no wildcard) */
+    const char *host;            /* local address data listeners bind; a
+                                  * wildcard (0.0.0.0, ::) binds every interface */
+    const char *advertise;       /* the host peers reach this one by (an IP
+                                  * address or a name), which endpoint
+                                  * addresses carry; NULL or "": host, which
+                                  * then must not be a wildcard */
     uint32_t    progress_timeout_ms; /* an ep not connected, or with WRs
                                       * outstanding and no progress, for this
                                       * long goes to error */

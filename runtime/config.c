@@ -1,5 +1,6 @@
 /* The PDX_* configuration table and its parsers. */
 #include "config.h"
+#include "addr.h"
 #include "bounds.h"
 
 #include <ctype.h>
@@ -29,6 +30,10 @@ static pdx_status_t parse_verify(const pdx_config_row_t *row, const char *text, 
                                  char *err, size_t errlen);
 static pdx_status_t parse_log(const pdx_config_row_t *row, const char *text, void *field,
                               char *err, size_t errlen);
+static pdx_status_t parse_listen(const pdx_config_row_t *row, const char *text, void *field,
+                                 char *err, size_t errlen);
+static pdx_status_t parse_host(const pdx_config_row_t *row, const char *text, void *field,
+                               char *err, size_t errlen);
 
 #define ROW_INT(name, def, help, bit, f, lo, hi) \
     {name, def, help, PDX_CONFIG_FIELD_##bit, offsetof(pdx_config_t, f), \
@@ -45,8 +50,9 @@ static const pdx_config_row_t config_table[] = {
              "error|warn|info|debug|trace"),
     ROW_WORD("PDX_TRANSPORT", "auto", "Data transport; auto picks rdma when a device is up, else tcp",
              TRANSPORT, transport, parse_word, "auto|tcp|rdma"),
-    ROW_WORD("PDX_LISTEN", "0.0.0.0:0", "Control listener host:port; port 0 picks a free one",
-             LISTEN, listen, parse_text, NULL),
+    ROW_WORD("PDX_LISTEN", "0.0.0.0:0", "Control listener host:port ([ipv6]:port); port 0 "
+             "picks a free one; the tcp data listener binds the same host", LISTEN, listen,
+             parse_listen, NULL),
     ROW_INT("PDX_SHARDS", "4", "Worker threads (shards) per engine", SHARDS, shards, 1, 64),
     ROW_INT("PDX_RING_CHUNKS", "1024", "Chunks queued per shard before pdx_send says AGAIN",
             RING_CHUNKS, ring_chunks, 2, 1 << 20),
@@ -105,9 +111,10 @@ static const pdx_config_row_t config_table[] = {
     ROW_WORD("PDX_VERIFY", "off", "Decode checks every room's bytes against a CRC-32C its "
              "senders computed (costs CPU on both sides)", VERIFY, verify, parse_verify,
              "off|crc32c"),
-    ROW_WORD("PDX_ADVERTISE_ADDR", "", "Host peers dial to reach this engine; empty: the host "
-             "of PDX_LISTEN, or for a wildcard the address of the default route's interface",
-             ADVERTISE_ADDR, advertise_addr, parse_text, NULL),
+    ROW_WORD("PDX_ADVERTISE_ADDR", "", "Host peers dial to reach this engine (an IP address or "
+             "a name); empty: the host of PDX_LISTEN, or for a wildcard the address of the "
+             "default route's interface, else loopback", ADVERTISE_ADDR, advertise_addr,
+             parse_host, NULL),
     ROW_WORD("PDX_CPU_AFFINITY", "auto", "CPUs of the shard workers and transport threads: "
              "auto (the GPU's local cores), off, or a CPU list such as 0-15,32-47",
              CPU_AFFINITY, cpu_affinity, parse_text, NULL),
@@ -290,6 +297,33 @@ static pdx_status_t parse_log(const pdx_config_row_t *row, const char *text, voi
     return PDX_OK;
 }
 
+/* PDX_LISTEN: host:port, [ipv6]:port or :port; port 0 (any free one) to 65535. */
+static pdx_status_t parse_listen(const pdx_config_row_t *row, const char *text, void *field,
+                                 char *err, size_t errlen)
+{
+    char host[PDX_NAME_MAX], why[160];
+    uint32_t port;
+
+    if (pdx_addr_split(text, 0, host, sizeof(host), &port, why, sizeof(why)) != PDX_OK) {
+        snprintf(err, errlen, "%s=\"%s\": %s", row->name, text, why);
+        return PDX_ERR_INVALID;
+    }
+    return parse_text(row, text, field, err, errlen);
+}
+
+/* PDX_ADVERTISE_ADDR: empty, an IP literal or a host name. */
+static pdx_status_t parse_host(const pdx_config_row_t *row, const char *text, void *field,
+                               char *err, size_t errlen)
+{
+    char why[160];
+
+    if (pdx_addr_check_host(text, why, sizeof(why)) != PDX_OK) {
+        snprintf(err, errlen, "%s=\"%s\": %s", row->name, text, why);
+        return PDX_ERR_INVALID;
+    }
+    return parse_text(row, text, field, err, errlen);
+}
+
 void pdx_config_defaults(pdx_config_t *cfg)
 {
     char err[256];
@@ -433,6 +467,23 @@ pdx_status_t pdx_config_resolve(const pdx_config_t *user, pdx_config_t *cfg)
 
 pdx_status_t pdx_config_check(const pdx_config_t *cfg, char *err, size_t errlen)
 {
+    char host[PDX_NAME_MAX], why[160];
+    uint32_t port;
+
+    /* A program's own struct skipped the parsers: its addresses are checked here. */
+    if (!memchr(cfg->listen, '\0', sizeof(cfg->listen)) ||
+        !memchr(cfg->advertise_addr, '\0', sizeof(cfg->advertise_addr))) {
+        snprintf(err, errlen, "PDX_LISTEN or PDX_ADVERTISE_ADDR is not terminated");
+        return PDX_ERR_INVALID;
+    }
+    if (pdx_addr_split(cfg->listen, 0, host, sizeof(host), &port, why, sizeof(why)) != PDX_OK) {
+        snprintf(err, errlen, "PDX_LISTEN=\"%s\": %s", cfg->listen, why);
+        return PDX_ERR_INVALID;
+    }
+    if (pdx_addr_check_host(cfg->advertise_addr, why, sizeof(why)) != PDX_OK) {
+        snprintf(err, errlen, "PDX_ADVERTISE_ADDR=\"%s\": %s", cfg->advertise_addr, why);
+        return PDX_ERR_INVALID;
+    }
     if (cfg->signal_every > cfg->sq_depth / 2) {
         snprintf(err, errlen, "PDX_SIGNAL_EVERY=%u must be at most PDX_SQ_DEPTH / 2 = %u",
                  cfg->signal_every, cfg->sq_depth / 2);
@@ -459,7 +510,8 @@ static void field_text(const pdx_config_row_t *row, const pdx_config_t *cfg, cha
 
     if (row->parse == parse_secret) {
         snprintf(buf, len, "%s", *(const char *)field ? "(set)" : "");
-    } else if (row->parse == parse_text || row->parse == parse_word) {
+    } else if (row->parse == parse_text || row->parse == parse_word ||
+               row->parse == parse_listen || row->parse == parse_host) {
         snprintf(buf, len, "%s", (const char *)field);
     } else if (row->parse == parse_mode) {
         static const char *const words[] = {"auto", "on", "off"};

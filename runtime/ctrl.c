@@ -36,6 +36,7 @@
  *   after the thread is gone is reaped by the thread that failed it.
  */
 #include "ctrl.h"
+#include "addr.h"
 #include "peer.h"
 #include "rooms.h"
 
@@ -75,29 +76,6 @@ typedef struct ctrl_ctx {
 } ctrl_ctx_t;
 
 /* ------------------------------------------------------------- addresses */
-
-pdx_status_t pdx_ctrl_split_addr(const char *addr, char *host, size_t hostlen, char *port,
-                                 size_t portlen)
-{
-    const char *colon = strrchr(addr, ':');
-    const char *h = addr;
-    size_t hlen;
-
-    if (!colon || !colon[1] || strlen(colon + 1) >= portlen ||
-        strspn(colon + 1, "0123456789") != strlen(colon + 1))
-        return PDX_ERR_INVALID;
-    hlen = (size_t)(colon - addr);
-    if (hlen >= 2 && h[0] == '[' && h[hlen - 1] == ']') {
-        h++;
-        hlen -= 2;
-    }
-    if (hlen >= hostlen)
-        return PDX_ERR_INVALID;
-    memcpy(host, h, hlen);
-    host[hlen] = '\0';
-    strcpy(port, colon + 1);
-    return PDX_OK;
-}
 
 void pdx_ctrl_format_addr(const struct sockaddr *sa, char *buf, size_t len)
 {
@@ -567,48 +545,60 @@ static void *ctrl_main(void *arg)
 
 /* ------------------------------------------------------------ start/stop */
 
+/*
+ * Bind PDX_LISTEN's host (an empty one is 0.0.0.0; [::] is dual-stack) and
+ * listen. e->bind_host is the bound address, numeric, for tcp's data
+ * listener; e->address is e->host (engine.c: what peers dial) and the port.
+ */
 pdx_status_t pdx_ctrl_listen(pdx_engine_t *e)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_PASSIVE | AI_NUMERICSERV};
-    char host[PDX_NAME_MAX], port[16];
+    char host[PDX_NAME_MAX], port[16], why[160];
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
     struct addrinfo *res;
-    unsigned port_num;
-    int rc, one = 1;
+    uint32_t port_num;
+    int rc, one = 1, off = 0;
 
-    if (pdx_ctrl_split_addr(e->cfg.listen, host, sizeof(host), port, sizeof(port)) != PDX_OK) {
-        pdx_error("PDX_LISTEN=%s is not host:port", e->cfg.listen);
+    if (pdx_addr_split(e->cfg.listen, 0, host, sizeof(host), &port_num, why, sizeof(why)) !=
+        PDX_OK) {
+        pdx_error("PDX_LISTEN=\"%s\": %s", e->cfg.listen, why);
         return PDX_ERR_INVALID;
     }
-    rc = getaddrinfo(host[0] ? host : NULL, port, &hints, &res);
+    snprintf(port, sizeof(port), "%u", port_num);
+    rc = getaddrinfo(host[0] ? host : "0.0.0.0", port, &hints, &res);
     if (rc) {
         pdx_error("PDX_LISTEN=%s: %s", e->cfg.listen, gai_strerror(rc));
         return PDX_ERR_INVALID;
     }
     e->listen_fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (e->listen_fd < 0) {
-        pdx_error("control listener %s: socket: %s", e->cfg.listen, strerror(errno));
+        pdx_error("PDX_LISTEN=%s: socket: %s", e->cfg.listen, strerror(errno));
         goto err_res;
     }
     if (setsockopt(e->listen_fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0)
-        pdx_debug("control listener %s: SO_REUSEADDR: %s", e->cfg.listen, strerror(errno));
+        pdx_debug("PDX_LISTEN=%s: SO_REUSEADDR: %s", e->cfg.listen, strerror(errno));
+    /* [::] takes IPv4 peers too (an advertised IPv4 address reaches it),
+     * whatever net.ipv6.bindv6only says. */
+    if (res->ai_family == AF_INET6 &&
+        setsockopt(e->listen_fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off)) < 0)
+        pdx_debug("PDX_LISTEN=%s: IPV6_V6ONLY: %s", e->cfg.listen, strerror(errno));
     if (bind(e->listen_fd, res->ai_addr, res->ai_addrlen) < 0 ||
         listen(e->listen_fd, CTRL_BACKLOG) < 0 ||
         getsockname(e->listen_fd, (struct sockaddr *)&ss, &sl) < 0) {
-        pdx_error("cannot listen on %s: %s", e->cfg.listen, strerror(errno));
+        pdx_error("PDX_LISTEN=%s: cannot listen: %s", e->cfg.listen, strerror(errno));
         goto err_close;
     }
     freeaddrinfo(res);
+    if (getnameinfo((struct sockaddr *)&ss, sl, e->bind_host, sizeof(e->bind_host), NULL, 0,
+                    NI_NUMERICHOST))
+        snprintf(e->bind_host, sizeof(e->bind_host), "%.*s", PDX_WIRE_HOST_MAX, host);
     port_num = ss.ss_family == AF_INET6 ? ntohs(((struct sockaddr_in6 *)&ss)->sin6_port)
                                         : ntohs(((struct sockaddr_in *)&ss)->sin_port);
     e->port = port_num;
-    /* Peers dial e->host: for a wildcard listener (0.0.0.0) engine.c
-     * advertises 127.0.0.1 for now, so multi-host deployments must set
-     * PDX_LISTEN to an address the peers can reach. */
-    snprintf(e->address, sizeof(e->address),
-             strchr(e->host, ':') && e->host[0] != '[' ? "[%s]:%u" : "%s:%u", e->host, port_num);
+    snprintf(e->address, sizeof(e->address), strchr(e->host, ':') ? "[%s]:%u" : "%s:%u",
+             e->host, port_num);
     return PDX_OK;
 
 err_close:

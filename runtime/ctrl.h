@@ -43,10 +43,6 @@ bool pdx_ctrl_running(pdx_engine_t *e);
 /* Watch a new peer's socket (any thread, after the peer is in the table). */
 pdx_status_t pdx_ctrl_watch(pdx_engine_t *e, pdx_peer_t *peer);
 
-/* "host:port" or "[v6]:port" -> host (brackets removed) and port. */
-pdx_status_t pdx_ctrl_split_addr(const char *addr, char *host, size_t hostlen, char *port,
-                                 size_t portlen);
-
 /* The numeric "host:port" of a socket address. */
 void pdx_ctrl_format_addr(const struct sockaddr *sa, char *buf, size_t len);
 

@@ -21,6 +21,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include "addr.h"
 #include "config.h"
 #include "ctrl.h"
 #include "log.h"
@@ -98,21 +99,19 @@ static void close_nics(pdx_engine_t *e)
         }
 }
 
-/* The host part of PDX_LISTEN, as peers should reach this engine. */
-static void pick_host(pdx_engine_t *e)
+/* The host peers dial to reach this engine (addr.h says how it is chosen),
+ * and why, for the log line once the listener is up. PDX_LISTEN was
+ * checked with the configuration. */
+static void pick_host(pdx_engine_t *e, char *why, size_t whylen)
 {
-    const char *colon = strrchr(e->cfg.listen, ':');
-    size_t len = colon ? (size_t)(colon - e->cfg.listen) : strlen(e->cfg.listen);
+    char listen_host[PDX_NAME_MAX];
+    uint32_t port;
 
-    if (len == 0 || len > PDX_WIRE_HOST_MAX ||
-        (len == 7 && strncmp(e->cfg.listen, "0.0.0.0", 7) == 0)) {
-        /* A wildcard listener: advertise loopback until an address is set
-         * with PDX_LISTEN (multi-host deployments must set it). */
-        strcpy(e->host, "127.0.0.1");
-        return;
-    }
-    memcpy(e->host, e->cfg.listen, len);
-    e->host[len] = '\0';
+    if (pdx_addr_split(e->cfg.listen, 0, listen_host, sizeof(listen_host), &port, why,
+                       whylen) != PDX_OK)
+        listen_host[0] = '\0';
+    pdx_addr_advertise(listen_host, e->cfg.advertise_addr, NULL, e->host, sizeof(e->host), why,
+                       whylen);
 }
 
 /* A room slot's engine data, the first time the slot is used (under the
@@ -208,7 +207,7 @@ pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p)
     pthread_condattr_t cattr;
     pdx_tp_params_t params;
     pdx_engine_t *e;
-    char err[256];
+    char err[256], why[320];
     pdx_status_t st;
     uint32_t started = 0;
 
@@ -239,7 +238,7 @@ pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p)
     }
     for (int i = 7; i >= 0; i--)
         e->sender_id = e->sender_id << 8 | e->id[i];
-    pick_host(e);
+    pick_host(e, why, sizeof(why));
     pthread_mutex_init(&e->lock, NULL);
     pthread_mutex_init(&e->peers_lock, NULL);
     pthread_mutex_init(&e->accept_lock, NULL);
@@ -253,7 +252,18 @@ pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p)
     if (st != PDX_OK)
         goto err_lock;
     pdx_engine_log_tag(e);
-    params = (pdx_tp_params_t){.host = e->host, .progress_timeout_ms = e->cfg.transfer_timeout_ms,
+    pdx_info("advertised as %s: %s", e->host, why);
+    /*
+     * tcp's data listener binds what the control listener bound (a wildcard
+     * stays one); its endpoint addresses carry the advertised host, the one
+     * peers already reach the control listener by. The local address of
+     * each peer's control connection would follow that connection's
+     * interface on a multi-homed host, but it would have to cross the
+     * transport seam with every endpoint (an ep_create attribute or an op
+     * of every transport): docs/architecture.md §8.
+     */
+    params = (pdx_tp_params_t){.host = e->bind_host, .advertise = e->host,
+                               .progress_timeout_ms = e->cfg.transfer_timeout_ms,
                                .max_msg_size = e->cfg.max_msg_size, .config = &e->cfg,
                                .log_id = e->sender_id, .log_engine = e->address};
     st = open_transport(e, &params);

@@ -74,8 +74,10 @@ struct pdx_engine {
     uint8_t                    id[PDX_WIRE_ID_SIZE];
     pdx_auth_key_t             key;         /* PDX_AUTH_KEY derived; key.set: peers prove it */
     uint64_t                   sender_id;   /* notify identity: from id */
-    char                       host[PDX_WIRE_HOST_MAX + 1];
-    char                       address[PDX_NAME_MAX]; /* host:port */
+    char                       host[PDX_WIRE_HOST_MAX + 1]; /* what peers dial (addr.h) */
+    char                       bind_host[PDX_WIRE_HOST_MAX + 1]; /* what the control listener
+                                                 * bound, numeric; tcp's data listener too */
+    char                       address[PDX_NAME_MAX]; /* host:port, [host]:port for IPv6 */
     uint32_t                   port;        /* the listener's */
 
     pthread_mutex_t            lock;

@@ -6,12 +6,14 @@
  * rest. A peer that fails after the dial is retired like any other.
  */
 #include "ctrl.h"
+#include "addr.h"
 #include "peer.h"
 
 #include <errno.h>
 #include <limits.h>
 #include <netdb.h>
 #include <poll.h>
+#include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -69,16 +71,21 @@ static pdx_status_t dial(const char *addr, uint64_t deadline, int timeout_ms, in
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
                              .ai_flags = AI_NUMERICSERV};
-    char host[PDX_NAME_MAX], port[16];
+    char host[PDX_NAME_MAX], port[16], why[160];
     struct addrinfo *res, *ai;
     pdx_status_t st = PDX_ERR_PEER;
+    uint32_t port_num;
     int rc, err = 0;
 
-    if (pdx_ctrl_split_addr(addr, host, sizeof(host), port, sizeof(port)) != PDX_OK ||
-        !host[0]) {
-        pdx_error("pdx_peer_connect: \"%s\" is not host:port", addr);
+    if (pdx_addr_split(addr, 1, host, sizeof(host), &port_num, why, sizeof(why)) != PDX_OK) {
+        pdx_error("pdx_peer_connect: \"%s\": %s", addr, why);
         return PDX_ERR_INVALID;
     }
+    if (!host[0]) {
+        pdx_error("pdx_peer_connect: \"%s\": no host before the port", addr);
+        return PDX_ERR_INVALID;
+    }
+    snprintf(port, sizeof(port), "%u", port_num);
     /* Name resolution is the one step the deadline cannot bound. */
     rc = getaddrinfo(host, port, &hints, &res);
     if (rc) {

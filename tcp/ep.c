@@ -141,10 +141,11 @@ pdx_status_t tcp_ep_connect(pdx_tp_ep_t *pep, const pdx_tp_addr_t *remote)
     if (status != PDX_OK)
         return status;
     local.token = ep->token;
+    /* The families may differ (an engine on [::] and one on 0.0.0.0): the
+     * IPv4 side is the lower and dials the other's IPv6 address. */
     order = tcp_addr_cmp(&local, &peer);
-    if (order == 0 || peer.family != local.family) {
-        pdx_error("tcp: cannot connect an endpoint to %s",
-                  order == 0 ? "itself" : "an address of another family");
+    if (order == 0) {
+        pdx_error("tcp: cannot connect an endpoint to itself");
         return PDX_ERR_INVALID;
     }
     if (atomic_exchange(&ep->connect_called, true)) {

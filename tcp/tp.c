@@ -28,6 +28,7 @@
 
 #include <errno.h>
 #include <netdb.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -379,14 +380,62 @@ void pdx_tcp_pause(pdx_tp_t *ptp, bool paused)
 
 /* ---------------------------------------------------------- open/close */
 
-static pdx_status_t tp_listen(tcp_tp_t *tp, const char *host)
+static bool addr_is_wildcard(const tcp_addr_t *a)
+{
+    return !memcmp(a->ip, (const uint8_t[16]){0}, a->family == 4 ? 4 : 16);
+}
+
+/*
+ * What endpoint addresses carry (tp->addr, the listener's port kept): the
+ * advertised host, resolved once here, else the bound address. A listener
+ * bound to IPv4 takes an IPv4 address; one bound to IPv6 an IPv6 address,
+ * and its wildcard, which is dual-stack, either.
+ */
+static pdx_status_t tp_advertise(tcp_tp_t *tp, const char *host, const char *advertise)
+{
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
+    bool wildcard = addr_is_wildcard(&tp->addr);
+    struct addrinfo *ai;
+    tcp_addr_t a;
+    pdx_status_t st;
+    int rc;
+
+    if (!advertise || !advertise[0]) {
+        if (!wildcard)
+            return PDX_OK;
+        pdx_error("tcp: %s is a wildcard and no address to advertise was given; endpoints "
+                  "need an address peers can reach", host);
+        return PDX_ERR_INVALID;
+    }
+    if (tp->addr.family == 4)
+        hints.ai_family = AF_INET;
+    else if (!wildcard)
+        hints.ai_family = AF_INET6;
+    rc = getaddrinfo(advertise, NULL, &hints, &ai);
+    if (rc) {
+        pdx_error("tcp: the advertised host %s, for a listener on %s: %s", advertise, host,
+                  gai_strerror(rc));
+        return PDX_ERR_INVALID;
+    }
+    st = tcp_addr_from_sockaddr(ai->ai_addr, &a);
+    freeaddrinfo(ai);
+    if (st != PDX_OK)
+        return st;
+    a.port = tp->addr.port;
+    tp->addr = a;
+    return PDX_OK;
+}
+
+/* Bind host (a wildcard binds every interface) and listen. */
+static pdx_status_t tp_listen(tcp_tp_t *tp, const char *host, const char *advertise)
 {
     struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM,
-                             .ai_flags = AI_NUMERICSERV};
+                             .ai_flags = AI_NUMERICSERV | AI_PASSIVE};
     struct sockaddr_storage ss;
     socklen_t sl = sizeof(ss);
     struct addrinfo *ai;
-    int rc, fd;
+    pdx_status_t st;
+    int rc, fd, off = 0;
 
     rc = getaddrinfo(host, "0", &hints, &ai);
     if (rc) {
@@ -396,19 +445,24 @@ static pdx_status_t tp_listen(tcp_tp_t *tp, const char *host)
     fd = socket(ai->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (fd < 0) {
         pdx_error("tcp: socket for %s: %s", host, strerror(errno));
+        st = PDX_ERR_IO;
         goto err_free_ai;
     }
+    /* [::] takes IPv4 peers too, whatever net.ipv6.bindv6only says. */
+    if (ai->ai_family == AF_INET6 &&
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof(off)) < 0)
+        pdx_debug("tcp: listener on %s: IPV6_V6ONLY: %s", host, strerror(errno));
     if (bind(fd, ai->ai_addr, ai->ai_addrlen) < 0 || listen(fd, 128) < 0 ||
         getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
         pdx_error("tcp: listen on %s: %s", host, strerror(errno));
+        st = PDX_ERR_IO;
         goto err_close;
     }
-    if (tcp_addr_from_sockaddr((struct sockaddr *)&ss, &tp->addr) != PDX_OK)
+    st = tcp_addr_from_sockaddr((struct sockaddr *)&ss, &tp->addr);
+    if (st == PDX_OK)
+        st = tp_advertise(tp, host, advertise);
+    if (st != PDX_OK)
         goto err_close;
-    if (!memcmp(tp->addr.ip, (const uint8_t[16]){0}, tp->addr.family == 4 ? 4 : 16)) {
-        pdx_error("tcp: %s is a wildcard; endpoints need an address peers can reach", host);
-        goto err_close;
-    }
     freeaddrinfo(ai);
     tp->listen_fd = fd;
     tcp_addr_format(&tp->addr, tp->name, sizeof(tp->name));
@@ -418,7 +472,7 @@ err_close:
     close(fd);
 err_free_ai:
     freeaddrinfo(ai);
-    return PDX_ERR_IO;
+    return st;
 }
 
 static pdx_status_t tp_start(tcp_tp_t *tp)
@@ -508,7 +562,7 @@ static pdx_status_t tcp_open(const pdx_tp_params_t *params, pdx_tp_t **tp_p)
     status = tcp_mr_table_init(&tp->mrs);
     if (status != PDX_OK)
         goto err_cond;
-    status = tp_listen(tp, host);
+    status = tp_listen(tp, host, params ? params->advertise : NULL);
     if (status != PDX_OK)
         goto err_mrs;
     status = PDX_ERR_IO;
