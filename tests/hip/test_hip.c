@@ -221,7 +221,7 @@ Test(hip, gpu_objects_need_a_gpu)
 
 Test(hip, bad_arguments)
 {
-    char buf[64];
+    char buf[64] = {0};
 
 #if !defined(PDX_HIP_PLATFORM_NONE)
     cr_expect_eq(pdx_hip_words_create(0, NULL), PDX_ERR_INVALID);
