@@ -35,6 +35,7 @@
  * at any time after HELLO. A BYE, at any time, ends the peer as routine.
  */
 #include "ctrl.h"
+#include "addr.h"
 #include "dep.h"
 #include "peer.h"
 #include "rooms.h"
@@ -182,6 +183,60 @@ static void replace_incarnations(pdx_engine_t *e, pdx_peer_t *peer)
     }
 }
 
+/* Tell the peer `told` (ERROR, room 0), then fail it with our own words;
+ * the acceptor logs them as an error too (a handshake in that fails is
+ * otherwise only info). */
+static void fail_told(pdx_peer_t *peer, pdx_status_t status, const char *told, const char *fmt,
+                      ...) __attribute__((format(printf, 4, 5)));
+
+static void fail_told(pdx_peer_t *peer, pdx_status_t status, const char *told, const char *fmt,
+                      ...)
+{
+    pdx_wire_error_t m = {.room = 0, .status = status};
+    uint8_t frame[PDX_WIRE_HEADER_SIZE + 16 + PDX_WIRE_REASON_MAX];
+    char ours[PDX_ERRMSG_MAX];
+    size_t len;
+    va_list ap;
+
+    va_start(ap, fmt);
+    vsnprintf(ours, sizeof(ours), fmt, ap);
+    va_end(ap);
+    snprintf(m.message, sizeof(m.message), "%s", told);
+    if (pdx_wire_encode_error(&m, frame, sizeof(frame), &len) == PDX_OK)
+        pdx_peer_queue_last(peer, frame, len);
+    if (!peer->outgoing)
+        pdx_error("%s", ours);
+    pdx_peer_fail(peer, status, "%s", ours);
+}
+
+/*
+ * A loopback address reaches only its own host: a HELLO over a connection
+ * between two hosts is refused, PDX_ERR_INVALID, when either side
+ * advertises one (its peer would dial it for the control connection or the
+ * data endpoints), with a message on both sides.
+ */
+static bool loopback_refused(pdx_engine_t *e, pdx_peer_t *peer, const char *host)
+{
+    bool theirs = pdx_addr_is_loopback(host);
+    char told[PDX_WIRE_REASON_MAX + 1];
+
+    if ((!theirs && !pdx_addr_is_loopback(e->host)) || pdx_addr_same_host(peer->fd))
+        return false;
+    if (theirs) {
+        snprintf(told, sizeof(told), "%s, a loopback address, was advertised to it from another "
+                 "host: set PDX_LISTEN or PDX_ADVERTISE_ADDR here", host);
+        fail_told(peer, PDX_ERR_INVALID, told, "peer %s advertises %s, a loopback address, to a "
+                  "peer on another host: set PDX_LISTEN or PDX_ADVERTISE_ADDR there", peer->addr,
+                  host);
+    } else {
+        snprintf(told, sizeof(told), "it advertises %s, a loopback address, to a peer on another "
+                 "host: set PDX_LISTEN or PDX_ADVERTISE_ADDR there", e->host);
+        fail_told(peer, PDX_ERR_INVALID, told, "advertised as %s, a loopback address, to peer %s "
+                  "on another host: set PDX_LISTEN or PDX_ADVERTISE_ADDR", e->host, peer->addr);
+    }
+    return true;
+}
+
 static void on_hello(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_hello_t *h)
 {
     uint64_t id = 0;
@@ -214,6 +269,8 @@ static void on_hello(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_hello_t *
                       "listener is refused", peer->addr);
         return;
     }
+    if (loopback_refused(e, peer, h->host))
+        return;
     for (int i = 7; i >= 0; i--)
         id = id << 8 | h->id[i];
     peer->remote_id = id;
