@@ -173,7 +173,8 @@ typedef struct pdx_config {
     uint64_t        field_mask;
     pdx_log_level_t log_level;                 /* PDX_LOG */
     char            transport[PDX_NAME_MAX];   /* PDX_TRANSPORT: auto, tcp, rdma */
-    char            listen[PDX_NAME_MAX];      /* PDX_LISTEN: host:port, port 0 = any */
+    char            listen[PDX_NAME_MAX];      /* PDX_LISTEN: host:port, [ipv6]:port,
+                                                * port 0 = any */
     uint32_t        shards;                    /* PDX_SHARDS */
     uint32_t        ring_chunks;               /* PDX_RING_CHUNKS: chunks per shard ring */
     uint32_t        ring_pages;                /* PDX_RING_PAGES: page indices per shard ring */
@@ -261,7 +262,10 @@ PDX_API pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **e
  */
 PDX_API void pdx_engine_destroy(pdx_engine_t *engine);
 
-/* "host:port" the engine listens on; valid until pdx_engine_destroy(). */
+/* "host:port" ("[ipv6]:port") peers dial to reach the engine: its advertised
+ * host (PDX_ADVERTISE_ADDR; for a wildcard PDX_LISTEN the address of the
+ * default route's interface) and its listener's port. Valid until
+ * pdx_engine_destroy(). */
 PDX_API const char *pdx_engine_address(const pdx_engine_t *engine);
 
 /* The data transport the engine uses: "rdma" or "tcp" (PDX_TRANSPORT=auto
@@ -347,13 +351,15 @@ PDX_API pdx_status_t pdx_layout_create(pdx_engine_t *engine, const pdx_layout_de
 /* ------------------------------------------------------------------- peers */
 
 /*
- * Connect to the engine listening at addr ("host:port"), handshake (protocol
- * version, capabilities, identity, memory and layout descriptors) and return
- * its handle. Blocks at most timeout_ms. A peer of another protocol version
- * is PDX_ERR_VERSION, on both sides; an engine whose peer slots are all in
- * use answers PDX_ERR_FULL, one with too many handshakes in progress from
- * this address PDX_ERR_AGAIN. Either side may connect; the connection serves
- * both directions.
+ * Connect to the engine listening at addr ("host:port", "[ipv6]:port"; a
+ * port of 1-65535, else PDX_ERR_INVALID), handshake (protocol version,
+ * capabilities, identity, memory and layout descriptors) and return its
+ * handle. Blocks at most timeout_ms. A peer of another protocol version is
+ * PDX_ERR_VERSION, on both sides; an engine whose peer slots are all in use
+ * answers PDX_ERR_FULL, one with too many handshakes in progress from this
+ * address PDX_ERR_AGAIN; across hosts, either side advertising a loopback
+ * address (PDX_ADVERTISE_ADDR) is PDX_ERR_INVALID, on both sides. Either
+ * side may connect; the connection serves both directions.
  *
  * With PDX_AUTH_KEY (or PDX_AUTH_KEY_FILE) set, both engines first prove to
  * each other that they hold the same key, which never crosses the wire;
