@@ -13,7 +13,7 @@
 #      why too.
 # Nothing is sent outside the two namespaces. Exit 77 (a skip, with the
 # reason) where the namespaces cannot be made: not root, no ip command, or
-# `ip netns add` / the veth refused.
+# `ip netns add`, `ip netns exec` or the veth refused.
 set -euo pipefail
 bench=$1
 a=pdxa$$ b=pdxb$$ va=pdxva$$ vb=pdxvb$$
@@ -34,6 +34,7 @@ command -v ip >/dev/null || skip "no ip command (iproute2)"
 for ns in "$a" "$b"; do
   ip netns add "$ns" 2>"$dir/err" || skip "ip netns add $ns: $(cat "$dir/err")"
   made+=("$ns")
+  ip netns exec "$ns" true 2>"$dir/err" || skip "ip netns exec $ns: $(cat "$dir/err")"
 done
 # Both ends are made inside the namespaces: the host's own links are never touched.
 ip link add "$va" netns "$a" type veth peer name "$vb" netns "$b" 2>"$dir/err" ||
