@@ -64,6 +64,9 @@ typedef struct bench_result {
     int64_t  lat_p99_ns;
     pdx_stats_t stats;         /* the engine's counters at the end */
     char     address[PDX_NAME_MAX]; /* decode: where it listened */
+    char     transport[16];    /* what the engine used (pdx_engine_transport); "": no engine */
+    char     error[512];       /* the first failure: the room's error text or status, or the
+                                  setup's (pdx_engine_create); "": none */
 } bench_result_t;
 
 /*
@@ -82,6 +85,10 @@ extern volatile sig_atomic_t bench_stopping;
 
 /* "decode" or "prefill". */
 const char *bench_role_name(bench_role_t role);
+
+/* Keep the first failure's reason in res->error (later ones are dropped). */
+void bench_note_error(bench_result_t *res, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 
 /* "pdx-bench[decode]: message\n" on stderr. */
 void bench_err(bench_role_t role, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -53,6 +53,17 @@ static const char *state_str(pdx_room_state_t st)
 
 /* ------------------------------------------------------------------ rooms */
 
+void bench_note_error(bench_result_t *res, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (res->error[0])
+        return;
+    va_start(ap, fmt);
+    vsnprintf(res->error, sizeof(res->error), fmt, ap);
+    va_end(ap);
+}
+
 static void room_failed(bench_side_t *s, pdx_room_t room, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
@@ -65,6 +76,7 @@ static void room_failed(bench_side_t *s, pdx_room_t room, const char *fmt, ...)
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     bench_err(s->role, "room %" PRIu64 ": %s", (uint64_t)room, msg);
+    bench_note_error(s->res, "room %" PRIu64 ": %s", (uint64_t)room, msg);
     s->res->failed++;
     if (!s->o->keep_going)
         s->stop = 1;
@@ -517,6 +529,8 @@ int bench_run(const bench_opts_t *o, bench_role_t role, const pdx_config_t *cfg,
                            ? (uint64_t)o->timeout_ms
                            : (uint64_t)cfg->bootstrap_timeout_ms + cfg->transfer_timeout_ms;
     rc = bench_side_open(&s, cfg);
+    if (s.e)
+        snprintf(res->transport, sizeof(res->transport), "%s", pdx_engine_transport(s.e));
     if (rc == 0 && role == BENCH_DECODE) {
         char line[PDX_NAME_MAX + 2];
 
@@ -546,8 +560,11 @@ int bench_run(const bench_opts_t *o, bench_role_t role, const pdx_config_t *cfg,
         res->lat_p99_ns = percentile(s.lat, res->nlat, 99);
     }
     bench_side_close(&s);
-    if (rc != 0)
+    if (rc != 0) {
+        bench_note_error(res, "%s failed before its rooms (pdx-bench says why on stderr)",
+                         s.e ? "setup" : "the engine's setup");
         return BENCH_EXIT_FAIL;
+    }
     return res->failed || res->done < (uint64_t)o->requests * res->peers ? BENCH_EXIT_FAIL
                                                                         : BENCH_EXIT_OK;
 }

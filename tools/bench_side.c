@@ -207,6 +207,7 @@ int bench_side_open(bench_side_t *s, const pdx_config_t *cfg)
     st = pdx_engine_create(cfg, &s->e);
     if (st != PDX_OK) {
         bench_err(s->role, "pdx_engine_create: %s", pdx_status_str(st));
+        bench_note_error(s->res, "pdx_engine_create: %s", pdx_status_str(st));
         goto err;
     }
     st = pdx_mem_register(s->e, s->pool, o->pool_bytes, &s->mem);

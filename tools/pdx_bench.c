@@ -393,10 +393,13 @@ static void print_table(const bench_opts_t *o, bench_role_t role, const bench_re
     if (r->stats.rooms_verified || r->stats.checksum_mismatches)
         printf(" PDX_VERIFY: %" PRIu64 " rooms matched their checksums, %" PRIu64 " did not\n",
                r->stats.rooms_verified, r->stats.checksum_mismatches);
+    printf(" transport used : %s\n", r->transport[0] ? r->transport : "none (no engine)");
+    if (r->error[0])
+        printf(" first failure  : %s\n", r->error);
     printf("%s\n", DASHES);
 }
 
-/* s as a JSON string: only the pdx address and transport names come here. */
+/* s as a JSON string. */
 static void json_str(const char *s)
 {
     putchar('"');
@@ -411,9 +414,22 @@ static void json_str(const char *s)
     putchar('"');
 }
 
+/* s as a JSON string, or null when empty. */
+static void json_str_or_null(const char *s)
+{
+    if (s[0])
+        json_str(s);
+    else
+        fputs("null", stdout);
+}
+
 static void json_result(const bench_result_t *r, int exit_status)
 {
-    printf("{\"done\": %" PRIu64 ", \"failed\": %" PRIu64 ", \"bytes\": %" PRIu64
+    printf("{\"transport\": ");
+    json_str_or_null(r->transport);
+    printf(", \"error\": ");
+    json_str_or_null(r->error);
+    printf(", \"done\": %" PRIu64 ", \"failed\": %" PRIu64 ", \"bytes\": %" PRIu64
            ", \"seconds\": %.6f, \"bw_gbps\": %.4f, \"requests_per_s\": %.3f"
            ", \"latency_samples\": %" PRIu64 ", \"lat_p50_us\": %.1f, \"lat_p99_us\": %.1f"
            ", \"exit\": %d, \"stats\": "
@@ -439,8 +455,14 @@ static void print_json(const cli_t *c, const pdx_config_t *cfg, bench_role_t rol
     printf("{\"role\": \"%s\", \"pdx_version\": ", c->loopback ? "loopback"
                                                    : role == BENCH_DECODE ? "decode" : "prefill");
     json_str(pdx_version());
+    /* the transport the engine used ("auto" is a setting, not a transport);
+     * null when no engine was made */
     printf(", \"transport\": ");
+    json_str_or_null(r->transport);
+    printf(", \"transport_setting\": ");
     json_str(cfg->transport);
+    printf(", \"error\": ");
+    json_str_or_null(r->error[0] || !pf ? r->error : pf->error);
     printf(", \"address\": ");
     json_str(role == BENCH_DECODE ? r->address : c->connect);
     printf(", \"shards\": %u, \"max_msg\": %" PRIu64 ", \"layers\": %u, \"bytes_per_token\": %u, "
