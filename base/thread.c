@@ -1,5 +1,6 @@
 #include "thread.h"
 
+#include <errno.h>
 #include <signal.h>
 #include <string.h>
 #include <time.h>
@@ -9,12 +10,31 @@
 
 int pdx_thread_start(pthread_t *thread, void *(*fn)(void *), void *arg)
 {
+    return pdx_thread_start_on(thread, fn, arg, NULL);
+}
+
+int pdx_thread_start_on(pthread_t *thread, void *(*fn)(void *), void *arg,
+                        const cpu_set_t *cpus)
+{
+    pthread_attr_t attr;
     sigset_t all, old;
     int rc;
 
     sigfillset(&all);
     pthread_sigmask(SIG_SETMASK, &all, &old);
-    rc = pthread_create(thread, NULL, fn, arg);
+    rc = cpus ? pthread_attr_init(&attr) : 0;
+    if (cpus && rc == 0) {
+        rc = pthread_attr_setaffinity_np(&attr, sizeof(*cpus), cpus);
+        if (rc == 0)
+            rc = pthread_create(thread, &attr, fn, arg);
+        pthread_attr_destroy(&attr);
+        if (rc == EINVAL) {
+            pdx_info("a thread's CPU set was refused (%s): it runs unbound", strerror(rc));
+            cpus = NULL;
+        }
+    }
+    if (!cpus)
+        rc = pthread_create(thread, NULL, fn, arg);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     return rc;
 }

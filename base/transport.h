@@ -29,6 +29,8 @@
 
 #include "pdx/pdx.h"
 
+#include <sched.h>
+
 #include <stdbool.h>
 
 typedef struct pdx_tp    pdx_tp_t;    /* one per NIC of an engine: device context */
@@ -70,6 +72,11 @@ typedef struct pdx_tp_params {
                                   * in the transport's order of preference;
                                   * PDX_ERR_NO_DEVICE when there are fewer.
                                   * tcp: every tp is the host's stack */
+    const char *nic_order;       /* RDMA devices nearest the engine's GPU first,
+                                  * comma-separated (NULL or "": the list's
+                                  * order); PDX_IB_DEVICES overrides it */
+    const cpu_set_t *cpus;       /* CPUs the transport's threads run on (NULL:
+                                  * wherever the OS puts them) */
     uint64_t    log_id;          /* the engine's identity and address: a thread */
     const char *log_engine;      /* the tp starts tags its log lines with them */
 } pdx_tp_params_t;

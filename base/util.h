@@ -5,7 +5,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <time.h>
+#include <unistd.h>
 
 #define PDX_LIKELY(x)   __builtin_expect(!!(x), 1)
 #define PDX_UNLIKELY(x) __builtin_expect(!!(x), 0)
@@ -118,6 +120,21 @@ static inline void *pdx_map_zeroed(size_t len)
     __lsan_register_root_region(p, len ? len : 1);
 #endif
     return p;
+}
+
+/* The pages of a mapping from pdx_map_zeroed() go on NUMA node `node`
+ * when first touched, as long as it has memory (mbind, MPOL_PREFERRED),
+ * whichever thread touches them. node < 0, or a kernel without NUMA
+ * policies: where the toucher runs, as before. */
+static inline void pdx_map_prefer_node(void *p, size_t len, int node)
+{
+    unsigned long mask[4] = {0};
+
+    if (!p || node < 0 || node >= (int)(sizeof(mask) * 8))
+        return;
+    mask[node / (8 * sizeof(mask[0]))] = 1ul << (node % (8 * sizeof(mask[0])));
+    /* MPOL_PREFERRED is 1; maxnode counts bits */
+    (void)syscall(SYS_mbind, p, len ? len : 1, 1, mask, (unsigned long)node + 2, 0u);
 }
 
 static inline void pdx_unmap(void *p, size_t len)

@@ -65,6 +65,20 @@ function(pdx_find_sodium)
   endif()
 endfunction()
 
+# pdx_find_hwloc(): PDX_HAVE_HWLOC, PDX_HWLOC_INCLUDE_DIR, PDX_HWLOC_LIBRARY.
+# hwloc places the engine's GPU, its NICs and its CPUs (runtime/topo_hwloc.c);
+# without it NICs keep the device list's order and nothing is bound by GPU.
+function(pdx_find_hwloc)
+  find_path(PDX_HWLOC_INCLUDE_DIR hwloc.h)
+  find_library(PDX_HWLOC_LIBRARY hwloc)
+  if(PDX_HWLOC_INCLUDE_DIR AND PDX_HWLOC_LIBRARY AND EXISTS "${PDX_HWLOC_INCLUDE_DIR}/hwloc.h")
+    set(PDX_HAVE_HWLOC ON PARENT_SCOPE)
+  else()
+    set(PDX_HAVE_HWLOC OFF PARENT_SCOPE)
+    message(STATUS "hwloc not found (libhwloc-dev): no GPU/NIC/CPU placement")
+  endif()
+endfunction()
+
 # pdx_tool(NAME SOURCES ... [VERBS lib]): a program linked against the
 # internal archive. Its rdma objects resolve the verbs symbols against VERBS:
 # libibverbs by default, the software NIC (softnic) in tests.

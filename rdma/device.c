@@ -3,9 +3,9 @@
  *
  * One NIC per tp: the first device that has an ACTIVE port and a usable
  * GID, in the order of PDX_IB_DEVICES when it is set, else nearest the
- * engine's GPU first (topo.c: the sysfs PCI tree; on MI300X and MI355X
- * platforms each GPU shares a PCIe switch with one NIC), else the order
- * ibv_get_device_list gives. Engines that stripe over several NICs will
+ * engine's GPU first (params->nic_order: the engine ranks the devices with
+ * hwloc, runtime/topo.c; on MI300X and MI355X platforms each GPU shares a
+ * PCIe switch with one NIC), then the order ibv_get_device_list gives. Engines that stripe over several NICs will
  * open one tp per NIC.
  *
  * GID: on Ethernet (RoCE) the RoCEv2 GID that holds an IPv4-mapped address
@@ -21,8 +21,6 @@
  * else as an error.
  */
 #include "rdma.h"
-#include "topo.h"
-#include "pdx_hip.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -42,7 +40,6 @@ void rdma_knobs_read(const pdx_config_t *cfg, rdma_knobs_t *knobs_p)
         .timeout = 18,
         .retry_count = 7,
         .rnr_retry = 6,
-        .gpu = -1,
     };
 
     if (cfg) {
@@ -62,8 +59,6 @@ void rdma_knobs_read(const pdx_config_t *cfg, rdma_knobs_t *knobs_p)
             k.retry_count = (uint8_t)cfg->ib_retry_count;
         if (m & PDX_CONFIG_FIELD_IB_RNR_RETRY)
             k.rnr_retry = (uint8_t)cfg->ib_rnr_retry;
-        if (m & PDX_CONFIG_FIELD_GPU)
-            k.gpu = cfg->gpu;
     }
     *knobs_p = k;
 }
@@ -285,29 +280,35 @@ static bool named_before(const char *list, const char *end, const char *name)
     return false;
 }
 
-/* order[] = the devices nearest the engine's GPU first; the list's order
- * without a GPU or a sysfs tree that says more. */
+/* order[] = the devices in knobs->nearest first, in its order (the engine
+ * ranked them by its GPU: runtime/topo.c), then the others in the list's. */
 static void nearest_first(const rdma_knobs_t *knobs, struct ibv_device **list, int n, int *order)
 {
-    const char **names = calloc((size_t)n, sizeof(*names));
-    pdx_hip_identity_t id;
-    int count = 0, gpu = knobs->gpu;
+    const char *pos = knobs->nearest;
+    char name[RDMA_DEVNAME_MAX];
+    int placed = 0;
 
     for (int i = 0; i < n; i++)
-        order[i] = i;
-    if (!names || pdx_hip_device_count(&count) != PDX_OK ||
-        (gpu < 0 && pdx_hip_current_device(&gpu) != PDX_OK) || gpu >= count ||
-        pdx_hip_device_identity(gpu, &id) != PDX_OK) {
-        free(names);
-        return;
+        order[i] = -1;
+    while (placed < n && next_name(&pos, name, sizeof(name)))
+        for (int i = 0; i < n; i++)
+            if (strcmp(ibv_get_device_name(list[i]), name) == 0) {
+                bool seen = false;
+
+                for (int k = 0; k < placed; k++)
+                    seen |= order[k] == i;
+                if (!seen)
+                    order[placed++] = i;
+                break;
+            }
+    for (int i = 0; i < n; i++) {
+        bool seen = false;
+
+        for (int k = 0; k < placed; k++)
+            seen |= order[k] == i;
+        if (!seen)
+            order[placed++] = i;
     }
-    for (int i = 0; i < n; i++)
-        names[i] = ibv_get_device_name(list[i]);
-    rdma_topo_order("/sys", id.pci_bus_id, names, n, order);
-    if (n > 1)
-        pdx_info("rdma: devices nearest GPU %d (%s) first: %s first", gpu, id.pci_bus_id,
-                 names[order[0]]);
-    free(names);
 }
 
 /* Try one device as the next candidate: false to go on (unusable, or one of

@@ -153,13 +153,14 @@ typedef struct rdma_knobs {
     uint8_t  timeout;
     uint8_t  retry_count;
     uint8_t  rnr_retry;
-    int32_t  gpu;             /* PDX_GPU: devices nearest it are tried first */
+    char     nearest[512];    /* devices nearest the GPU, comma-separated: tried
+                               * first when PDX_IB_DEVICES is empty */
 } rdma_knobs_t;
 
 void rdma_knobs_read(const pdx_config_t *cfg, rdma_knobs_t *knobs_p);
 /*
  * Open the usable device (ACTIVE port, usable GID) number nic (0: the
- * first) in the order of knobs->devices, else nearest the GPU first, else
+ * first) in the order of knobs->devices, else knobs->nearest first, then
  * the list's. PDX_ERR_NO_DEVICE when there is none, logged with the reason
  * (at info when quiet, else as an error). On success *list_p (to free at
  * close) and *ctx_p are set.

@@ -28,6 +28,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 static const char *link_str(uint8_t link_layer)
@@ -75,6 +76,8 @@ static pdx_status_t rdma_open(const pdx_tp_params_t *params, pdx_tp_t **tp_p)
     tp->async_stop_fd = -1;
     atomic_init(&tp->dead, false);
     rdma_knobs_read(params ? params->config : NULL, &tp->knobs);
+    if (params && params->nic_order)
+        snprintf(tp->knobs.nearest, sizeof(tp->knobs.nearest), "%s", params->nic_order);
     status = knobs_check(&tp->knobs);
     if (status != PDX_OK)
         goto err_free;

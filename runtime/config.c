@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "log.h"
+#include "topo.h"
 #include "util.h"
 
 static pdx_status_t parse_int(const pdx_config_row_t *row, const char *text, void *field,
@@ -30,6 +31,8 @@ static pdx_status_t parse_verify(const pdx_config_row_t *row, const char *text, 
                                  char *err, size_t errlen);
 static pdx_status_t parse_log(const pdx_config_row_t *row, const char *text, void *field,
                               char *err, size_t errlen);
+static pdx_status_t parse_affinity(const pdx_config_row_t *row, const char *text, void *field,
+                                   char *err, size_t errlen);
 static pdx_status_t parse_listen(const pdx_config_row_t *row, const char *text, void *field,
                                  char *err, size_t errlen);
 static pdx_status_t parse_host(const pdx_config_row_t *row, const char *text, void *field,
@@ -117,7 +120,7 @@ static const pdx_config_row_t config_table[] = {
              parse_host, NULL),
     ROW_WORD("PDX_CPU_AFFINITY", "auto", "CPUs of the shard workers and transport threads: "
              "auto (the GPU's local cores), off, or a CPU list such as 0-15,32-47",
-             CPU_AFFINITY, cpu_affinity, parse_text, NULL),
+             CPU_AFFINITY, cpu_affinity, parse_affinity, NULL),
 };
 
 const pdx_config_row_t *pdx_config_table(size_t *nrows_p)
@@ -319,6 +322,21 @@ static pdx_status_t parse_host(const pdx_config_row_t *row, const char *text, vo
 
     if (pdx_addr_check_host(text, why, sizeof(why)) != PDX_OK) {
         snprintf(err, errlen, "%s=\"%s\": %s", row->name, text, why);
+        return PDX_ERR_INVALID;
+    }
+    return parse_text(row, text, field, err, errlen);
+}
+
+/* auto, off, or a CPU list (topo.h) */
+static pdx_status_t parse_affinity(const pdx_config_row_t *row, const char *text, void *field,
+                                   char *err, size_t errlen)
+{
+    char why[160];
+    cpu_set_t cpus;
+
+    if (strcmp(text, "auto") != 0 && strcmp(text, "off") != 0 &&
+        pdx_cpulist_parse(text, &cpus, why, sizeof(why)) != PDX_OK) {
+        snprintf(err, errlen, "%s=\"%s\": auto, off or a CPU list: %s", row->name, text, why);
         return PDX_ERR_INVALID;
     }
     return parse_text(row, text, field, err, errlen);

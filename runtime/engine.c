@@ -148,6 +148,8 @@ static pdx_status_t rooms_init(pdx_engine_t *e)
         return st != PDX_OK ? st : PDX_ERR_NOMEM;
     }
     pthread_mutex_init(&e->held_lock, NULL);
+    pdx_map_prefer_node(e->ext, ext_bytes(e), e->mem_node);
+    pdx_room_table_prefer_node(&e->rooms, e->mem_node);
     return PDX_OK;
 }
 
@@ -207,7 +209,7 @@ pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p)
     pthread_condattr_t cattr;
     pdx_tp_params_t params;
     pdx_engine_t *e;
-    char err[256], why[320];
+    char err[256], why[320], nic_order[512];
     pdx_status_t st;
     uint32_t started = 0;
 
@@ -247,6 +249,9 @@ pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p)
     pthread_cond_init(&e->accept_cond, &cattr);
     pthread_condattr_destroy(&cattr);
 
+    st = pdx_engine_place(e, nic_order, sizeof(nic_order));
+    if (st != PDX_OK)
+        goto err_lock;
     /* The listener first: the engine's address tags every thread's log lines. */
     st = pdx_ctrl_listen(e);
     if (st != PDX_OK)
@@ -266,6 +271,8 @@ pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p)
                                .progress_timeout_ms = e->cfg.transfer_timeout_ms,
                                .max_msg_size = e->cfg.max_msg_size, .config = &e->cfg,
                                .log_id = e->sender_id, .log_engine = e->address};
+    params.nic_order = nic_order;
+    params.cpus = e->bind ? &e->cpus : NULL;
     st = open_transport(e, &params);
     if (st != PDX_OK)
         goto err_lock;

@@ -50,6 +50,7 @@
 #include "layout.h"
 #include "mem.h"
 #include "room.h"
+#include "topo.h"
 #include "transport.h"
 #include "util.h"
 #include "wire.h"
@@ -70,6 +71,11 @@ struct pdx_engine {
     uint64_t                   mr_piece;    /* the smallest of the tps' (0: none) */
     bool                       flush;       /* shards keep a loopback pair for flush reads */
     pdx_gpu_t                  gpu;
+    pdx_topo_gpu_t             place;       /* where the GPU sits (topo.c); place.found
+                                             * false without a GPU or a topology */
+    cpu_set_t                  cpus;        /* PDX_CPU_AFFINITY: shards and tcp progress */
+    bool                       bind;        /* threads run on cpus */
+    int                        mem_node;    /* rings and tables prefer it (-1: any) */
     struct pdx_verify         *verify;      /* verify.c: PDX_VERIFY's stage for GPU memory */
     uint8_t                    id[PDX_WIRE_ID_SIZE];
     pdx_auth_key_t             key;         /* PDX_AUTH_KEY derived; key.set: peers prove it */
@@ -114,6 +120,11 @@ struct pdx_engine {
     _Atomic uint64_t           xfer_next;   /* the next one-sided transfer's number */
     pdx_engine_stats_acc_t     stats;
 };
+
+/* place.c: where the engine runs (e->place, cpus, bind, mem_node) and the
+ * RDMA devices nearest its GPU, comma-separated, into nic_order. A bad
+ * PDX_CPU_AFFINITY is PDX_ERR_INVALID, logged. */
+pdx_status_t pdx_engine_place(pdx_engine_t *e, char *nic_order, size_t len);
 
 /* An API call's log lines are about its engine. */
 void pdx_log_tag(uint64_t id, const char *engine);

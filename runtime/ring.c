@@ -11,6 +11,10 @@ static inline uint64_t head_make(uint32_t chunk, uint32_t page)
     return (uint64_t)chunk << 32 | page;
 }
 
+static size_t cells_bytes(const pdx_ring_t *r) { return r->nchunks * sizeof(*r->cells); }
+static size_t done_bytes(const pdx_ring_t *r)  { return r->nchunks * sizeof(*r->done); }
+static size_t pages_bytes(const pdx_ring_t *r) { return (size_t)r->npages * sizeof(*r->pages); }
+
 pdx_status_t pdx_ring_init(pdx_ring_t *ring, uint32_t nchunks, uint32_t npages)
 {
     if (nchunks < 2 || nchunks > (1u << 30) || npages == 0 || npages > (1u << 30))
@@ -18,30 +22,32 @@ pdx_status_t pdx_ring_init(pdx_ring_t *ring, uint32_t nchunks, uint32_t npages)
     memset(ring, 0, sizeof(*ring));
     ring->nchunks = pdx_pow2_ceil(nchunks);
     ring->npages = pdx_pow2_ceil(npages);
-    ring->cells = calloc(ring->nchunks, sizeof(*ring->cells));
-    if (!ring->cells)
-        goto err;
-    ring->done = calloc(ring->nchunks, sizeof(*ring->done));
-    if (!ring->done)
-        goto err_free_cells;
-    ring->pages = malloc((size_t)ring->npages * sizeof(*ring->pages));
-    if (!ring->pages)
-        goto err_free_done;
+    /* Mapped: pdx_ring_prefer_node() can place them before they are touched. */
+    ring->cells = pdx_map_zeroed(cells_bytes(ring));
+    ring->done = pdx_map_zeroed(done_bytes(ring));
+    ring->pages = pdx_map_zeroed(pages_bytes(ring));
+    if (!ring->cells || !ring->done || !ring->pages) {
+        pdx_ring_fini(ring);
+        return PDX_ERR_NOMEM;
+    }
     return PDX_OK;
+}
 
-err_free_done:
-    free(ring->done);
-err_free_cells:
-    free(ring->cells);
-err:
-    return PDX_ERR_NOMEM;
+void pdx_ring_prefer_node(pdx_ring_t *ring, int node)
+{
+    pdx_map_prefer_node(ring->cells, cells_bytes(ring), node);
+    pdx_map_prefer_node(ring->done, done_bytes(ring), node);
+    pdx_map_prefer_node(ring->pages, pages_bytes(ring), node);
 }
 
 void pdx_ring_fini(pdx_ring_t *ring)
 {
-    free(ring->pages);
-    free(ring->done);
-    free(ring->cells);
+    pdx_unmap(ring->pages, pages_bytes(ring));
+    pdx_unmap(ring->done, done_bytes(ring));
+    pdx_unmap(ring->cells, cells_bytes(ring));
+    ring->cells = NULL;
+    ring->done = NULL;
+    ring->pages = NULL;
 }
 
 static void note_high_water(pdx_ring_t *ring, uint32_t count)

@@ -60,6 +60,8 @@ typedef struct pdx_ring {
 } pdx_ring_t;
 
 pdx_status_t pdx_ring_init(pdx_ring_t *ring, uint32_t nchunks, uint32_t npages);
+/* Its memory goes on NUMA node `node` when first touched (-1: anywhere). */
+void pdx_ring_prefer_node(pdx_ring_t *ring, int node);
 void pdx_ring_fini(pdx_ring_t *ring);
 
 /*

@@ -53,6 +53,12 @@ pdx_status_t pdx_room_table_init(pdx_room_table_t *table, uint32_t capacity,
     return PDX_OK;
 }
 
+void pdx_room_table_prefer_node(pdx_room_table_t *table, int node)
+{
+    pdx_map_prefer_node(table->index, index_bytes(table), node);
+    pdx_map_prefer_node(table->objs, objs_bytes(table), node);
+}
+
 void pdx_room_table_fini(pdx_room_table_t *table)
 {
     pthread_mutex_destroy(&table->lock);

@@ -64,6 +64,8 @@ typedef struct pdx_room_table {
 /* first_use (may be NULL) sets up what the caller keeps per slot. */
 pdx_status_t pdx_room_table_init(pdx_room_table_t *table, uint32_t capacity,
                                  pdx_room_first_use_fn *first_use, void *arg);
+/* The index and objects go on NUMA node `node` when first touched (-1: anywhere). */
+void pdx_room_table_prefer_node(pdx_room_table_t *table, int node);
 void pdx_room_table_fini(pdx_room_table_t *table);
 
 /* Every slot a room may be in lies below this (a walk's bound; acquire). */

@@ -115,6 +115,7 @@ pdx_status_t pdx_shard_init(pdx_engine_t *e, pdx_shard_t *s, uint32_t index)
                   pdx_status_str(status));
         return status;
     }
+    pdx_ring_prefer_node(&s->ring, e->mem_node);
     s->cell_next = malloc((size_t)s->ring.nchunks * sizeof(*s->cell_next));
     if (!s->cell_next) {
         pdx_error("shard %u: out of memory for %u ring links", index, s->ring.nchunks);
@@ -689,7 +690,8 @@ pdx_status_t pdx_shard_start(pdx_shard_t *s)
     int rc;
 
     atomic_store_explicit(&s->stop, 0, memory_order_relaxed);
-    rc = pdx_thread_start(&s->thread, shard_main, s);
+    rc = pdx_thread_start_on(&s->thread, shard_main, s,
+                             s->engine->bind ? &s->engine->cpus : NULL);
     if (rc) {
         pdx_error("shard %u: cannot start its worker: %s", s->index, strerror(rc));
         return PDX_ERR_IO;

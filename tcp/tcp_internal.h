@@ -511,6 +511,8 @@ struct tcp_tp {
     uint64_t          max_msg_size;
     pthread_t         thread;
     bool              thread_started;
+    bool              bind;        /* the progress thread runs on cpus */
+    cpu_set_t         cpus;
 
     /* anyone -> progress thread */
     alignas(PDX_CACHELINE) _Atomic int doorbell;  /* new posts somewhere */

@@ -477,7 +477,7 @@ err_free_ai:
 
 static pdx_status_t tp_start(tcp_tp_t *tp)
 {
-    int rc = pdx_thread_start(&tp->thread, progress_main, tp);
+    int rc = pdx_thread_start_on(&tp->thread, progress_main, tp, tp->bind ? &tp->cpus : NULL);
 
     if (rc) {
         pdx_error("tcp: %s: cannot start the progress thread: %s", tp->name, strerror(rc));
@@ -545,6 +545,10 @@ static pdx_status_t tcp_open(const pdx_tp_params_t *params, pdx_tp_t **tp_p)
     tp->stage_bytes = PDX_MAX(tp->stage_bytes, TCP_STAGING_MIN);
     tp->copier = tcp_copier_current();
     tp->device = -1;
+    if (params && params->cpus) {
+        tp->bind = true;
+        tp->cpus = *params->cpus;
+    }
     atomic_init(&tp->staging, false);
     status = PDX_ERR_IO;
     if (pthread_mutex_init(&tp->cmd_lock, NULL) || pthread_mutex_init(&tp->obj_lock, NULL) ||

@@ -153,6 +153,46 @@ static void device_skipped(softnic_call_t call, int err, const char *what)
     transfer_works(&nic);
 }
 
+/* Without PDX_IB_DEVICES the engine's ranking of the devices by its GPU
+ * (params.nic_order) decides; names it lacks follow in the list's order,
+ * names the list lacks are skipped, and PDX_IB_DEVICES overrides it. */
+static const char *nearest_open(const char *order, uint32_t nic, const char *ib_devices)
+{
+    static char name[64];
+    pdx_tp_params_t params = {.progress_timeout_ms = 10000, .max_msg_size = FX_MAXMSG,
+                              .nic_order = order, .nic = nic};
+    pdx_config_t cfg;
+    pdx_tp_t *tp = NULL;
+
+    cr_assert_eq(pdx_config_init(&cfg), PDX_OK);
+    if (ib_devices)
+        cr_assert_eq(pdx_config_set(&cfg, "PDX_IB_DEVICES", ib_devices), PDX_OK);
+    params.config = &cfg;
+    cr_assert_eq(ops->open(&params, &tp), PDX_OK, "order \"%s\", NIC %u", order, nic);
+    snprintf(name, sizeof(name), "%s", rdma_tp(tp)->dev.name);
+    ops->close(tp);
+    return name;
+}
+
+Test(rdma_setup, devices_nearest_the_gpu_first)
+{
+    softnic_config_t nic = fx_nic(4, SOFTNIC_THREAD);
+    frame_t f;
+
+    frame_begin(&f, &nic);
+    cr_expect_str_eq(nearest_open(NULL, 0, NULL), "softnic0");
+    cr_expect_str_eq(nearest_open("", 0, NULL), "softnic0");
+    cr_expect_str_eq(nearest_open("softnic2,softnic3", 0, NULL), "softnic2");
+    cr_expect_str_eq(nearest_open("softnic2,softnic3", 1, NULL), "softnic3");
+    cr_expect_str_eq(nearest_open("softnic2,softnic3", 2, NULL), "softnic0", "then the list's");
+    cr_expect_str_eq(nearest_open("softnic2,softnic3", 3, NULL), "softnic1");
+    cr_expect_str_eq(nearest_open("mlx5_0,softnic3,softnic3", 0, NULL), "softnic3");
+    cr_expect_str_eq(nearest_open("mlx5_0,softnic3,softnic3", 1, NULL), "softnic0",
+                     "a name given twice is one device");
+    cr_expect_str_eq(nearest_open("softnic2", 0, "softnic1"), "softnic1");
+    free(frame_end(&f, 0));
+}
+
 Test(rdma_setup, open_device_fails)
 {
     device_skipped(SOFTNIC_CALL_OPEN_DEVICE, EPERM,

@@ -10,6 +10,7 @@ packages=(
   python3                                           # the Python binding and its tests
   libibverbs-dev                                    # the rdma transport (and softnic)
   libsodium-dev                                     # PDX_AUTH_KEY: MACs and sealing
+  libhwloc-dev                                      # runtime/topo_hwloc.c: GPU, NIC and CPU placement
   libamdhip64-dev                                   # hip/ on amd: HIP headers, libamdhip64
   iproute2 procps                                   # tests and demo helpers
   valgrind                                          # tools/memcheck.sh

@@ -1,0 +1,152 @@
+/*
+ * PDX_CPU_AFFINITY on a live engine (tcp): a CPU list puts every shard
+ * worker and the tcp progress thread on those CPUs, off leaves them on the
+ * process's; malformed lists are refused when the variable is parsed, and
+ * a list of CPUs the process may not use when the engine is created. The
+ * control thread is not bound. (What auto picks on a GPU node is
+ * test_topo's, on XML topologies: this machine has no GPU.)
+ */
+#include <criterion/criterion.h>
+
+#include <dirent.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <pdx/pdx.h>
+
+
+static int count_named(const char *prefix)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *t;
+    int n = 0;
+
+    cr_assert_not_null(d);
+    while ((t = readdir(d)) != NULL) {
+        char path[300], comm[32] = "";
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", t->d_name);
+        f = t->d_name[0] != '.' ? fopen(path, "re") : NULL;
+        if (!f)
+            continue;
+        if (fgets(comm, sizeof(comm), f) && strncmp(comm, prefix, strlen(prefix)) == 0)
+            n++;
+        fclose(f);
+    }
+    closedir(d);
+    return n;
+}
+
+/* The CPUs of each thread of this process named like `prefix`; how many. */
+static int threads_on(const char *prefix, const cpu_set_t *want, bool equal)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *t;
+    int n = 0;
+
+    cr_assert_not_null(d);
+    while ((t = readdir(d)) != NULL) {
+        char path[300], comm[32] = "";
+        cpu_set_t cpus;
+        FILE *f;
+        int tid = atoi(t->d_name);
+
+        if (tid <= 0)
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%d/comm", tid);
+        f = fopen(path, "re");
+        if (!f)
+            continue; /* the thread is gone */
+        if (!fgets(comm, sizeof(comm), f))
+            comm[0] = '\0';
+        fclose(f);
+        if (strncmp(comm, prefix, strlen(prefix)) != 0)
+            continue;
+        cr_assert_eq(sched_getaffinity(tid, sizeof(cpus), &cpus), 0);
+        cr_expect_eq(CPU_EQUAL(&cpus, want), equal, "%s (thread %d): CPUs %s",
+                     strtok(comm, "\n"), tid, equal ? "not the ones asked for" : "bound");
+        n++;
+    }
+    closedir(d);
+    return n;
+}
+
+/* threads_on once `count` threads carry the name (a thread names itself
+ * when it starts, after pdx_engine_create returned): within 5 s. */
+static void expect_threads(const char *prefix, const cpu_set_t *want, int count)
+{
+    struct timespec nap = {0, 1000000};
+
+    for (int i = 0; i < 5000 && count_named(prefix) < count; i++)
+        nanosleep(&nap, NULL);
+    cr_expect_eq(threads_on(prefix, want, true), count, "threads named %s", prefix);
+}
+
+static pdx_status_t engine(const char *affinity, pdx_engine_t **e_p)
+{
+    pdx_config_t cfg;
+
+    cr_assert_eq(pdx_config_init(&cfg), PDX_OK);
+    cr_assert_eq(pdx_config_set(&cfg, "PDX_TRANSPORT", "tcp"), PDX_OK);
+    cr_assert_eq(pdx_config_set(&cfg, "PDX_LISTEN", "127.0.0.1:0"), PDX_OK);
+    cr_assert_eq(pdx_config_set(&cfg, "PDX_SHARDS", "3"), PDX_OK);
+    cr_assert_eq(pdx_config_set(&cfg, "PDX_CPU_AFFINITY", affinity), PDX_OK);
+    return pdx_engine_create(&cfg, e_p);
+}
+
+Test(affinity, a_cpu_list_binds_the_shards_and_the_tcp_thread)
+{
+    cpu_set_t mine, one;
+    pdx_engine_t *e = NULL;
+    char list[16];
+    int last = -1;
+
+    cr_assert_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
+    for (int c = 0; c < CPU_SETSIZE; c++)
+        if (CPU_ISSET(c, &mine))
+            last = c;
+    CPU_ZERO(&one);
+    CPU_SET(last, &one);
+    snprintf(list, sizeof(list), "%d", last);
+    cr_assert_eq(engine(list, &e), PDX_OK);
+    expect_threads("pdx-shard", &one, 3);
+    expect_threads("pdx-tcp", &one, 1);
+    if (CPU_COUNT(&mine) > 1)
+        expect_threads("pdx-ctrl", &mine, 1); /* not bound */
+    pdx_engine_destroy(e);
+}
+
+Test(affinity, off_leaves_threads_where_the_process_runs)
+{
+    pdx_engine_t *e = NULL;
+    cpu_set_t mine;
+
+    cr_assert_eq(sched_getaffinity(0, sizeof(mine), &mine), 0);
+    cr_assert_eq(engine("off", &e), PDX_OK);
+    expect_threads("pdx-shard", &mine, 3);
+    expect_threads("pdx-tcp", &mine, 1);
+    pdx_engine_destroy(e);
+    /* auto without a GPU binds nothing either */
+    cr_assert_eq(engine("auto", &e), PDX_OK);
+    expect_threads("pdx-shard", &mine, 3);
+    pdx_engine_destroy(e);
+}
+
+Test(affinity, bad_lists_are_refused)
+{
+    static const char *const bad[] = {"", "on", "0-", "2-1", "0,,1", "-1", "0-4096", "0x1"};
+    pdx_engine_t *e = NULL;
+    pdx_config_t cfg;
+
+    cr_assert_eq(pdx_config_init(&cfg), PDX_OK);
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        cr_expect_eq(pdx_config_set(&cfg, "PDX_CPU_AFFINITY", bad[i]), PDX_ERR_INVALID,
+                     "\"%s\" taken", bad[i]);
+    /* well formed, but none of them is the process's */
+    cr_expect_eq(engine("1023", &e), PDX_ERR_INVALID);
+    cr_expect_null(e);
+}
