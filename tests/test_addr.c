@@ -594,36 +594,3 @@ Test(engine, peer_connect_with_a_bad_address, .fini = fini, .timeout = 30)
     side_open(&pf, &g, NULL);
     move_rooms(side_connect(&dc, &pf), 30);
 }
-
-/*
- * An engine that advertises loopback is refused only by a peer on another
- * host: one on the same host that dials one of the host's other addresses
- * reaches it (the connection's two ends have the same address). Two hosts:
- * tests/two_hosts.sh.
- */
-Test(engine, loopback_advertised_to_the_same_host_over_another_address, .fini = fini,
-     .timeout = 60)
-{
-    static const char *const wild[] = {"PDX_LISTEN=0.0.0.0:0", "PDX_ADVERTISE_ADDR=127.0.0.1",
-                                       NULL};
-    struct ifaddrs *list, *ifa;
-    char ip[64] = "", addr[128];
-    uint32_t peer = 0;
-
-    cr_assert_eq(getifaddrs(&list), 0);
-    for (ifa = list; ifa && !ip[0]; ifa = ifa->ifa_next)
-        if (ifa->ifa_addr && ifa->ifa_addr->sa_family == AF_INET &&
-            strcmp(ifa->ifa_name, "lo") != 0)
-            inet_ntop(AF_INET, &((struct sockaddr_in *)ifa->ifa_addr)->sin_addr, ip, sizeof(ip));
-    freeifaddrs(list);
-    if (!ip[0] || pdx_addr_is_loopback(ip))
-        cr_skip_test("this host has no IPv4 address but loopback");
-    side_open(&pf, &g, wild);
-    side_open(&dc, &g, NULL);
-    snprintf(addr, sizeof(addr), "%s:%s", ip, strrchr(pdx_engine_address(pf.e), ':') + 1);
-    keep_from(PDX_LOG_WARN);
-    cr_assert_eq(pdx_peer_connect(dc.e, addr, 5000, &peer), PDX_OK, "%s", addr);
-    pdx_log_set_handler(NULL, NULL);
-    cr_expect_not(was_logged("loopback"), "%s", logged);
-    move_rooms(peer, 40);
-}

@@ -10,7 +10,9 @@
 #   2. the same on [::]:0 and [2001:2::1];
 #   3. decode with PDX_ADVERTISE_ADDR=127.0.0.1: the prefill fails at once
 #      (well before its timeout) with the loopback error, and decode says
-#      why too.
+#      why too;
+#   4. the same decode dialed at 198.18.0.1 from its own host (a prefill in
+#      A): the connection's two ends have one address, and it is served.
 # Nothing is sent outside the two namespaces. Exit 77 (a skip, with the
 # reason) where the namespaces cannot be made: not root, no ip command, or
 # `ip netns add`, `ip netns exec` or the veth refused.
@@ -126,3 +128,17 @@ grep -q "advertised as 127.0.0.1, a loopback address, to peer 198.18.0.2:[0-9]* 
   "$dir/decode.err" || { cat "$dir/decode.err" >&2; fail "decode's error does not say why"; }
 [ "$ms" -lt 10000 ] || fail "the prefill took $ms ms to fail (its timeout is 20000 ms): not at once"
 echo "two_hosts: a decode that advertises 127.0.0.1 is refused from another host in $ms ms, on both sides"
+
+# Case 4: the same decode, dialed over A's veth address from A itself.
+start_decode 0.0.0.0:0 PDX_ADVERTISE_ADDR=127.0.0.1
+port=${addr##*:}
+ip netns exec "$a" timeout 60 "$bench" --role prefill --connect "198.18.0.1:$port" \
+  "${flags[@]}" >"$dir/prefill" 2>&1 || { cat "$dir/prefill" >&2; fail "a prefill on the decode's own host was refused"; }
+rc=0
+wait "$dpid" || rc=$?
+dpid=
+[ "$rc" -eq 0 ] && grep -q '"done": 64, "failed": 0,' "$dir/decode" ||
+  { cat "$dir/decode" "$dir/decode.err" >&2; fail "decode advertising 127.0.0.1, dialed from its own host: exit $rc"; }
+! grep -q "on another host" "$dir/prefill" "$dir/decode.err" ||
+  fail "a peer on the same host was told about loopback"
+echo "two_hosts: a decode that advertises 127.0.0.1 serves a prefill on its own host that dials 198.18.0.1"
