@@ -539,4 +539,77 @@ void rdma_async_handle(rdma_tp_t *tp, const struct ibv_async_event *ev);
  * takes tp->lock, then each CQ's lock. */
 void rdma_device_dead(rdma_tp_t *tp, const char *why);
 
+/* --------------------------------------------------------------- info */
+
+/*
+ * What pdx-info shows of the RDMA devices (info.c), read without an engine:
+ * every device libibverbs lists, each of its ports and each GID of a port
+ * that is not all zeros. Nothing stays open once rdma_info_read returns.
+ * A device or port that cannot be read carries the reason in its error
+ * text; the rest are still read.
+ */
+#define RDMA_INFO_FW_MAX   64u
+#define RDMA_INFO_ADDR_MAX 46u   /* INET6_ADDRSTRLEN */
+
+typedef struct rdma_info_gid {
+    uint32_t      index;
+    union ibv_gid gid;
+    const char   *type;      /* "RoCE v2", "RoCE v1", "IB" or "?" (static text) */
+    const char   *type_from; /* "verbs" (ibv_query_gid_ex) or "sysfs" (gid_attrs/types) */
+    char          addr[RDMA_INFO_ADDR_MAX]; /* "10.0.0.1" for ::ffff:10.0.0.1, else IPv6 */
+} rdma_info_gid_t;
+
+typedef struct rdma_info_port {
+    uint8_t          num;
+    uint8_t          state;          /* enum ibv_port_state */
+    uint8_t          link_layer;     /* IBV_LINK_LAYER_* */
+    uint8_t          active_mtu;     /* enum ibv_mtu */
+    uint8_t          active_width;   /* as verbs says: 1, 2, 4, 8, 16 */
+    uint8_t          active_speed;   /* as verbs says: 1 (SDR) .. 128 (NDR) */
+    uint16_t         lid;
+    uint32_t         lanes;          /* active_width as lanes; 0: unknown */
+    double           lane_gbps;      /* active_speed as Gb/s per lane; 0: unknown */
+    uint32_t         ngids;
+    rdma_info_gid_t *gids;           /* in index order */
+    char             error[RDMA_ERRMSG_MAX]; /* "": read whole */
+} rdma_info_port_t;
+
+typedef struct rdma_info_dev {
+    char              name[RDMA_DEVNAME_MAX];
+    uint64_t          node_guid;     /* host byte order */
+    char              fw_ver[RDMA_INFO_FW_MAX];
+    uint32_t          nports;
+    rdma_info_port_t *ports;
+    char              error[RDMA_ERRMSG_MAX]; /* "": read whole */
+} rdma_info_dev_t;
+
+typedef struct rdma_info {
+    uint32_t         ndevs;
+    rdma_info_dev_t *devs;           /* in the order libibverbs lists them */
+    char             why[RDMA_ERRMSG_MAX]; /* ndevs 0: why ("libibverbs lists none") */
+} rdma_info_t;
+
+/* Read every device. sysfs_root ("/sys") is where a GID's RoCE version is
+ * read when ibv_query_gid_ex cannot say. PDX_ERR_NOMEM only; no device is
+ * PDX_OK with ndevs 0 and the reason in why. */
+pdx_status_t rdma_info_read(const char *sysfs_root, rdma_info_t **info_p);
+void rdma_info_free(rdma_info_t *info);
+
+/* "ACTIVE", "DOWN", ... and "Ethernet", "InfiniBand" (static text). */
+const char *rdma_info_port_state(uint8_t state);
+const char *rdma_info_link_layer(uint8_t link_layer);
+
+/* The RoCE version of GID index of dev's port from
+ * <sysfs_root>/class/infiniband/<dev>/ports/<port>/gid_attrs/types/<index>
+ * ("RoCE v2", "RoCE v1", "IB" on an InfiniBand port); NULL when unreadable. */
+const char *rdma_info_gid_type_sysfs(const char *sysfs_root, const char *dev, uint8_t port,
+                                     uint32_t index, uint8_t link_layer);
+
+/* A GID as text: the IPv4 address of ::ffff:a.b.c.d, else the IPv6 text. */
+void rdma_info_gid_text(const union ibv_gid *gid, char *buf, size_t len);
+
+/* Which device, port and GID an engine of these knobs would open first
+ * (rdma_device_open, quiet: the reason is logged at info), closed again. */
+pdx_status_t rdma_info_probe(const rdma_knobs_t *knobs, rdma_dev_info_t *info_p);
+
 #endif
