@@ -529,7 +529,8 @@ static void field_text(const pdx_config_row_t *row, const pdx_config_t *cfg, cha
     if (row->parse == parse_secret) {
         snprintf(buf, len, "%s", *(const char *)field ? "(set)" : "");
     } else if (row->parse == parse_text || row->parse == parse_word ||
-               row->parse == parse_listen || row->parse == parse_host) {
+               row->parse == parse_listen || row->parse == parse_host ||
+               row->parse == parse_affinity) {
         snprintf(buf, len, "%s", (const char *)field);
     } else if (row->parse == parse_mode) {
         static const char *const words[] = {"auto", "on", "off"};

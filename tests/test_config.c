@@ -306,6 +306,20 @@ Test(config, describe_tells_every_variable_and_its_value)
             cr_expect_str_eq(v.choices, "auto|tcp|rdma");
     }
     cr_expect_geq(n, 30);
+    /* Every field of a default configuration reads back as its default text
+     * (a field shown through the wrong type would not). */
+    pdx_config_defaults(&cfg);
+    for (uint32_t i = 0; pdx_config_describe(&cfg, i, &v) == PDX_OK; i++) {
+        size_t len = strlen(v.default_value);
+
+        if (len && strchr("KMG", v.default_value[len - 1]))
+            continue; /* a size: its value is shown in bytes */
+        cr_expect_str_eq(v.value, v.default_value, "%s", v.name);
+    }
+    cr_assert_eq(pdx_config_set(&cfg, "PDX_CPU_AFFINITY", "0-3,8"), PDX_OK);
+    for (uint32_t i = 0; pdx_config_describe(&cfg, i, &v) == PDX_OK; i++)
+        if (strcmp(v.name, "PDX_CPU_AFFINITY") == 0)
+            cr_expect_str_eq(v.value, "0-3,8");
     cr_expect_eq(pdx_config_describe(NULL, 0, &v), PDX_OK);
     cr_expect_str_eq(v.value, "", "no value without a configuration");
     cr_expect_eq(pdx_config_describe(&cfg, n, &v), PDX_ERR_NOT_FOUND);
