@@ -2,7 +2,8 @@
 # On a machine with an NVIDIA GPU and CUDA under /usr/local/cuda: configure
 # pdx for the nvidia platform without Criterion, build tests/gpu/test_gpu
 # (hip/), test_gpu_gates (the engine's gates with kernels) and pdx-bench,
-# run both tests (each ends in "N passed, N failed") and test_gpu_python.py
+# print pdx-info and the engine's placement, run both tests (each ends in
+# "N passed, N failed") and test_gpu_python.py
 # (the Python binding with GPU memory; unittest's summary), then a verified
 # GPU -> GPU pdx-bench over tcp (one NIC, then two per engine) and the same
 # run with host memory for comparison. The exit status is 1 when anything failed. Run from
@@ -13,9 +14,14 @@ build=${BUILD:-/tmp/pdx-gpu}
 
 cmake -S "$src" -B "$build" -DPDX_HIP_PLATFORM=nvidia -DPDX_BUILD_TESTS=OFF \
       -DPDX_BUILD_BENCH=OFF -DPDX_GPU_TESTS=ON || { echo "run.sh: configure failed" >&2; exit 2; }
-cmake --build "$build" --target pdx test_gpu test_gpu_gates pdx-bench -j "$(nproc)" ||
+cmake --build "$build" --target pdx test_gpu test_gpu_gates pdx-bench pdx-info -j "$(nproc)" ||
   { echo "run.sh: build failed" >&2; exit 2; }
 rc=0
+echo "=== pdx-info (the build, GPUs, RDMA devices, GPU -> NIC, CPUs, transport) ==="
+"$build/tools/pdx-info" -Vgnmct || rc=1
+echo "=== the engine's placement (PDX_LOG=info) ==="
+PDX_LOG=info "$build/tools/pdx-bench" --gpu 0 --loopback --transport tcp --requests 4 2>&1 |
+  grep -E "GPU [0-9]+ \(|not in the machine's topology" || { echo "no placement line"; rc=1; }
 echo "=== test_gpu (hip/) ==="
 "$build/tests/gpu/test_gpu" || rc=1
 echo "=== test_gpu_gates (the engine's gates with kernels) ==="

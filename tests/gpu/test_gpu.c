@@ -424,7 +424,9 @@ int main(void)
     }
     st = pdx_hip_device_identity(0, &id);
     CHECK(st == PDX_OK && id.pci_bus_id[0], "device_identity: %s", pdx_status_str(st));
-    printf("%d GPU(s); GPU 0: PCI %s, NUMA node %d\n", n, id.pci_bus_id, id.numa_node);
+    CHECK(st != PDX_OK || id.name[0], "device_identity: no product name");
+    printf("%d GPU(s); GPU 0: %s, PCI %s, NUMA node %d, hive %#llx (%s)\n", n, id.name,
+           id.pci_bus_id, id.numa_node, (unsigned long long)id.hive_id, id.source);
     CHECK(pdx_hip_set_device(0) == PDX_OK, "set_device(0)");
 
     test_classify();
