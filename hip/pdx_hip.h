@@ -60,8 +60,9 @@ typedef struct pdx_hip_identity {
                                                    "" unknown */
     uint64_t    hive_id;                        /* XGMI hive; 0: none or unknown */
     const char *source;                         /* where numa_node and hive_id came
-                                                   from: "rocm-smi", "sysfs" or
-                                                   "none" (static text) */
+                                                   from: "rocm-smi", "rocm-smi, NUMA
+                                                   node from sysfs", "sysfs" or "none"
+                                                   (static text) */
 } pdx_hip_identity_t;
 
 /*

@@ -241,12 +241,16 @@ void hipx_smi_apply(const hipx_smi_facts_t *facts, pdx_hip_identity_t *id)
                       id->device, id->pci_bus_id);
         return;
     }
-    if (gpu->numa_node >= 0)
-        id->numa_node = gpu->numa_node;
     id->hive_id = gpu->hive_id;
     if (gpu->name[0])
         memcpy(id->name, gpu->name, sizeof(id->name));
-    id->source = "rocm-smi";
+    /* the NUMA node says where it came from: rocm-smi's, or sysfs's kept */
+    if (gpu->numa_node >= 0) {
+        id->numa_node = gpu->numa_node;
+        id->source = "rocm-smi";
+    } else {
+        id->source = "rocm-smi, NUMA node from sysfs";
+    }
 }
 
 /* ------------------------------------------------------- the process's table */

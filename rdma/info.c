@@ -58,7 +58,8 @@ static uint32_t width_lanes(uint8_t width)
     }
 }
 
-/* active_speed: SDR, DDR, QDR, FDR10, FDR, EDR, HDR, NDR, XDR per lane. */
+/* active_speed: SDR, DDR, QDR, FDR10, FDR, EDR, HDR, NDR per lane (XDR is
+ * reported only in active_speed_ex, which this does not read: 0, unknown). */
 static double speed_gbps(uint8_t speed)
 {
     switch (speed) {

@@ -118,7 +118,7 @@ static const pdx_config_row_t config_table[] = {
              "a name); empty: the host of PDX_LISTEN, or for a wildcard the address of the "
              "default route's interface, else loopback", ADVERTISE_ADDR, advertise_addr,
              parse_host, NULL),
-    ROW_WORD("PDX_CPU_AFFINITY", "auto", "CPUs of the shard workers and transport threads: "
+    ROW_WORD("PDX_CPU_AFFINITY", "auto", "CPUs of the shard workers and tcp's progress threads: "
              "auto (the GPU's local cores), off, or a CPU list such as 0-15,32-47",
              CPU_AFFINITY, cpu_affinity, parse_affinity, NULL),
 };
@@ -327,15 +327,21 @@ static pdx_status_t parse_host(const pdx_config_row_t *row, const char *text, vo
     return parse_text(row, text, field, err, errlen);
 }
 
-/* auto, off, or a CPU list (topo.h) */
+/* PDX_CPU_AFFINITY's text: auto, off, or a CPU list (topo.h). */
+static bool affinity_valid(const char *text, char *why, size_t whylen)
+{
+    cpu_set_t cpus;
+
+    return strcmp(text, "auto") == 0 || strcmp(text, "off") == 0 ||
+           pdx_cpulist_parse(text, &cpus, why, whylen) == PDX_OK;
+}
+
 static pdx_status_t parse_affinity(const pdx_config_row_t *row, const char *text, void *field,
                                    char *err, size_t errlen)
 {
     char why[160];
-    cpu_set_t cpus;
 
-    if (strcmp(text, "auto") != 0 && strcmp(text, "off") != 0 &&
-        pdx_cpulist_parse(text, &cpus, why, sizeof(why)) != PDX_OK) {
+    if (!affinity_valid(text, why, sizeof(why))) {
         snprintf(err, errlen, "%s=\"%s\": auto, off or a CPU list: %s", row->name, text, why);
         return PDX_ERR_INVALID;
     }
@@ -488,10 +494,17 @@ pdx_status_t pdx_config_check(const pdx_config_t *cfg, char *err, size_t errlen)
     char host[PDX_NAME_MAX], why[160];
     uint32_t port;
 
-    /* A program's own struct skipped the parsers: its addresses are checked here. */
+    /* A program's own struct skipped the parsers: its texts are checked here. */
     if (!memchr(cfg->listen, '\0', sizeof(cfg->listen)) ||
-        !memchr(cfg->advertise_addr, '\0', sizeof(cfg->advertise_addr))) {
-        snprintf(err, errlen, "PDX_LISTEN or PDX_ADVERTISE_ADDR is not terminated");
+        !memchr(cfg->advertise_addr, '\0', sizeof(cfg->advertise_addr)) ||
+        !memchr(cfg->cpu_affinity, '\0', sizeof(cfg->cpu_affinity))) {
+        snprintf(err, errlen, "PDX_LISTEN, PDX_ADVERTISE_ADDR or PDX_CPU_AFFINITY is not "
+                 "terminated");
+        return PDX_ERR_INVALID;
+    }
+    if (!affinity_valid(cfg->cpu_affinity, why, sizeof(why))) {
+        snprintf(err, errlen, "PDX_CPU_AFFINITY=\"%s\": auto, off or a CPU list: %s",
+                 cfg->cpu_affinity, why);
         return PDX_ERR_INVALID;
     }
     if (pdx_addr_split(cfg->listen, 0, host, sizeof(host), &port, why, sizeof(why)) != PDX_OK) {

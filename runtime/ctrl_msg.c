@@ -204,8 +204,7 @@ static void fail_told(pdx_peer_t *peer, pdx_status_t status, const char *told, c
     snprintf(m.message, sizeof(m.message), "%s", told);
     if (pdx_wire_encode_error(&m, frame, sizeof(frame), &len) == PDX_OK)
         pdx_peer_queue_last(peer, frame, len);
-    if (!peer->outgoing)
-        pdx_error("%s", ours);
+    peer->refused_loudly = true; /* one line, an error, on either side */
     pdx_peer_fail(peer, status, "%s", ours);
 }
 

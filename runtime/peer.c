@@ -761,8 +761,10 @@ void pdx_peer_fail(pdx_peer_t *peer, pdx_status_t status, const char *fmt, ...)
         atomic_fetch_add_explicit(&e->stats.handshakes_refused, 1, memory_order_relaxed);
         atomic_store_explicit(&e->last_refusal, status, memory_order_relaxed);
     }
-    if (atomic_load_explicit(&peer->closed, memory_order_acquire) ||
-        (id == UINT32_MAX && !peer->outgoing))
+    if (peer->refused_loudly)
+        level = PDX_LOG_ERROR;
+    else if (atomic_load_explicit(&peer->closed, memory_order_acquire) ||
+             (id == UINT32_MAX && !peer->outgoing))
         level = PDX_LOG_INFO;
     else if (status == PDX_ERR_PEER || status == PDX_ERR_TIMEOUT)
         level = PDX_LOG_WARN;

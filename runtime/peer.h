@@ -38,6 +38,9 @@ struct pdx_peer {
     uint32_t            handle;        /* the API's name for it: generation << 8 | id */
     int                 fd;
     bool                outgoing;      /* we called pdx_peer_connect */
+    bool                refused_loudly; /* its handshake was refused for a reason this
+                                        * engine's user must act on: its failure is
+                                        * an error, not a routine refusal */
     bool                accepted;      /* returned by pdx_peer_accept (accept_lock) */
     _Atomic int         state;         /* pdx_peer_state_t */
     _Atomic uint32_t    reaped;        /* FAILED and every dep in error: nothing more

@@ -58,8 +58,8 @@ pdx_status_t pdx_engine_place(pdx_engine_t *e, char *nic_order, size_t len)
         topo = NULL; /* said why; the engine runs where the OS puts it */
     if (gpu && topo)
         pdx_topo_gpu(topo, id.pci_bus_id, &e->place);
-    st = pdx_topo_affinity(e->cfg.cpu_affinity, topo, e->place.found ? &e->place : NULL,
-                           &e->cpus, &e->bind, why, sizeof(why));
+    st = pdx_topo_affinity(e->cfg.cpu_affinity, topo, gpu ? &e->place : NULL, &e->cpus,
+                           &e->bind, why, sizeof(why));
     if (st != PDX_OK) {
         pdx_topo_system_put(topo);
         return st; /* named the variable */

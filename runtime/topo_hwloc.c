@@ -264,7 +264,10 @@ static void rank(const pdx_topo_t *topo, hwloc_obj_t gpu, hwloc_obj_t nic_os,
                      common->attr->bridge.downstream.pci.secondary_bus,
                      common->attr->bridge.downstream.pci.subordinate_bus, nic->hops);
         else {
-            bus_id_of(common, id, sizeof(id));
+            const struct hwloc_pcidev_attr_s *port = &common->attr->bridge.upstream.pci;
+
+            snprintf(id, sizeof(id), "%04x:%02x:%02x.%x", port->domain, port->bus, port->dev,
+                     port->func);
             snprintf(nic->why, sizeof(nic->why), "same PCIe switch (below bridge %s), %u hops",
                      id, nic->hops);
         }

@@ -193,10 +193,9 @@ void info_show_cpus(info_t *in)
             pdx_topo_gpu(topo, bus, g);
     }
     CPU_ZERO(&cpus);
-    /* as pdx_engine_place(): the topology only for an engine with a GPU, the
-     * GPU only where the topology has it */
-    st = pdx_topo_affinity(in->cfg.cpu_affinity, gpu ? topo : NULL, g && g->found ? g : NULL,
-                           &cpus, &bind, why, sizeof(why));
+    /* as pdx_engine_place(): the topology only for an engine with a GPU */
+    st = pdx_topo_affinity(in->cfg.cpu_affinity, gpu ? topo : NULL, gpu ? g : NULL, &cpus,
+                           &bind, why, sizeof(why));
     if (st == PDX_OK && bind)
         pdx_cpulist_format(&cpus, list, sizeof(list));
     if (topo) {

@@ -151,7 +151,7 @@ Test(hip_smi, matched_by_bus_id_not_index)
     cr_expect_eq(hip2.numa_node, 3);
     cr_expect_eq(hip2.hive_id, 0);
     cr_expect_str_eq(hip2.name, "");
-    cr_expect_str_eq(hip2.source, "rocm-smi");
+    cr_expect_str_eq(hip2.source, "rocm-smi, NUMA node from sysfs");
 }
 
 Test(hip_smi, bus_id_not_listed_keeps_sysfs_facts)
