@@ -72,3 +72,67 @@ function(pdx_find_hip)
   set(PDX_HIP_LIBRARIES "${libs}" PARENT_SCOPE)
   set(PDX_HIP_DEFINITIONS "${defs}" PARENT_SCOPE)
 endfunction()
+
+set(PDX_HIP_GPU_TARGETS "gfx90a;gfx942;gfx950" CACHE STRING
+    "AMD GPU targets hipcc builds hip/'s kernels for (those this hipcc knows)")
+
+# pdx_hip_embed_kernel(SOURCE NAME OUT_VAR): at build time, compile the
+# kernel source SOURCE for the platform's GPUs and embed the result in a
+# generated C file defining NAME and NAME_size (cmake/PdxEmbed.cmake):
+#   nvidia  nvcc -ptx for compute_75 (the driver JIT-compiles the PTX for the
+#           GPU present, once per device and process)
+#   amd     hipcc --genco, a code-object bundle for each PDX_HIP_GPU_TARGETS
+#           entry this hipcc accepts (probed at configure time)
+# OUT_VAR is the generated file, or "" when the compiler is missing (the
+# kernel's calls then answer PDX_ERR_UNSUPPORTED): hipcc is optional on amd.
+function(pdx_hip_embed_kernel source name out_var)
+  set(${out_var} "" PARENT_SCOPE)
+  set(image ${CMAKE_CURRENT_BINARY_DIR}/${name}.img)
+  set(gen ${CMAKE_CURRENT_BINARY_DIR}/${name}.c)
+  set(embed ${CMAKE_COMMAND} -DIN=${image} -DOUT=${gen} -DNAME=${name}
+            -P ${PROJECT_SOURCE_DIR}/cmake/PdxEmbed.cmake)
+  if(PDX_HIP_PLATFORM_RESOLVED STREQUAL "nvidia")
+    find_program(PDX_NVCC nvcc PATHS ${PDX_CUDA_ROOT}/bin NO_DEFAULT_PATH)
+    if(NOT PDX_NVCC)
+      message(STATUS "no nvcc under ${PDX_CUDA_ROOT}/bin: ${name} is not built (unsupported)")
+      return()
+    endif()
+    add_custom_command(OUTPUT ${gen}
+      COMMAND ${PDX_NVCC} -ptx -arch=compute_75 -o ${image} ${source}
+      COMMAND ${embed}
+      DEPENDS ${source} ${PROJECT_SOURCE_DIR}/cmake/PdxEmbed.cmake
+      COMMENT "nvcc: ${name} to PTX (compute_75), embedded" VERBATIM)
+  elseif(PDX_HIP_PLATFORM_RESOLVED STREQUAL "amd")
+    find_program(PDX_HIPCC hipcc PATHS /opt/rocm/bin)
+    if(NOT PDX_HIPCC)
+      message(STATUS "no hipcc: ${name} is not built (its calls answer unsupported)")
+      return()
+    endif()
+    set(probe ${CMAKE_CURRENT_BINARY_DIR}/${name}_probe.hip)
+    file(WRITE ${probe} "#include <hip/hip_runtime.h>\n"
+                        "extern \"C\" __global__ void probe(int *p) { *p = 1; }\n")
+    set(archs "")
+    foreach(target ${PDX_HIP_GPU_TARGETS})
+      execute_process(COMMAND ${PDX_HIPCC} --genco --offload-arch=${target} -o ${probe}.co
+                              ${probe}
+                      RESULT_VARIABLE rc OUTPUT_QUIET ERROR_QUIET)
+      if(rc EQUAL 0)
+        list(APPEND archs --offload-arch=${target})
+      else()
+        message(STATUS "hipcc cannot build for ${target}: ${name} skips it")
+      endif()
+    endforeach()
+    if(NOT archs)
+      message(STATUS "hipcc builds none of ${PDX_HIP_GPU_TARGETS}: ${name} is not built")
+      return()
+    endif()
+    add_custom_command(OUTPUT ${gen}
+      COMMAND ${PDX_HIPCC} --genco -O3 ${archs} -o ${image} ${source}
+      COMMAND ${embed}
+      DEPENDS ${source} ${PROJECT_SOURCE_DIR}/cmake/PdxEmbed.cmake
+      COMMENT "hipcc: ${name} for ${archs}, embedded" VERBATIM)
+  else()
+    return()
+  endif()
+  set(${out_var} ${gen} PARENT_SCOPE)
+endfunction()

@@ -29,6 +29,7 @@ typedef cudaEvent_t                  hipEvent_t;
 typedef struct cudaPointerAttributes hipPointerAttribute_t; /* field .type, as in ROCm 6 */
 typedef enum cudaMemcpyKind          hipMemcpyKind;
 typedef struct cudaDeviceProp        hipDeviceProp_t;       /* .name, as in HIP */
+typedef cudaIpcMemHandle_t           hipIpcMemHandle_t;     /* 64 bytes, as in HIP */
 
 /* ----------------------------------------------------------------- errors */
 
@@ -52,6 +53,8 @@ typedef struct cudaDeviceProp        hipDeviceProp_t;       /* .name, as in HIP 
 #define hipSetDevice              cudaSetDevice
 #define hipDeviceGetPCIBusId      cudaDeviceGetPCIBusId
 #define hipGetDeviceProperties    cudaGetDeviceProperties
+#define hipDeviceGetByPCIBusId    cudaDeviceGetByPCIBusId
+#define hipDeviceSynchronize      cudaDeviceSynchronize
 
 /* ----------------------------------------------------------------- memory */
 
@@ -72,6 +75,15 @@ typedef struct cudaDeviceProp        hipDeviceProp_t;       /* .name, as in HIP 
 #define hipFree                   cudaFree
 #define hipMemAttachGlobal        cudaMemAttachGlobal
 #define hipMallocManaged          cudaMallocManaged
+#define hipMemcpy                 cudaMemcpy
+#define hipMemset                 cudaMemset
+
+/* ------------------------------------------------------------------- IPC */
+
+#define hipIpcMemLazyEnablePeerAccess cudaIpcMemLazyEnablePeerAccess
+#define hipIpcGetMemHandle        cudaIpcGetMemHandle
+#define hipIpcOpenMemHandle       cudaIpcOpenMemHandle
+#define hipIpcCloseMemHandle      cudaIpcCloseMemHandle
 
 /* -------------------------------------------------------- streams, events */
 
@@ -85,9 +97,15 @@ typedef struct cudaDeviceProp        hipDeviceProp_t;       /* .name, as in HIP 
 #define hipEventDestroy           cudaEventDestroy
 #define hipEventRecord            cudaEventRecord
 #define hipEventQuery             cudaEventQuery
+#define hipStreamWaitEvent        cudaStreamWaitEvent
+/* tests/gpu times copies */
+#define hipEventCreate            cudaEventCreate
+#define hipEventSynchronize       cudaEventSynchronize
+#define hipEventElapsedTime       cudaEventElapsedTime
 
 #define hipMemcpyHostToDevice     cudaMemcpyHostToDevice
 #define hipMemcpyDeviceToHost     cudaMemcpyDeviceToHost
+#define hipMemcpyDeviceToDevice   cudaMemcpyDeviceToDevice
 #define hipMemcpyAsync            cudaMemcpyAsync
 
 #endif

@@ -253,3 +253,76 @@ pdx_status_t pdx_hip_flush_rdma_writes(void)
 {
     return unsupported("flush_rdma_writes");
 }
+
+pdx_status_t pdx_hip_event_record(void *event, void *stream)
+{
+    (void)event;
+    (void)stream;
+    return unsupported("event_record");
+}
+
+pdx_status_t pdx_hip_stream_wait_event(void *stream, void *event)
+{
+    (void)stream;
+    (void)event;
+    return unsupported("stream_wait_event");
+}
+
+pdx_status_t pdx_hip_ipc_export(const void *ptr, size_t len, pdx_hip_ipc_handle_t *handle_p)
+{
+    (void)ptr;
+    (void)len;
+    (void)handle_p;
+    return unsupported("ipc_export");
+}
+
+pdx_status_t pdx_hip_ipc_open(const pdx_hip_ipc_handle_t *handle, void **ptr_p)
+{
+    pdx_status_t st = pdx_hip_ipc_handle_check(handle); /* a bad handle says so everywhere */
+
+    (void)ptr_p;
+    return st != PDX_OK ? st : unsupported("ipc_open");
+}
+
+void pdx_hip_ipc_close(void *ptr)
+{
+    if (ptr)
+        pdx_error("hip: ipc_close: %p: " NO_RUNTIME ", nothing was opened", ptr);
+}
+
+void pdx_hip_ipc_stats(pdx_hip_ipc_stats_t *stats_p)
+{
+    if (stats_p)
+        *stats_p = (pdx_hip_ipc_stats_t){0};
+}
+
+bool pdx_hip_gather_supported(void)
+{
+    return false;
+}
+
+pdx_status_t pdx_hip_gather_async(void *stream, const pdx_hip_run_t *runs, uint32_t nruns)
+{
+    (void)stream;
+    (void)runs;
+    (void)nruns;
+    return unsupported("gather");
+}
+
+pdx_status_t pdx_hip_runs_upload_async(void *stream, pdx_hip_run_t *runs_dev,
+                                       const pdx_hip_run_t *runs_host, uint32_t nruns)
+{
+    (void)stream;
+    (void)runs_dev;
+    (void)runs_host;
+    (void)nruns;
+    return unsupported("runs_upload");
+}
+
+pdx_status_t pdx_hip_copy_runs_async(void *stream, const pdx_hip_run_t *runs, uint32_t nruns)
+{
+    (void)stream;
+    (void)runs;
+    (void)nruns;
+    return unsupported("copy_runs");
+}

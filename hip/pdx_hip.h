@@ -227,6 +227,157 @@ typedef enum pdx_hip_copy_dir {
 pdx_status_t pdx_hip_copy_async(void *stream, pdx_hip_copy_dir_t dir, void *dst, const void *src,
                                 size_t len, void *done);
 
+/* An event after everything enqueued on stream so far (hipEventRecord). */
+pdx_status_t pdx_hip_event_record(void *event, void *stream);
+
+/* Make stream wait, on the GPU, for event's last record (hipStreamWaitEvent):
+ * work enqueued on stream afterwards starts once that record completed. The
+ * host does not wait. */
+pdx_status_t pdx_hip_stream_wait_event(void *stream, void *event);
+
+/* --------------------------------------------------- IPC handles (ipc.c) */
+
+/*
+ * A device range exported for another process of the same node (a peer
+ * engine on another GPU of the node, reached over XGMI or NVLink, or on the
+ * same GPU). Fixed size, no pointers, no padding: a peer carries it as its
+ * 160 bytes (memcpy), in the node's byte order (it is only meaningful on the
+ * node that made it). Fields are the exporter's view; none is trusted by
+ * the opener before pdx_hip_ipc_handle_check() passes.
+ */
+#define PDX_HIP_IPC_MAGIC         0x49584450u /* "PDXI" in little-endian bytes */
+#define PDX_HIP_IPC_VERSION       1
+#define PDX_HIP_IPC_RUNTIME_BYTES 64          /* hipIpcMemHandle_t, cudaIpcMemHandle_t */
+#define PDX_HIP_IPC_AMD           1           /* .platform */
+#define PDX_HIP_IPC_NVIDIA        2
+
+typedef struct pdx_hip_ipc_handle {
+    uint32_t magic;                          /* PDX_HIP_IPC_MAGIC */
+    uint16_t version;                        /* PDX_HIP_IPC_VERSION */
+    uint16_t platform;                       /* PDX_HIP_IPC_AMD or PDX_HIP_IPC_NVIDIA */
+    uint32_t pid;                            /* the exporting process */
+    uint32_t reserved;                       /* 0 */
+    uint64_t nonce;                          /* the exporting process's random id: with
+                                                pid, tells it from a reused pid */
+    uint64_t alloc_id;                       /* the allocation's identity in the exporter
+                                                (pdx_hip_ptr_t.alloc_id) */
+    uint64_t base;                           /* the allocation's address in the exporter */
+    uint64_t size;                           /* the allocation's bytes */
+    uint64_t offset;                         /* the range's start, from base */
+    uint64_t len;                            /* the range's bytes */
+    char     pci_bus_id[PDX_HIP_BUS_ID_MAX]; /* the exporter's GPU, "0000:c1:00.0" */
+    uint8_t  runtime[PDX_HIP_IPC_RUNTIME_BYTES]; /* the runtime's handle of the allocation */
+} pdx_hip_ipc_handle_t;
+
+#define PDX_HIP_IPC_HANDLE_BYTES 160 /* sizeof(pdx_hip_ipc_handle_t), on every ABI */
+
+/*
+ * Whether handle is well formed: magic, version, a known platform, reserved
+ * zero, a PCI bus id of the form "dddd:bb:dd.f", a range of at least one
+ * byte inside the allocation. No runtime call (every platform, no GPU
+ * needed). Refused: PDX_ERR_PROTO (PDX_ERR_VERSION for another version),
+ * logged with the field that is wrong.
+ */
+pdx_status_t pdx_hip_ipc_handle_check(const pdx_hip_ipc_handle_t *handle);
+
+/*
+ * Export [ptr, ptr + len), device memory of any GPU of this process: the
+ * runtime's IPC handle of its whole allocation (hipIpcGetMemHandle /
+ * cudaIpcGetMemHandle on the base pdx_hip_classify() gives) and where the
+ * range lies in it. The allocation must stay allocated while any process
+ * may open the handle or use what it opened. Not device memory (host,
+ * pinned, managed): PDX_ERR_INVALID; past the allocation: PDX_ERR_RANGE.
+ */
+pdx_status_t pdx_hip_ipc_export(const void *ptr, size_t len, pdx_hip_ipc_handle_t *handle_p);
+
+/*
+ * Open handle in this process: *ptr_p is the range's first byte, usable by
+ * kernels and copies of the current device (peer access to the exporter's
+ * GPU is enabled lazily, hipIpcMemLazyEnablePeerAccess). Each allocation is
+ * opened with the runtime once per process, however many of its ranges are
+ * opened and by how many threads: a table keyed by the exporter's pid,
+ * nonce, allocation base and identity counts the opens. A handle this
+ * process exported resolves to its own pointer without the runtime (CUDA
+ * and HIP refuse to open their own handles). Refused: a malformed handle
+ * (pdx_hip_ipc_handle_check), another platform's (PDX_ERR_UNSUPPORTED), a
+ * GPU bus id this machine does not have (PDX_ERR_NO_DEVICE: a handle from
+ * another host), an allocation that was freed or whose process is gone
+ * (PDX_ERR_NOT_FOUND); each logged with the reason. Any thread.
+ */
+pdx_status_t pdx_hip_ipc_open(const pdx_hip_ipc_handle_t *handle, void **ptr_p);
+
+/*
+ * Undo one pdx_hip_ipc_open; ptr is what it gave (or any byte of the same
+ * opened allocation). The allocation is closed with the runtime
+ * (hipIpcCloseMemHandle) when its last open is undone: no kernel or copy may
+ * still use it then. A pointer pdx did not open is logged as an error and
+ * otherwise ignored. Any thread.
+ */
+void pdx_hip_ipc_close(void *ptr);
+
+typedef struct pdx_hip_ipc_stats {
+    uint64_t runtime_opens;  /* hipIpcOpenMemHandle calls that succeeded */
+    uint64_t runtime_closes; /* hipIpcCloseMemHandle calls */
+    uint32_t allocations;    /* allocations open now (own ones included) */
+    uint32_t references;     /* pdx_hip_ipc_open calls not yet closed */
+} pdx_hip_ipc_stats_t;
+
+/* This process's IPC counters, for tests and pdx-info. */
+void pdx_hip_ipc_stats(pdx_hip_ipc_stats_t *stats_p);
+
+/* --------------------------------------------- gather copies (gather.c) */
+
+/*
+ * One run of a gather: len bytes from src to dst, device addresses the
+ * current device can reach (its own memory, a peer GPU's with peer access,
+ * or an allocation opened with pdx_hip_ipc_open). The layout the kernel
+ * reads: 24 bytes, no padding.
+ */
+typedef struct pdx_hip_run {
+    uint64_t src;
+    uint64_t dst;
+    uint64_t len; /* 0: nothing to copy */
+} pdx_hip_run_t;
+
+/*
+ * Whether this build has the gather kernel: nvidia builds with nvcc (PTX,
+ * JIT-compiled for the GPU present), amd builds where hipcc was found (code
+ * objects for PDX_HIP_GPU_TARGETS). No log, no runtime call.
+ */
+bool pdx_hip_gather_supported(void);
+
+/*
+ * Enqueue on stream (of the current device) one kernel that copies the
+ * nruns runs of runs, a list in device memory of the current device: written
+ * there by the caller's own kernel, or by pdx_hip_runs_upload_async() on the
+ * same stream before. Destinations must not overlap each other or any
+ * source. Each run is copied in 16-byte words when src and dst agree modulo
+ * 16 (8, 4, 2 or 1 bytes otherwise; the ends byte by byte); several warps
+ * share a long run. Never waits: record an event after it to know when it
+ * finished (pdx_hip_event_record). The list must stay unchanged until then.
+ * No kernel in this build: PDX_ERR_UNSUPPORTED, saying why; the caller
+ * falls back to pdx_hip_copy_runs_async(). The kernel is loaded once per
+ * device, on its first use there.
+ */
+pdx_status_t pdx_hip_gather_async(void *stream, const pdx_hip_run_t *runs, uint32_t nruns);
+
+/*
+ * Enqueue on stream a copy of nruns runs from host memory (runs_host, pinned
+ * with pdx_hip_host_alloc for the copy to be asynchronous; it must stay
+ * unchanged until the copy finished) into runs_dev, device memory of the
+ * current device, for a pdx_hip_gather_async() enqueued after it.
+ */
+pdx_status_t pdx_hip_runs_upload_async(void *stream, pdx_hip_run_t *runs_dev,
+                                       const pdx_hip_run_t *runs_host, uint32_t nruns);
+
+/*
+ * The same copies as one device-to-device hipMemcpyAsync per run, runs in
+ * host memory (read before the call returns), for a few large runs and for
+ * builds without the kernel. Runs of length 0 are skipped. Stops at the
+ * first failure, leaving the runs before it enqueued.
+ */
+pdx_status_t pdx_hip_copy_runs_async(void *stream, const pdx_hip_run_t *runs, uint32_t nruns);
+
 /* --------------------------------------------------- visibility (visible.c) */
 
 /*

@@ -7,6 +7,7 @@
  */
 #include <criterion/criterion.h>
 #include <dirent.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -255,4 +256,177 @@ Test(hip, visibility)
 #endif
     cr_expect_eq(ordering, -1);
     cr_expect_eq(pdx_hip_rdma_flush_needed(0, NULL) < 0, 1);
+}
+
+/* ------------------------------------------------------------ IPC handles */
+
+#if defined(PDX_HIP_PLATFORM_NVIDIA)
+#define THIS_PLATFORM PDX_HIP_IPC_NVIDIA
+#define OTHER_PLATFORM PDX_HIP_IPC_AMD
+#else
+#define THIS_PLATFORM PDX_HIP_IPC_AMD
+#define OTHER_PLATFORM PDX_HIP_IPC_NVIDIA
+#endif
+
+/* A well-formed handle of a process that is not this one. */
+static pdx_hip_ipc_handle_t good_handle(void)
+{
+    pdx_hip_ipc_handle_t h;
+
+    memset(&h, 0, sizeof(h));
+    h.magic = PDX_HIP_IPC_MAGIC;
+    h.version = PDX_HIP_IPC_VERSION;
+    h.platform = THIS_PLATFORM;
+    h.pid = 1;
+    h.nonce = 0x1234567890abcdefull;
+    h.alloc_id = 77;
+    h.base = 0x7f0000000000ull;
+    h.size = 1 << 30;
+    h.offset = 4096;
+    h.len = 65536;
+    strcpy(h.pci_bus_id, "0000:c1:00.0");
+    memset(h.runtime, 0xab, sizeof(h.runtime));
+    return h;
+}
+
+Test(hip, ipc_handle_layout)
+{
+    pdx_hip_ipc_handle_t h = good_handle();
+    unsigned char bytes[PDX_HIP_IPC_HANDLE_BYTES];
+    pdx_hip_ipc_handle_t back;
+
+    cr_expect_eq(sizeof(pdx_hip_ipc_handle_t), 160);
+    cr_expect_eq(offsetof(pdx_hip_ipc_handle_t, pid), 8);
+    cr_expect_eq(offsetof(pdx_hip_ipc_handle_t, base), 32);
+    cr_expect_eq(offsetof(pdx_hip_ipc_handle_t, offset), 48);
+    cr_expect_eq(offsetof(pdx_hip_ipc_handle_t, pci_bus_id), 64);
+    cr_expect_eq(offsetof(pdx_hip_ipc_handle_t, runtime), 96);
+    /* carried as bytes: "PDXI" first, the runtime's handle last */
+    memcpy(bytes, &h, sizeof(bytes));
+    cr_expect_eq(memcmp(bytes, "PDXI", 4), 0);
+    cr_expect_eq(bytes[96], 0xab);
+    cr_expect_eq(bytes[159], 0xab);
+    memcpy(&back, bytes, sizeof(back));
+    cr_expect_eq(pdx_hip_ipc_handle_check(&back), PDX_OK);
+    cr_expect_eq(memcmp(&back, &h, sizeof(h)), 0);
+}
+
+/* Spoil one field of h the way case i says; its name and expected status. */
+static const char *spoil(int i, pdx_hip_ipc_handle_t *h, pdx_status_t *st_p)
+{
+    *st_p = PDX_ERR_PROTO;
+    switch (i) {
+    case 0: h->magic = 0x12345678; return "magic";
+    case 1: h->magic = 0x50445849; return "magic byte-swapped";
+    case 2: h->version = 2; *st_p = PDX_ERR_VERSION; return "version";
+    case 3: h->platform = 3; return "platform";
+    case 4: h->reserved = 1; return "reserved";
+    case 5: h->pid = 0; return "pid 0";
+    case 6: h->base = 0; return "base 0";
+    case 7: h->len = 0; return "len 0";
+    case 8: h->offset = h->size - 100; return "range past the end";
+    case 9: h->offset = h->size + 1; return "offset past the size";
+    case 10: h->offset = 8; h->len = UINT64_MAX - 4; return "offset + len wraps";
+    case 11: h->base = UINT64_MAX - 4096; return "base + size wraps";
+    case 12: memset(h->pci_bus_id, '1', sizeof(h->pci_bus_id)); return "bus id unterminated";
+    case 13: h->pci_bus_id[0] = 0; return "bus id empty";
+    case 14: strcpy(h->pci_bus_id, "gpu0"); return "bus id garbage";
+    case 15: strcpy(h->pci_bus_id, "0000:c1:00.0x"); return "bus id trailing bytes";
+    case 16: strcpy(h->pci_bus_id, "0000:c1:20.0"); return "bus id device 0x20";
+    default: return NULL;
+    }
+}
+
+Test(hip, ipc_handle_check_refuses_bad_fields)
+{
+    void *p = (void *)(uintptr_t)0x5a5a;
+    const char *what;
+    pdx_status_t st;
+
+    cr_expect_eq(pdx_hip_ipc_handle_check(NULL), PDX_ERR_INVALID);
+    for (int i = 0;; i++) {
+        pdx_hip_ipc_handle_t h = good_handle();
+        uint64_t errors = pdx_log_error_count();
+
+        what = spoil(i, &h, &st);
+        if (!what)
+            break;
+        cr_expect_eq(pdx_hip_ipc_handle_check(&h), st, "%s: check", what);
+        cr_expect_eq(pdx_log_error_count(), errors + 1, "%s: logged once", what);
+        /* open refuses it the same way, before any runtime call */
+        cr_expect_eq(pdx_hip_ipc_open(&h, &p), st, "%s: open", what);
+        cr_expect_eq(p, (void *)(uintptr_t)0x5a5a, "%s: the output is written only on success",
+                     what);
+    }
+}
+
+Test(hip, ipc_without_gpu)
+{
+    pdx_hip_ipc_handle_t h = good_handle(), out = good_handle();
+    pdx_hip_ipc_stats_t stats = {.allocations = 9};
+    void *p = (void *)(uintptr_t)0x5a5a;
+    char *heap = malloc(1 << 16);
+    uint64_t errors;
+
+    need_no_gpu();
+    cr_assert_not_null(heap);
+    /* a good handle cannot be opened without a GPU */
+    cr_expect_eq(pdx_hip_ipc_open(&h, &p), NO_GPU_STATUS);
+    cr_expect_eq(pdx_hip_ipc_open(&h, NULL) < 0, 1);
+#if !defined(PDX_HIP_PLATFORM_NONE)
+    /* a handle of the other GPU platform is refused before asking for a GPU */
+    h.platform = OTHER_PLATFORM;
+    cr_expect_eq(pdx_hip_ipc_open(&h, &p), PDX_ERR_UNSUPPORTED);
+    /* host memory is not device memory */
+    cr_expect_eq(pdx_hip_ipc_export(heap, 1 << 16, &out), PDX_ERR_INVALID);
+#else
+    cr_expect_eq(pdx_hip_ipc_export(heap, 1 << 16, &out), PDX_ERR_UNSUPPORTED);
+#endif
+    cr_expect_eq(pdx_hip_ipc_export(heap, 1 << 16, NULL) < 0, 1);
+    cr_expect_eq(p, (void *)(uintptr_t)0x5a5a, "the outputs are written only on success");
+    cr_expect_eq(out.alloc_id, 77);
+    /* closing what was never opened is an error, and nothing else */
+    errors = pdx_log_error_count();
+    pdx_hip_ipc_close(heap);
+    cr_expect_eq(pdx_log_error_count(), errors + 1);
+    pdx_hip_ipc_close(NULL);
+    pdx_hip_ipc_stats(&stats);
+    cr_expect_eq(stats.runtime_opens, 0);
+    cr_expect_eq(stats.runtime_closes, 0);
+    cr_expect_eq(stats.allocations, 0);
+    cr_expect_eq(stats.references, 0);
+    free(heap);
+}
+
+Test(hip, gather_without_gpu)
+{
+    pdx_hip_run_t runs[2] = {{.src = 4096, .dst = 8192, .len = 16}};
+    uint64_t errors;
+    pdx_status_t st;
+
+    need_no_gpu();
+    cr_expect_eq(sizeof(pdx_hip_run_t), 24);
+    errors = pdx_log_error_count();
+    st = pdx_hip_gather_async(NULL, runs, 2);
+    if (pdx_hip_gather_supported())
+        cr_expect_eq(st, NO_GPU_STATUS, "%s", pdx_status_str(st));
+    else
+        cr_expect_eq(st, PDX_ERR_UNSUPPORTED, "no kernel in this build: %s", pdx_status_str(st));
+    cr_expect_eq(pdx_log_error_count(), errors + 1, "said once why");
+#if defined(PDX_HIP_PLATFORM_AMD)
+    cr_log_info("gather kernel in this build: %s", pdx_hip_gather_supported() ? "yes" : "no");
+#elif defined(PDX_HIP_PLATFORM_NONE)
+    cr_expect_not(pdx_hip_gather_supported());
+#endif
+#if !defined(PDX_HIP_PLATFORM_NONE)
+    cr_expect_eq(pdx_hip_gather_async(NULL, NULL, 2), PDX_ERR_INVALID);
+    cr_expect_eq(pdx_hip_gather_async(NULL, runs, 0), PDX_ERR_INVALID);
+    cr_expect_eq(pdx_hip_copy_runs_async(NULL, runs, 0), PDX_ERR_INVALID);
+    cr_expect_eq(pdx_hip_runs_upload_async(NULL, NULL, runs, 2), PDX_ERR_INVALID);
+    cr_expect_eq(pdx_hip_event_record(NULL, NULL), PDX_ERR_INVALID);
+    cr_expect_eq(pdx_hip_stream_wait_event(NULL, NULL), PDX_ERR_INVALID);
+#else
+    cr_expect_eq(pdx_hip_copy_runs_async(NULL, runs, 2), PDX_ERR_UNSUPPORTED);
+    cr_expect_eq(pdx_hip_event_record(NULL, NULL), PDX_ERR_UNSUPPORTED);
+#endif
 }
