@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU and CUDA under /usr/local/cuda: configure
 # pdx for the nvidia platform without Criterion, build tests/gpu/test_gpu
-# (hip/), test_gpu_gates (the engine's gates with kernels) and pdx-bench,
-# print pdx-info and the engine's placement, run both tests (each ends in
-# "N passed, N failed") and test_gpu_python.py
+# (hip/), test_gpu_gates (the engine's gates with kernels), bench_ipc and
+# pdx-bench, print pdx-info and the engine's placement, run both tests (each
+# ends in "N passed, N failed"), bench_ipc (IPC pages between two processes:
+# the gather kernel against one contiguous copy) and test_gpu_python.py
 # (the Python binding with GPU memory; unittest's summary), then a verified
 # GPU -> GPU pdx-bench over tcp (one NIC, then two per engine) and the same
 # run with host memory for comparison. The exit status is 1 when anything failed. Run from
@@ -14,7 +15,7 @@ build=${BUILD:-/tmp/pdx-gpu}
 
 cmake -S "$src" -B "$build" -DPDX_HIP_PLATFORM=nvidia -DPDX_BUILD_TESTS=OFF \
       -DPDX_BUILD_BENCH=OFF -DPDX_GPU_TESTS=ON || { echo "run.sh: configure failed" >&2; exit 2; }
-cmake --build "$build" --target pdx test_gpu test_gpu_gates pdx-bench pdx-info -j "$(nproc)" ||
+cmake --build "$build" --target pdx test_gpu test_gpu_gates bench_ipc pdx-bench pdx-info -j "$(nproc)" ||
   { echo "run.sh: build failed" >&2; exit 2; }
 rc=0
 echo "=== pdx-info (the build, GPUs, RDMA devices, GPU -> NIC, CPUs, transport) ==="
@@ -24,6 +25,8 @@ PDX_LOG=info "$build/tools/pdx-bench" --gpu 0 --loopback --transport tcp --reque
   grep -E "GPU [0-9]+ \(|not in the machine's topology" || { echo "no placement line"; rc=1; }
 echo "=== test_gpu (hip/) ==="
 "$build/tests/gpu/test_gpu" || rc=1
+echo "=== bench_ipc (two processes on GPU 0: contiguous copy, gather kernel, per-page copies) ==="
+"$build/tests/gpu/bench_ipc" || rc=1
 echo "=== test_gpu_gates (the engine's gates with kernels) ==="
 "$build/tests/gpu/test_gpu_gates" || rc=1
 echo "=== test_gpu_python.py (GPU memory, gates and streams from Python) ==="
