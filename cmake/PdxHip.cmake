@@ -127,7 +127,7 @@ function(pdx_hip_embed_kernel source name out_var)
       return()
     endif()
     add_custom_command(OUTPUT ${gen}
-      COMMAND ${PDX_HIPCC} --genco -O3 ${archs} -o ${image} ${source}
+      COMMAND ${PDX_HIPCC} --genco -O3 ${archs} -o ${image} -x hip ${source}
       COMMAND ${embed}
       DEPENDS ${source} ${PROJECT_SOURCE_DIR}/cmake/PdxEmbed.cmake
       COMMENT "hipcc: ${name} for ${archs}, embedded" VERBATIM)
