@@ -743,7 +743,8 @@ static int ipc_child(void)
           "child: H2D");
     /* R1 in runs of 1 B .. 8 KiB, written into the parent's memory */
     while (at < IPC_R1_LEN && n < 4096) {
-        uint64_t len = PDX_MIN(1 + rng() % 8192, IPC_R1_LEN - at);
+        uint64_t want = 1 + rng() % 8192; /* once: PDX_MIN evaluates twice */
+        uint64_t len = PDX_MIN(want, IPC_R1_LEN - at);
 
         if (n == 4095)
             len = IPC_R1_LEN - at;
@@ -802,7 +803,7 @@ static void test_ipc_two_processes(void)
     posix_spawn_file_actions_t fa;
     unsigned char *back = malloc(IPC_ALLOC);
     void *dev = NULL, *gone = NULL;
-    uint64_t bad1 = 0, bad2 = 0, bad0 = 0;
+    uint64_t bad1 = 0, bad2 = 0, bad0 = 0, first0 = 0, last0 = 0;
     int fds[2] = {-1, -1}, status = -1, rc;
     pid_t pid = -1;
 
@@ -840,14 +841,20 @@ static void test_ipc_two_processes(void)
             bad1 += back[i] != pattern(i - IPC_R1_OFF, 2);
         else if (i >= IPC_R2_OFF && i < IPC_R2_OFF + IPC_R2_LEN)
             bad2 += back[i] != pattern(i - IPC_R2_OFF, 3);
-        else
-            bad0 += back[i] != 0;
+        else if (back[i] != 0) {
+            first0 = bad0++ ? first0 : i;
+            last0 = i;
+        }
     }
     CHECK(bad1 == 0, "R1 written by the child's gather: %llu bytes differ",
           (unsigned long long)bad1);
     CHECK(bad2 == 0, "R2 written by the child's copies: %llu bytes differ",
           (unsigned long long)bad2);
-    CHECK(bad0 == 0, "nothing else written: %llu bytes differ", (unsigned long long)bad0);
+    CHECK(bad0 == 0, "nothing else written: %llu bytes differ, at offsets %#llx to %#llx (R1 "
+          "is [%#llx, %#llx), R2 [%#llx, %#llx))", (unsigned long long)bad0,
+          (unsigned long long)first0, (unsigned long long)last0,
+          (unsigned long long)IPC_R1_OFF, (unsigned long long)(IPC_R1_OFF + IPC_R1_LEN),
+          (unsigned long long)IPC_R2_OFF, (unsigned long long)(IPC_R2_OFF + IPC_R2_LEN));
     printf("ipc: the child (pid %d) wrote %llu + %llu bytes into this process's memory: %s\n",
            (int)pid, (unsigned long long)IPC_R1_LEN, (unsigned long long)IPC_R2_LEN,
            bad0 + bad1 + bad2 ? "WRONG" : "every byte as expected");
