@@ -16,6 +16,11 @@
 #include <time.h>
 
 #include <pdx/pdx.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "ring.h"
+#include "util.h"
 
 
 /* How many threads of this process carry a name that starts with prefix;
@@ -136,4 +141,37 @@ Test(affinity, bad_lists_are_refused)
     memset(cfg.cpu_affinity, '1', sizeof(cfg.cpu_affinity));
     cr_expect_eq(pdx_engine_create(&cfg, &e), PDX_ERR_INVALID);
     cr_expect_null(e);
+}
+
+/* The NUMA policy of the page at addr: its mode, and whether node is in it. */
+static int policy_of(void *addr, int node, bool *has_node)
+{
+    unsigned long mask[16] = {0};
+    int mode = -1;
+
+    cr_assert_eq(syscall(SYS_get_mempolicy, &mode, mask, sizeof(mask) * 8, addr, 2ul /* ADDR */),
+                 0, "get_mempolicy");
+    *has_node = (mask[node / 64] >> (node % 64)) & 1;
+    return mode;
+}
+
+/* Rings prefer the node they are given (MPOL_PREFERRED, 1) before any page
+ * is touched; -1 leaves the default policy (0). Node 0 exists everywhere. */
+Test(affinity, rings_prefer_the_given_node)
+{
+    pdx_ring_t ring, plain;
+    bool has;
+
+    cr_assert_eq(pdx_ring_init(&ring, 64, 4096), PDX_OK);
+    cr_assert_eq(pdx_ring_init(&plain, 64, 4096), PDX_OK);
+    pdx_ring_prefer_node(&ring, 0);
+    pdx_ring_prefer_node(&plain, -1);
+    cr_expect_eq(policy_of(ring.cells, 0, &has), 1, "cells: MPOL_PREFERRED");
+    cr_expect(has, "cells: node 0");
+    cr_expect_eq(policy_of(ring.pages, 0, &has), 1, "pages: MPOL_PREFERRED");
+    cr_expect(has, "pages: node 0");
+    cr_expect_eq(policy_of(ring.done, 0, &has), 1, "done: MPOL_PREFERRED");
+    cr_expect_eq(policy_of(plain.cells, 0, &has), 0, "no node: the default policy");
+    pdx_ring_fini(&ring);
+    pdx_ring_fini(&plain);
 }
