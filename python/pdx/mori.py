@@ -325,7 +325,10 @@ class IOEngine:
         cfg = {}
         host = self._config.host
         if host or self._config.port:
-            cfg["listen"] = "%s:%d" % (host or "127.0.0.1", self._config.port)
+            host = host or "127.0.0.1"
+            if ":" in host and not host.startswith("["):
+                host = "[%s]" % host  # an IPv6 address, as PDX_LISTEN takes it
+            cfg["listen"] = "%s:%d" % (host, self._config.port)
         if backend_type == BackendType.TCP:
             cfg["transport"] = "tcp"
         if isinstance(config, RdmaBackendConfig):

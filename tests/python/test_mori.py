@@ -113,6 +113,16 @@ class Mori(unittest.TestCase):
         self.assertEqual(self.engine.wait_all([], -1), StatusCode.SUCCESS)
         self.assertEqual(self.engine.wait_all([st], 0), StatusCode.INIT, "never started")
 
+    def test_ipv6_host(self):
+        engine = IOEngine("io-v6-test", IOEngineConfig(host="::1", port=0))
+        try:
+            engine.create_backend(BackendType.TCP)
+            desc = engine.get_engine_desc()
+            self.assertEqual(desc.host, "::1")
+            self.assertGreater(desc.port, 0)
+        finally:
+            engine.close()
+
     def test_connector_pattern(self):
         rng = random.Random(11)
         for req in range(6):
