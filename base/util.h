@@ -64,6 +64,19 @@ static inline uint32_t pdx_pow2_ceil(uint32_t v)
     return v + 1;
 }
 
+/* xorshift64: the next number of a pseudo-random sequence (tests and
+ * benchmarks; the state must not be 0). */
+static inline uint64_t pdx_xorshift64(uint64_t *state)
+{
+    uint64_t x = *state;
+
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    *state = x;
+    return x;
+}
+
 /* 64-bit mix (splitmix64 finalizer): spreads room ids over shards and slots. */
 static inline uint64_t pdx_hash64(uint64_t x)
 {

@@ -50,10 +50,7 @@ static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
 uint64_t fx_rng(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
+    return pdx_xorshift64(&rng_state);
 }
 
 void fx_fill_random(uint8_t *p, size_t len)
@@ -201,10 +198,9 @@ static void fk_violation(const char *what)
 
 static uint32_t fk_rand(uint32_t lo, uint32_t hi)
 {
-    fk.rng ^= fk.rng << 13;
-    fk.rng ^= fk.rng >> 7;
-    fk.rng ^= fk.rng << 17;
-    return hi > lo ? lo + (uint32_t)(fk.rng % (hi - lo + 1)) : lo;
+    uint64_t r = pdx_xorshift64(&fk.rng);
+
+    return hi > lo ? lo + (uint32_t)(r % (hi - lo + 1)) : lo;
 }
 
 /* The shadow of [p, p + len) of fake device memory; NULL when it is none. */

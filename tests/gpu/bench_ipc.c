@@ -42,10 +42,7 @@ static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 
 static uint64_t rng(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
+    return pdx_xorshift64(&rng_state);
 }
 
 /* The first n entries of a random permutation of [0, total) into out. */

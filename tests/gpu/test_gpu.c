@@ -422,10 +422,7 @@ static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
 
 static uint64_t rng(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
+    return pdx_xorshift64(&rng_state);
 }
 
 /* Byte i of a test pattern. */

@@ -10,6 +10,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "util.h"
+
 int fx_count_fds(void)
 {
     DIR *d = opendir("/proc/self/fd");
@@ -45,12 +47,8 @@ void fx_fill(void *p, size_t n, uint64_t seed)
     uint8_t *b = p;
     uint64_t x = seed * 0x9e3779b97f4a7c15ull + 1;
 
-    for (size_t i = 0; i < n; i++) {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        b[i] = (uint8_t)x;
-    }
+    for (size_t i = 0; i < n; i++)
+        b[i] = (uint8_t)pdx_xorshift64(&x);
 }
 
 void fx_opts_default(fx_opts_t *o)
