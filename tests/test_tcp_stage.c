@@ -627,9 +627,10 @@ Test(tcp_stage, close_waits_for_copies_of_destroyed_eps)
     rig_t r;
 
     fx_gpu_start(0, 0);
-    /* ep_destroy waits 300 ms for the 450 ms copy, close up to 300 ms more */
-    rig_open(&r, 1u << 20, &(rig_opts_t){.staging = 256u << 10, .sq = 8, .timeout_ms = 300});
-    fx_gpu_delay(450000, 450000);
+    /* ep_destroy waits 1 s for the 1.5 s copy, close up to 1 s more: half a
+     * second each way for a loaded machine to run this thread late */
+    rig_open(&r, 1u << 20, &(rig_opts_t){.staging = 256u << 10, .sq = 8, .timeout_ms = 1000});
+    fx_gpu_delay(1500000, 1500000);
     w = wr_make(&r, 1, 0, 4096, 0, true);
     cr_assert_eq(ops->post_write(r.ep[0], &w, 1), PDX_OK);
     fx_gpu_wait_running(false);
