@@ -276,10 +276,12 @@ static void on_hello(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_hello_t *
     peer->remote_shards = h->nshards;
     peer->remote_nics = h->nics;
     peer->remote_port = h->port;
+    peer->same_host = pdx_host_ids_match(e->host_id, h->host_id);
     peer->npairs = PDX_MAX(e->nshards, h->nshards);
     peer->lanes = PDX_MAX(e->ntps, h->nics);
-    pdx_debug("HELLO from %s: engine %016llx on %s, %u shards, %u NICs", peer->addr,
-              (unsigned long long)id, h->host, h->nshards, h->nics);
+    pdx_debug("HELLO from %s: engine %016llx on %s%s, %u shards, %u NICs", peer->addr,
+              (unsigned long long)id, h->host, peer->same_host ? " (this host)" : "",
+              h->nshards, h->nics);
 
     if (!peer->outgoing) {
         /* Acceptor: answer, then wait for the connector's EPs and READY. */

@@ -78,6 +78,7 @@ struct pdx_engine {
     int                        mem_node;    /* rings and tables prefer it (-1: any) */
     struct pdx_verify         *verify;      /* verify.c: PDX_VERIFY's stage for GPU memory */
     uint8_t                    id[PDX_WIRE_ID_SIZE];
+    uint8_t                    host_id[PDX_WIRE_HOST_ID_SIZE]; /* place.c: the boot id */
     pdx_auth_key_t             key;         /* PDX_AUTH_KEY derived; key.set: peers prove it */
     uint64_t                   sender_id;   /* notify identity: from id */
     char                       host[PDX_WIRE_HOST_MAX + 1]; /* what peers dial (addr.h) */
@@ -125,6 +126,12 @@ struct pdx_engine {
  * RDMA devices nearest its GPU, comma-separated, into nic_order. A bad
  * PDX_CPU_AFFINITY is PDX_ERR_INVALID, logged. */
 pdx_status_t pdx_engine_place(pdx_engine_t *e, char *nic_order, size_t len);
+
+/* place.c: this host's identity (the kernel's boot id, from path: NULL is
+ * /proc/sys/kernel/random/boot_id) into id; all zero when unreadable. Two
+ * ids name one host when they are equal and not zero. */
+void pdx_host_id(const char *path, uint8_t id[PDX_WIRE_HOST_ID_SIZE]);
+bool pdx_host_ids_match(const uint8_t a[PDX_WIRE_HOST_ID_SIZE], const uint8_t b[PDX_WIRE_HOST_ID_SIZE]);
 
 /* An API call's log lines are about its engine. */
 void pdx_log_tag(uint64_t id, const char *engine);

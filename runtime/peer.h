@@ -68,6 +68,8 @@ struct pdx_peer {
     uint32_t            remote_shards;
     uint32_t            remote_nics;
     uint32_t            remote_port;   /* its listener: (ip, port) names the engine */
+    bool                same_host;     /* its HELLO's host id is ours: one kernel, so
+                                        * its GPUs and memory are this host's */
     /* its memory and layouts (control thread writes, shards read) */
     pdx_remote_mem_t    mems[PDX_MAX_MEMS];
     _Atomic uint64_t    mem_piece;     /* smallest piece of its regions in pieces; 0: none */

@@ -17,11 +17,13 @@ pdx_status_t pdx_peer_send_hello(pdx_peer_t *peer, bool last)
     pdx_engine_t *e = peer->engine;
     pdx_wire_hello_t m = {.version = e->protocol_version, .caps = 0, .nshards = e->nshards,
                           .nics = e->ntps, .port = e->port};
-    uint8_t frame[PDX_WIRE_HEADER_SIZE + 64 + PDX_WIRE_HOST_MAX + PDX_WIRE_TRANSPORT_MAX];
+    uint8_t frame[PDX_WIRE_HEADER_SIZE + 64 + PDX_WIRE_HOST_ID_SIZE + PDX_WIRE_HOST_MAX +
+                  PDX_WIRE_TRANSPORT_MAX];
     pdx_status_t st;
     size_t len;
 
     memcpy(m.id, e->id, sizeof(m.id));
+    memcpy(m.host_id, e->host_id, sizeof(m.host_id));
     snprintf(m.host, sizeof(m.host), "%s", e->host);
     snprintf(m.transport, sizeof(m.transport), "%s", e->ops->name);
     st = pdx_wire_encode_hello(&m, frame, sizeof(frame), &len);

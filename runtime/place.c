@@ -1,5 +1,6 @@
 /*
- * Where an engine runs: its GPU's place in the machine (topo.c), the NICs
+ * Where an engine runs: the host (its kernel's boot id, which peers on the
+ * same host share), its GPU's place in the machine (topo.c), the NICs
  * its rdma transport tries first, the CPUs of its shard workers and tcp
  * progress threads (PDX_CPU_AFFINITY), and the NUMA node its rings and
  * tables prefer. Decided once, at pdx_engine_create, before any of those
@@ -12,6 +13,42 @@
 
 #include "log.h"
 #include "hip/pdx_hip.h"
+
+void pdx_host_id(const char *path, uint8_t id[PDX_WIRE_HOST_ID_SIZE])
+{
+    char text[64];
+    FILE *f = fopen(path ? path : "/proc/sys/kernel/random/boot_id", "re");
+    uint32_t n = 0;
+
+    memset(id, 0, PDX_WIRE_HOST_ID_SIZE);
+    if (!f)
+        return;
+    if (!fgets(text, sizeof(text), f))
+        text[0] = '\0';
+    fclose(f);
+    /* a UUID: 32 hex digits, dashes between groups */
+    for (const char *p = text; *p && *p != '\n' && n < 2 * PDX_WIRE_HOST_ID_SIZE; p++) {
+        int v = *p >= '0' && *p <= '9' ? *p - '0' : *p >= 'a' && *p <= 'f' ? *p - 'a' + 10 :
+                *p >= 'A' && *p <= 'F' ? *p - 'A' + 10 : -1;
+
+        if (*p == '-')
+            continue;
+        if (v < 0)
+            break;
+        id[n / 2] = (uint8_t)(id[n / 2] << 4 | v);
+        n++;
+    }
+    if (n != 2 * PDX_WIRE_HOST_ID_SIZE)
+        memset(id, 0, PDX_WIRE_HOST_ID_SIZE); /* not a boot id: unknown */
+}
+
+bool pdx_host_ids_match(const uint8_t a[PDX_WIRE_HOST_ID_SIZE], const uint8_t b[PDX_WIRE_HOST_ID_SIZE])
+{
+    static const uint8_t zero[PDX_WIRE_HOST_ID_SIZE];
+
+    return memcmp(a, zero, PDX_WIRE_HOST_ID_SIZE) != 0 &&
+           memcmp(a, b, PDX_WIRE_HOST_ID_SIZE) == 0;
+}
 
 /* The engine's GPU by PCI bus id, as pdx_gpu_open() will pick it; false
  * without one (the engine serves host memory). */
@@ -50,6 +87,7 @@ pdx_status_t pdx_engine_place(pdx_engine_t *e, char *nic_order, size_t len)
     size_t used = 0;
 
     nic_order[0] = '\0';
+    pdx_host_id(NULL, e->host_id);
     e->mem_node = -1;
     e->place.numa_node = e->place.package = -1;
     /* The machine's topology takes milliseconds to read (tens on a large

@@ -225,6 +225,7 @@ static void put_hello(pdx_wire_wr_t *w, const void *arg, const void *extra)
     wr_str(w, m->transport);
     pdx_wire_wr_u32(w, m->nics);
     pdx_wire_wr_u32(w, m->port);
+    pdx_wire_wr_bytes(w, m->host_id, PDX_WIRE_HOST_ID_SIZE);
 }
 
 pdx_status_t pdx_wire_encode_hello(const pdx_wire_hello_t *m, void *buf, size_t cap,
@@ -278,6 +279,11 @@ static pdx_status_t get_hello(pdx_wire_rd_t *r, pdx_wire_hello_t *m, const char 
     }
     if (m->port == 0 || m->port > UINT16_MAX) {
         *why = "HELLO port outside 1..65535";
+        return PDX_ERR_PROTO;
+    }
+    pdx_wire_rd_bytes(r, m->host_id, PDX_WIRE_HOST_ID_SIZE);
+    if (r->short_read) {
+        *why = "truncated HELLO";
         return PDX_ERR_PROTO;
     }
     /* This version's HELLO is exact. */

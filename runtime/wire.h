@@ -47,6 +47,7 @@
 #define PDX_WIRE_TRANSPORT_MAX  32         /* HELLO transport name, bytes */
 #define PDX_WIRE_REASON_MAX     256        /* ABORT reason, ERROR message, bytes */
 #define PDX_WIRE_ID_SIZE        16         /* engine identity, random bytes */
+#define PDX_WIRE_HOST_ID_SIZE 16
 #define PDX_WIRE_MAX_SHARDS     1024       /* HELLO nshards, EP shard */
 #define PDX_WIRE_MAX_NICS       16         /* HELLO nics, MEM nic */
 #define PDX_WIRE_MAX_MEMS       4096       /* MEM entries per message */
@@ -98,6 +99,9 @@ typedef struct pdx_wire_hello {
                                               * (version 5; 0 in an earlier one): with
                                               * the connection's address, the engine's
                                               * identity across its incarnations */
+    uint8_t  host_id[PDX_WIRE_HOST_ID_SIZE]; /* the running kernel's boot id (version 9;
+                                              * all zero: unknown): engines that share
+                                              * it share a host, its GPUs and memory */
 } pdx_wire_hello_t;
 
 /* MEM: regions the peer may write into, an entry per region and NIC of the

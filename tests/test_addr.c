@@ -21,6 +21,8 @@
 #include "config.h"
 #include "engine_fixture.h"
 #include "log.h"
+#include "engine.h"
+#include "peer.h"
 
 static const geom_t g = {.layers = 2, .bytes_per_page = 1024, .npages = 16};
 static side_t pf, dc;
@@ -593,4 +595,66 @@ Test(engine, peer_connect_with_a_bad_address, .fini = fini, .timeout = 30)
     }
     side_open(&pf, &g, NULL);
     move_rooms(side_connect(&dc, &pf), 30);
+}
+
+/* The host's identity: the kernel's boot id as 16 bytes; anything else is
+ * unknown (zero), and an unknown id matches nothing, itself included. */
+Test(addr, host_id_from_the_boot_id)
+{
+    static const uint8_t want[PDX_WIRE_HOST_ID_SIZE] = {
+        0x0f, 0x3e, 0x55, 0x2a, 0x9c, 0x41, 0x4d, 0x8b,
+        0xa1, 0x7e, 0x00, 0xff, 0x12, 0x34, 0xab, 0xcd};
+    static const char *const bad[] = {"", "0f3e552a-9c41-4d8b-a17e-00ff1234abc\n",
+                                      "0f3e552a-9c41-4d8b-a17e-00ff1234abcz\n", "not a uuid\n"};
+    char path[] = "/tmp/pdx-bootid-XXXXXX";
+    uint8_t id[PDX_WIRE_HOST_ID_SIZE], other[PDX_WIRE_HOST_ID_SIZE];
+    int fd = mkstemp(path);
+    FILE *f;
+
+    cr_assert_geq(fd, 0);
+    close(fd);
+    f = fopen(path, "w");
+    fputs("0f3e552a-9c41-4d8b-a17e-00FF1234abcd\n", f);
+    fclose(f);
+    pdx_host_id(path, id);
+    cr_expect_arr_eq(id, want, sizeof(want));
+    memcpy(other, id, sizeof(id));
+    cr_expect(pdx_host_ids_match(id, other));
+    other[15] ^= 1;
+    cr_expect_not(pdx_host_ids_match(id, other));
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        f = fopen(path, "w");
+        fputs(bad[i], f);
+        fclose(f);
+        pdx_host_id(path, id);
+        memset(other, 0, sizeof(other));
+        cr_expect_arr_eq(id, other, sizeof(id), "\"%s\" is no boot id", bad[i]);
+        cr_expect_not(pdx_host_ids_match(id, other), "unknown is no host");
+    }
+    unlink(path);
+    pdx_host_id("/nonexistent/boot_id", id);
+    cr_expect_arr_eq(id, other, sizeof(id));
+    pdx_host_id(NULL, id); /* this kernel's */
+    cr_expect(pdx_host_ids_match(id, id), "this kernel has a boot id");
+}
+
+/* Engines of one process are on one host, and each knows it of the other. */
+Test(engine, peers_on_this_host_know_it, .fini = fini, .timeout = 60)
+{
+    uint32_t peer;
+    pdx_peer_t *p;
+
+    side_open(&pf, &g, NULL);
+    side_open(&dc, &g, NULL);
+    peer = side_connect(&dc, &pf);
+    p = pdx_peer_hold(dc.e, peer, NULL);
+    cr_assert_not_null(p);
+    cr_expect(p->same_host, "the decode engine's peer");
+    pdx_peer_put(p);
+    move_rooms(peer, 1);
+    for (uint32_t i = 0; i < PDX_MAX_CONNS; i++) {
+        p = atomic_load(&pf.e->conns[i]);
+        if (p && atomic_load(&p->state) == PDX_PEER_READY)
+            cr_expect(p->same_host, "the prefill engine's peer");
+    }
 }

@@ -29,6 +29,7 @@ Test(wire, hello_round_trip)
     cr_assert_eq(msg.u.hello.nshards, 8);
     cr_assert_eq(msg.u.hello.nics, 3);
     cr_assert_eq(msg.u.hello.port, 65535);
+    cr_assert_arr_eq(msg.u.hello.host_id, want.host_id, PDX_WIRE_HOST_ID_SIZE);
     cr_assert_str_eq(msg.u.hello.host, want.host);
     cr_assert_str_eq(msg.u.hello.transport, "rdma");
     pdx_wire_msg_free(&msg);

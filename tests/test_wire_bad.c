@@ -41,13 +41,15 @@ static void hello_head(bld_t *b, uint32_t version, uint32_t nshards, const char 
     put_str(b, "tcptcptcptcptcptcptcptcptcptcptcptcp", tp_len);
 }
 
-/* A HELLO of this version: the head, then 2 NICs and port 5555. */
+/* A HELLO of this version: the head, then 2 NICs, port 5555 and a host id. */
 static void hello_body(bld_t *b, uint32_t version, uint32_t nshards, const char *host,
                        size_t host_len, size_t tp_len)
 {
     hello_head(b, version, nshards, host, host_len, tp_len);
     put(b, 2, 4);
     put(b, 5555, 4);
+    for (int i = 0; i < PDX_WIRE_HOST_ID_SIZE; i++)
+        put(b, (uint64_t)(0x40 + i), 1);
 }
 
 Test(wire_bad, hello_limits)
@@ -99,6 +101,17 @@ Test(wire_bad, hello_limits)
     hello_body(&b, PDX_PROTOCOL_VERSION, 4, "host", 4, 3);
     put(&b, 0, 1);
     expect_proto(PDX_WIRE_HELLO, &b, "bytes after the HELLO");
+    /* the host id, whole or not at all */
+    hello_head(&b, PDX_PROTOCOL_VERSION, 4, "host", 4, 3);
+    put(&b, 1, 4);
+    put(&b, 5555, 4);
+    expect_proto(PDX_WIRE_HELLO, &b, "truncated HELLO");
+    hello_head(&b, PDX_PROTOCOL_VERSION, 4, "host", 4, 3);
+    put(&b, 1, 4);
+    put(&b, 5555, 4);
+    for (int i = 0; i < PDX_WIRE_HOST_ID_SIZE - 1; i++)
+        put(&b, 0, 1);
+    expect_proto(PDX_WIRE_HELLO, &b, "truncated HELLO");
     /* another version, without a NIC count (or with one out of range) */
     hello_head(&b, PDX_PROTOCOL_VERSION + 1, 4, "host", 4, 3);
     put(&b, 0, 4);

@@ -113,6 +113,8 @@ void sample_hello(pdx_wire_hello_t *m)
     m->nshards = 8;
     m->nics = 3;
     m->port = 65535;
+    for (int i = 0; i < PDX_WIRE_HOST_ID_SIZE; i++)
+        m->host_id[i] = (uint8_t)(0x31 * i + 7);
     strcpy(m->host, "prefill-node-17.cluster.example");
     strcpy(m->transport, "rdma");
 }

@@ -38,7 +38,7 @@ extern "C" {
 #define PDX_VERSION_PATCH 0
 
 /* Control-channel protocol version, checked at handshake. */
-#define PDX_PROTOCOL_VERSION 8
+#define PDX_PROTOCOL_VERSION 9
 
 /* ---------------------------------------------------------------- status */
 
