@@ -15,7 +15,7 @@ build=${BUILD:-/tmp/pdx-gpu}
 
 cmake -S "$src" -B "$build" -DPDX_HIP_PLATFORM=nvidia -DPDX_BUILD_TESTS=OFF \
       -DPDX_BUILD_BENCH=OFF -DPDX_GPU_TESTS=ON || { echo "run.sh: configure failed" >&2; exit 2; }
-cmake --build "$build" --target pdx test_gpu test_gpu_gates bench_ipc pdx-bench pdx-info -j "$(nproc)" ||
+cmake --build "$build" --target pdx test_gpu test_gpu_ipc test_gpu_gates bench_ipc pdx-bench pdx-info -j "$(nproc)" ||
   { echo "run.sh: build failed" >&2; exit 2; }
 rc=0
 echo "=== pdx-info (the build, GPUs, RDMA devices, GPU -> NIC, CPUs, transport) ==="
@@ -25,6 +25,8 @@ PDX_LOG=info "$build/tools/pdx-bench" --gpu 0 --loopback --transport tcp --reque
   grep -E "GPU [0-9]+ \(|not in the machine's topology" || { echo "no placement line"; rc=1; }
 echo "=== test_gpu (hip/) ==="
 "$build/tests/gpu/test_gpu" || rc=1
+echo "=== test_gpu_ipc (gather copies, IPC handles across two processes) ==="
+"$build/tests/gpu/test_gpu_ipc" || rc=1
 echo "=== bench_ipc (two processes on GPU 0: contiguous copy, gather kernel, per-page copies) ==="
 "$build/tests/gpu/bench_ipc" || rc=1
 echo "=== test_gpu_gates (the engine's gates with kernels) ==="
