@@ -92,14 +92,14 @@ pdx_status_t pdx_engine_place(pdx_engine_t *e, char *nic_order, size_t len)
     e->place.numa_node = e->place.package = -1;
     /* The machine's topology takes milliseconds to read (tens on a large
      * node): only a GPU's engine has anything to place by it. */
-    if (gpu && pdx_topo_system_get(&topo) != PDX_OK)
+    if (gpu && pdx_topo_load(NULL, &topo) != PDX_OK)
         topo = NULL; /* said why; the engine runs where the OS puts it */
     if (gpu && topo)
         pdx_topo_gpu(topo, id.pci_bus_id, &e->place);
     st = pdx_topo_affinity(e->cfg.cpu_affinity, topo, gpu ? &e->place : NULL, &e->cpus,
                            &e->bind, why, sizeof(why));
     if (st != PDX_OK) {
-        pdx_topo_system_put(topo);
+        pdx_topo_free(topo);
         return st; /* named the variable */
     }
     /* Memory follows the threads when they follow the GPU. */
@@ -126,6 +126,6 @@ pdx_status_t pdx_engine_place(pdx_engine_t *e, char *nic_order, size_t len)
     } else {
         pdx_debug("no GPU to place the engine by; threads: %s", why);
     }
-    pdx_topo_system_put(topo);
+    pdx_topo_free(topo);
     return PDX_OK;
 }

@@ -37,13 +37,6 @@ pdx_status_t pdx_topo_load(const char *xml_path, pdx_topo_t **topo_p)
 
 void pdx_topo_free(pdx_topo_t *topo) { (void)topo; }
 
-pdx_status_t pdx_topo_system_get(pdx_topo_t **topo_p)
-{
-    return pdx_topo_load(NULL, topo_p);
-}
-
-void pdx_topo_system_put(pdx_topo_t *topo) { (void)topo; }
-
 /* Never called: no topology is ever loaded. */
 void pdx_topo_gpu(const pdx_topo_t *topo, const char *bus_id, pdx_topo_gpu_t *gpu_p)
 {

@@ -13,8 +13,7 @@
  * hwloc's common-ancestor helper stops at I/O objects, so the ranking walks
  * the parents of both PCI devices itself.
  *
- * A topology is read-only once loaded: any thread may query it. The
- * machine's own is loaded once and shared (pdx_topo_system_get / _put).
+ * A topology is read-only once loaded: any thread may query it.
  */
 #ifndef PDX_TOPO_H
 #define PDX_TOPO_H
@@ -74,11 +73,6 @@ typedef struct pdx_topo_gpu {
  */
 pdx_status_t pdx_topo_load(const char *xml_path, pdx_topo_t **topo_p);
 void pdx_topo_free(pdx_topo_t *topo);
-
-/* The machine's topology, loaded by the first call and shared; every
- * successful get is paired with a put, and the last put frees it. */
-pdx_status_t pdx_topo_system_get(pdx_topo_t **topo_p);
-void pdx_topo_system_put(pdx_topo_t *topo);
 
 /* Where the GPU with PCI bus id `bus_id` ("0000:c1:00.0", any case) sits:
  * a GPU the topology lacks has found false, the machine's CPUs, and the

@@ -15,7 +15,6 @@
 
 #include <errno.h>
 #include <hwloc.h>
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,14 +24,9 @@
 
 struct pdx_topo {
     hwloc_topology_t h;
-    bool             system; /* the machine's, shared (pdx_topo_system_get) */
 };
 
 #define TOPO_DEPTH_MAX 64 /* I/O and CPU-side levels from a device to the root */
-
-static pthread_mutex_t system_lock = PTHREAD_MUTEX_INITIALIZER;
-static pdx_topo_t *system_topo;
-static uint32_t system_refs;
 
 pdx_status_t pdx_topo_load(const char *xml_path, pdx_topo_t **topo_p)
 {
@@ -68,36 +62,6 @@ void pdx_topo_free(pdx_topo_t *topo)
         return;
     hwloc_topology_destroy(topo->h);
     free(topo);
-}
-
-pdx_status_t pdx_topo_system_get(pdx_topo_t **topo_p)
-{
-    pdx_status_t st = PDX_OK;
-
-    pthread_mutex_lock(&system_lock);
-    if (!system_topo) {
-        st = pdx_topo_load(NULL, &system_topo);
-        if (st == PDX_OK)
-            system_topo->system = true;
-    }
-    if (st == PDX_OK) {
-        system_refs++;
-        *topo_p = system_topo;
-    }
-    pthread_mutex_unlock(&system_lock);
-    return st;
-}
-
-void pdx_topo_system_put(pdx_topo_t *topo)
-{
-    if (!topo)
-        return;
-    pthread_mutex_lock(&system_lock);
-    if (topo == system_topo && --system_refs == 0) {
-        pdx_topo_free(system_topo);
-        system_topo = NULL;
-    }
-    pthread_mutex_unlock(&system_lock);
 }
 
 /* ------------------------------------------------------------- objects */

@@ -55,7 +55,6 @@ typedef struct info {
     const char   *topo_file;
     bool          topo_read;
     pdx_topo_t   *topo;           /* NULL: could not be loaded (topo_why) */
-    bool          topo_system;    /* topo came from pdx_topo_system_get */
     char          topo_why[256];
 
     /* The GPUs of the runtime. */

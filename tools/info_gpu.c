@@ -60,10 +60,8 @@ const pdx_topo_t *info_topo(info_t *in)
             snprintf(in->topo_why, sizeof(in->topo_why), "cannot read the topology %s: %s",
                      in->topo_file, pdx_status_str(st));
     } else {
-        st = pdx_topo_system_get(&in->topo);
-        if (st == PDX_OK)
-            in->topo_system = true;
-        else if (st == PDX_ERR_UNSUPPORTED)
+        st = pdx_topo_load(NULL, &in->topo);
+        if (st == PDX_ERR_UNSUPPORTED)
             snprintf(in->topo_why, sizeof(in->topo_why),
                      "no topology: pdx was built without hwloc (NICs in the device list's "
                      "order, nothing bound by GPU)");

@@ -265,9 +265,6 @@ int main(int argc, char **argv)
     if (in.json)
         jw_obj_end();
     info_nics_free(&in);
-    if (in.topo && in.topo_system)
-        pdx_topo_system_put(in.topo);
-    else if (in.topo)
-        pdx_topo_free(in.topo);
+    pdx_topo_free(in.topo);
     return rc;
 }
