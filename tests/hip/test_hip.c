@@ -6,12 +6,12 @@
  * machine with a GPU; here a present GPU makes the no-GPU tests skip.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hip/hip_api.h"
+#include "proc_usage.h"
 
 #if defined(PDX_HIP_PLATFORM_NONE)
 #define NO_GPU_STATUS PDX_ERR_UNSUPPORTED /* no runtime at all */
@@ -26,20 +26,6 @@ static void need_no_gpu(void)
 
     if (pdx_hip_device_count(&n) == PDX_OK)
         cr_skip_test("%d GPU(s) present: tests/gpu covers the GPU paths", n);
-}
-
-static int open_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int n = 0;
-
-    cr_assert_not_null(d);
-    while ((e = readdir(d)))
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n;
 }
 
 Test(hip, platform_name)
@@ -151,7 +137,7 @@ Test(hip, dmabuf_refused_without_leaking_fds)
     need_no_gpu();
     cr_assert_not_null(heap);
     (void)pdx_hip_device_count(&n); /* the runtime's own start-up is not a leak */
-    before = open_fds();
+    before = proc_open_fds();
     for (int i = 0; i < 200; i++) {
         st = pdx_hip_export_dmabuf(heap, 1 << 16, &fd, &off);
         cr_assert(st == PDX_ERR_UNSUPPORTED || st == PDX_ERR_NO_DEVICE,
@@ -161,7 +147,7 @@ Test(hip, dmabuf_refused_without_leaking_fds)
     cr_expect_eq(off, 77);
     cr_expect_eq(pdx_hip_export_dmabuf(NULL, 4096, &fd, &off) < 0, 1);
     cr_expect_eq(pdx_hip_export_dmabuf(heap, 4096, NULL, &off) < 0, 1);
-    after = open_fds();
+    after = proc_open_fds();
     cr_expect_eq(after, before, "%d fds open before, %d after", before, after);
     free(heap);
 }

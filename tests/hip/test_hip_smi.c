@@ -7,13 +7,13 @@
  * library is closed; and without a GPU rocm-smi is never opened.
  */
 #include <criterion/criterion.h>
-#include <dirent.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "hip/hip_api.h"
 #include "log.h"
 #include "hip/fake_rocm_smi.h"
+#include "proc_usage.h"
 
 __attribute__((visibility("default"))) fake_rsmi_t fake_rsmi;
 
@@ -44,20 +44,6 @@ static void fini(void)
 }
 
 TestSuite(hip_smi, .init = init, .fini = fini, .timeout = 30);
-
-static int open_fds(void)
-{
-    DIR *d = opendir("/proc/self/fd");
-    struct dirent *e;
-    int n = 0;
-
-    cr_assert_not_null(d);
-    while ((e = readdir(d)))
-        if (e->d_name[0] != '.')
-            n++;
-    closedir(d);
-    return n;
-}
 
 /* Three GPUs, listed in an order that is not the bus ids' (nor HIP's). */
 static void three_gpus(void)
@@ -93,7 +79,7 @@ Test(hip_smi, reads_every_gpu_with_its_bus_id)
     uint64_t errors = pdx_log_error_count();
     hipx_smi_facts_t facts;
     const hipx_smi_gpu_t *gpu;
-    int before = open_fds();
+    int before = proc_open_fds();
 
     three_gpus();
     cr_assert_eq(hipx_smi_load(FAKE_RSMI_LIB, &facts), PDX_OK, "%s", logged);
@@ -119,7 +105,7 @@ Test(hip_smi, reads_every_gpu_with_its_bus_id)
     cr_expect_null(hipx_smi_find(&facts, "0000:42:00.0"));
     cr_expect_eq(fake_rsmi.inits, 1);
     expect_closed();
-    cr_expect_eq(open_fds(), before, "nothing stays open");
+    cr_expect_eq(proc_open_fds(), before, "nothing stays open");
     cr_expect_eq(pdx_log_error_count(), errors);
     cr_expect_not_null(strstr(logged, "rocm-smi (" FAKE_RSMI_LIB "): 3 GPUs"), "%s", logged);
 }
@@ -204,7 +190,7 @@ Test(hip_smi, missing_library_is_one_info_line)
 {
     uint64_t errors = pdx_log_error_count(), warnings = pdx_log_warn_count();
     hipx_smi_facts_t facts = {.count = 99};
-    int before = open_fds();
+    int before = proc_open_fds();
 
     cr_expect_eq(hipx_smi_load("/nonexistent/librocm_smi64.so.1", &facts), PDX_ERR_UNSUPPORTED);
     cr_expect_eq(facts.count, 99, "the output is written only on success");
@@ -213,7 +199,7 @@ Test(hip_smi, missing_library_is_one_info_line)
     cr_expect_not_null(strstr(logged, "NUMA nodes from sysfs"), "%s", logged);
     cr_expect_eq(pdx_log_error_count(), errors, "rocm-smi is optional: not an error");
     cr_expect_eq(pdx_log_warn_count(), warnings);
-    cr_expect_eq(open_fds(), before);
+    cr_expect_eq(proc_open_fds(), before);
 }
 
 Test(hip_smi, library_lacking_a_symbol_is_not_used)
@@ -253,7 +239,7 @@ Test(hip_smi, rsmi_init_failing_is_not_used)
 Test(hip_smi, every_init_is_shut_down_and_closed)
 {
     hipx_smi_facts_t facts;
-    int before = open_fds();
+    int before = proc_open_fds();
 
     three_gpus();
     for (int i = 0; i < 50; i++) {
@@ -264,7 +250,7 @@ Test(hip_smi, every_init_is_shut_down_and_closed)
     }
     cr_expect_eq(fake_rsmi.inits, 50);
     expect_closed();
-    cr_expect_eq(open_fds(), before);
+    cr_expect_eq(proc_open_fds(), before);
 }
 
 Test(hip_smi, bad_arguments)
