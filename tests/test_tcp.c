@@ -534,14 +534,23 @@ Test(tcp, closed_peer_fails_writes_in_flight)
 
 Test(tcp, ep_fail_flushes_everything)
 {
-    uint8_t rbuf[3 * 64];
-    pdx_tp_mr_t *rmr;
+    uint8_t rbuf[3 * 64], pbuf[64];
+    pdx_tp_mr_t *rmr, *pmr;
     pdx_tp_wc_t wc[16];
     int nwr = 0, nrecv = 0;
     rig_t r;
 
     rig_open(&r, 4096, 8, 4);
     rmr = fx_mr_new(ops, r.tp[0], rbuf, sizeof(rbuf), PDX_TP_ACCESS_LOCAL_WRITE);
+    /* connected both ways before tp 1 stops reading (ep_connect returns
+     * before the connection is made): a SEND and its receive */
+    pmr = fx_mr_new(ops, r.tp[1], pbuf, sizeof(pbuf), PDX_TP_ACCESS_LOCAL_WRITE);
+    cr_assert_eq(ops->post_recv(r.ep[1], 50, pmr, 0, sizeof(pbuf)), PDX_OK);
+    cr_assert_eq(ops->post_send(r.ep[0], 51, "ping", 4, PDX_TP_SIGNALED), PDX_OK);
+    cr_assert_eq(wait_wc(r.cq[1], wc, 1, WAIT_MS), 1);
+    expect_wc(&wc[0], 50, PDX_OK, PDX_TP_OP_RECV);
+    cr_assert_eq(wait_wc(r.cq[0], wc, 1, WAIT_MS), 1);
+    expect_wc(&wc[0], 51, PDX_OK, PDX_TP_OP_SEND);
     pdx_tcp_pause(r.tp[1], true);
     for (int i = 0; i < 6; i++) {
         pdx_tp_write_t w = wr_make(&r, (uint64_t)i, 0, r.len, 0, i % 3 == 0);
@@ -575,6 +584,7 @@ Test(tcp, ep_fail_flushes_everything)
     cr_assert_eq(ops->mr_dereg(rmr), PDX_OK, "flushed WRs release their regions");
     pdx_tcp_pause(r.tp[1], false); /* the peer learns it once it reads again */
     wait_error(r.ep[1], r.cq[1]);
+    cr_assert_eq(ops->mr_dereg(pmr), PDX_OK);
     rig_close(&r, false);
 }
 
