@@ -22,3 +22,24 @@ pdx_status_t pdx_tp_unsupported_post_read(pdx_tp_ep_t *ep, uint64_t wr_id, const
     (void)ep; (void)wr_id; (void)mr; (void)offset; (void)len; (void)remote_addr; (void)rkey;
     return PDX_ERR_UNSUPPORTED;
 }
+
+pdx_status_t pdx_tp_unsupported_mr_export(const pdx_tp_mr_t *mr, void *buf, size_t cap,
+                                          size_t *len_p)
+{
+    (void)mr; (void)buf; (void)cap;
+    if (len_p)
+        *len_p = 0;
+    return PDX_OK;
+}
+
+pdx_status_t pdx_tp_unsupported_rmr_open(pdx_tp_t *tp, const void *bytes, size_t len,
+                                         const pdx_tp_rkey_t *remote, pdx_tp_rmr_t **rmr_p)
+{
+    (void)tp; (void)bytes; (void)len; (void)remote; (void)rmr_p;
+    return PDX_ERR_UNSUPPORTED;
+}
+
+void pdx_tp_unsupported_rmr_close(pdx_tp_rmr_t *rmr)
+{
+    (void)rmr;
+}

@@ -37,6 +37,7 @@ typedef struct pdx_tp    pdx_tp_t;    /* one per NIC of an engine: device contex
 typedef struct pdx_tp_cq pdx_tp_cq_t; /* completion queue: one per (shard, NIC) */
 typedef struct pdx_tp_ep pdx_tp_ep_t; /* endpoint: one RC connection */
 typedef struct pdx_tp_mr pdx_tp_mr_t; /* registered memory region */
+typedef struct pdx_tp_rmr pdx_tp_rmr_t; /* a peer's region opened for direct copies */
 
 typedef struct pdx_transport_ops pdx_transport_ops_t;
 
@@ -79,6 +80,11 @@ typedef struct pdx_tp_params {
                                   * wherever the OS puts them) */
     uint64_t    log_id;          /* the engine's identity and address: a thread */
     const char *log_engine;      /* the tp starts tags its log lines with them */
+    /* ipc only (pdx_ipc_ops): the transport it carries SENDs, RECVs and the
+     * WRITEs that are not direct copies over, and the GPU (a HIP device
+     * index) it copies with. */
+    const pdx_transport_ops_t *inner;
+    int         gpu;
 } pdx_tp_params_t;
 
 /* A transport's open: copy the params' log tag into its tp header. */
@@ -133,13 +139,16 @@ enum {
 };
 
 typedef struct pdx_tp_write {
-    uint64_t           wr_id;
-    const pdx_tp_mr_t *mr;        /* local source */
-    uint64_t           offset;    /* inside mr */
-    uint64_t           length;    /* <= max_msg_size */
-    uint64_t           remote_addr;
-    uint32_t           rkey;
-    uint32_t           flags;     /* PDX_TP_SIGNALED */
+    uint64_t            wr_id;
+    const pdx_tp_mr_t  *mr;       /* local source */
+    uint64_t            offset;   /* inside mr */
+    uint64_t            length;   /* <= max_msg_size */
+    uint64_t            remote_addr;
+    uint32_t            rkey;
+    uint32_t            flags;    /* PDX_TP_SIGNALED */
+    /* The destination region opened by rmr_open (PDX_TP_CAP_DIRECT), or
+     * NULL: the WRITE goes by remote_addr and rkey. */
+    const pdx_tp_rmr_t *rmr;
 } pdx_tp_write_t;
 
 typedef enum pdx_tp_opcode {
@@ -164,6 +173,10 @@ typedef struct pdx_tp_wc {
 typedef struct pdx_tp_ep_attr {
     uint32_t sq_depth;          /* WRs outstanding at most (WRITE + SEND) */
     uint32_t rq_depth;          /* RECVs posted at most */
+    /* PDX_TP_CAP_DIRECT: the peer is a process of this host whose GPU
+     * memory this process's GPU reaches; its WRITEs that carry an rmr are
+     * copies by the GPU. Ignored by other transports. */
+    bool     direct;
 } pdx_tp_ep_attr_t;
 
 /* What a transport's bytes mean for visibility (pdx_transport_ops_t.caps). */
@@ -174,7 +187,15 @@ enum {
     PDX_TP_CAP_FLUSH_READ = 1u << 0,
     /* READs into and out of GPU memory (without it: host memory only). */
     PDX_TP_CAP_READ_DEVICE = 1u << 1,
+    /* Direct copies (ipc): a peer of this host writes into GPU regions
+     * opened from their export bytes (mr_export, rmr_open); a WRITE's
+     * completion means the bytes are in place, a SEND after it follows
+     * them, and no flush is needed for them. */
+    PDX_TP_CAP_DIRECT = 1u << 2,
 };
+
+/* The most bytes mr_export gives: what a peer needs to open the region. */
+#define PDX_TP_EXPORT_MAX 192
 
 struct pdx_transport_ops {
     const char *name;
@@ -243,6 +264,17 @@ struct pdx_transport_ops {
      * placed before it is visible. */
     pdx_status_t (*post_read)(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,
                               uint64_t offset, uint32_t len, uint64_t remote_addr, uint32_t rkey);
+
+    /* PDX_TP_CAP_DIRECT. The bytes a peer of this host opens the region
+     * with (at most cap, PDX_TP_EXPORT_MAX is enough); *len_p = 0 when it
+     * cannot be opened by a peer (host memory, no REMOTE_WRITE access). */
+    pdx_status_t (*mr_export)(const pdx_tp_mr_t *mr, void *buf, size_t cap, size_t *len_p);
+    /* Open a peer's region from its export bytes, where remote describes it
+     * (addr, len); until rmr_close, which comes only after every ep that
+     * copied into it was destroyed. Refused with the reason logged. */
+    pdx_status_t (*rmr_open)(pdx_tp_t *tp, const void *bytes, size_t len,
+                             const pdx_tp_rkey_t *remote, pdx_tp_rmr_t **rmr_p);
+    void         (*rmr_close)(pdx_tp_rmr_t *rmr);
 };
 
 /* Stubs for ops a transport does not implement. */
@@ -254,10 +286,26 @@ pdx_status_t pdx_tp_unsupported_mr_reg_dmabuf(pdx_tp_t *tp, void *base, size_t l
 pdx_status_t pdx_tp_unsupported_post_read(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,
                                           uint64_t offset, uint32_t len, uint64_t remote_addr,
                                           uint32_t rkey);
+pdx_status_t pdx_tp_unsupported_mr_export(const pdx_tp_mr_t *mr, void *buf, size_t cap,
+                                          size_t *len_p);
+pdx_status_t pdx_tp_unsupported_rmr_open(pdx_tp_t *tp, const void *bytes, size_t len,
+                                         const pdx_tp_rkey_t *remote, pdx_tp_rmr_t **rmr_p);
+void pdx_tp_unsupported_rmr_close(pdx_tp_rmr_t *rmr);
 
 /* Transports compiled into this library. pdx_rdma_ops exists when the build
  * found libibverbs (PDX_HAVE_RDMA). */
 extern const pdx_transport_ops_t pdx_tcp_ops;
 extern const pdx_transport_ops_t pdx_rdma_ops;
+
+/* ipc (PDX_HAVE_IPC: a GPU platform with the gather kernel): a transport
+ * over another (params->inner) whose endpoints to direct peers
+ * (pdx_tp_ep_attr_t.direct) turn WRITEs into GPU copies. The table for an
+ * inner transport: its name and caps, plus PDX_TP_CAP_DIRECT. */
+const pdx_transport_ops_t *pdx_ipc_ops(const pdx_transport_ops_t *inner);
+/* An open inner tp, wrapped (closed with the wrapper): how an engine turns
+ * the transport it opened into ipc. PDX_ERR_UNSUPPORTED without the gather
+ * kernel (said why). */
+pdx_status_t pdx_ipc_wrap(const pdx_transport_ops_t *inner, pdx_tp_t *inner_tp,
+                          const pdx_tp_params_t *params, pdx_tp_t **tp_p);
 
 #endif

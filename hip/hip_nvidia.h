@@ -55,6 +55,7 @@ typedef cudaIpcMemHandle_t           hipIpcMemHandle_t;     /* 64 bytes, as in H
 #define hipGetDeviceProperties    cudaGetDeviceProperties
 #define hipDeviceGetByPCIBusId    cudaDeviceGetByPCIBusId
 #define hipDeviceSynchronize      cudaDeviceSynchronize
+#define hipDeviceCanAccessPeer    cudaDeviceCanAccessPeer
 
 /* ----------------------------------------------------------------- memory */
 
@@ -98,6 +99,7 @@ typedef cudaIpcMemHandle_t           hipIpcMemHandle_t;     /* 64 bytes, as in H
 #define hipEventRecord            cudaEventRecord
 #define hipEventQuery             cudaEventQuery
 #define hipStreamWaitEvent        cudaStreamWaitEvent
+#define hipStreamAddCallback      cudaStreamAddCallback
 /* tests/gpu times copies */
 #define hipEventCreate            cudaEventCreate
 #define hipEventSynchronize       cudaEventSynchronize

@@ -326,3 +326,23 @@ pdx_status_t pdx_hip_copy_runs_async(void *stream, const pdx_hip_run_t *runs, ui
     (void)nruns;
     return unsupported("copy_runs");
 }
+
+pdx_status_t pdx_hip_peer_reachable(int device, const char *bus_id, bool *yes_p, char *why,
+                                    size_t len)
+{
+    (void)device;
+    (void)bus_id;
+    if (yes_p)
+        *yes_p = false;
+    if (why && len)
+        snprintf(why, len, "this build has no GPU runtime");
+    return PDX_OK;
+}
+
+pdx_status_t pdx_hip_stream_callback(void *stream, void (*fn)(void *), void *arg)
+{
+    (void)stream;
+    (void)fn;
+    (void)arg;
+    return unsupported("stream_callback");
+}

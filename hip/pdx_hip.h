@@ -325,6 +325,25 @@ typedef struct pdx_hip_ipc_stats {
 /* This process's IPC counters, for tests and pdx-info. */
 void pdx_hip_ipc_stats(pdx_hip_ipc_stats_t *stats_p);
 
+/* ------------------------------------------------------- peers (peer.c) */
+
+/*
+ * Whether device (of this process) reaches the memory of the GPU at PCI
+ * bus id bus_id: the same GPU, or peer access (hipDeviceCanAccessPeer).
+ * why says which, or why not (no GPU named, a GPU this process does not
+ * see): those are answers, PDX_OK with *yes_p false. A runtime failure is
+ * an error.
+ */
+pdx_status_t pdx_hip_peer_reachable(int device, const char *bus_id, bool *yes_p, char *why,
+                                    size_t len);
+
+/*
+ * Enqueue fn(arg) on stream (hipStreamAddCallback): the runtime calls it on
+ * a thread of its own once the work before it finished (or failed); it must
+ * not call the runtime. Work after it waits for it to return.
+ */
+pdx_status_t pdx_hip_stream_callback(void *stream, void (*fn)(void *), void *arg);
+
 /* --------------------------------------------- gather copies (gather.c) */
 
 /*

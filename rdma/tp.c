@@ -211,4 +211,7 @@ const pdx_transport_ops_t pdx_rdma_ops = {
     .post_send     = rdma_post_send,
     .post_recv     = rdma_post_recv,
     .post_read     = rdma_post_read,
+    .mr_export     = pdx_tp_unsupported_mr_export,
+    .rmr_open      = pdx_tp_unsupported_rmr_open,
+    .rmr_close     = pdx_tp_unsupported_rmr_close,
 };

@@ -17,6 +17,7 @@
 #define PDX_MAX_NICS        4      /* PDX_NICS at most (config.c) */
 #define PDX_ROOMS_MAX       (1u << 24) /* PDX_ROOMS at most (config.c) */
 #define PDX_SQ_DEPTH_MAX    32768u /* PDX_SQ_DEPTH at most (config.c) */
+#define PDX_DIRECT_SQ_DEPTH 8192u  /* ... and at least, to a direct peer (ipc) */
 #define PDX_SHARD_MAX_CQS   (4 * PDX_MAX_NICS) /* CQs of one shard, all NICs */
 #define PDX_NOTIFY_RQ       64     /* receive buffers per data endpoint */
 #define PDX_CREDIT_BATCH    16     /* reposts returned per credit record */

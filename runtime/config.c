@@ -51,8 +51,9 @@ static pdx_status_t parse_host(const pdx_config_row_t *row, const char *text, vo
 static const pdx_config_row_t config_table[] = {
     ROW_WORD("PDX_LOG", "warn", "Log level", LOG_LEVEL, log_level, parse_log,
              "error|warn|info|debug|trace"),
-    ROW_WORD("PDX_TRANSPORT", "auto", "Data transport; auto picks rdma when a device is up, else tcp",
-             TRANSPORT, transport, parse_word, "auto|tcp|rdma"),
+    ROW_WORD("PDX_TRANSPORT", "auto", "Data transport; auto picks rdma when a device is up, else "
+             "tcp, and GPU copies (ipc) to engines of this host whose GPU this one reaches; ipc: "
+             "only those peers, over tcp", TRANSPORT, transport, parse_word, "auto|tcp|rdma|ipc"),
     ROW_WORD("PDX_LISTEN", "0.0.0.0:0", "Control listener host:port ([ipv6]:port); port 0 "
              "picks a free one; the tcp data listener binds the same host", LISTEN, listen,
              parse_listen, NULL),

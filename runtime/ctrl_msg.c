@@ -236,6 +236,40 @@ static bool loopback_refused(pdx_engine_t *e, pdx_peer_t *peer, const char *host
     return true;
 }
 
+/*
+ * Whether WRITEs to peer are GPU copies (ipc): both engines do ipc, they
+ * share the host, and this GPU reaches the peer's. PDX_TRANSPORT=ipc
+ * refuses a peer that is not direct (false, the peer failed).
+ */
+static bool direct_peer(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_hello_t *h)
+{
+    const bool forced = strcmp(e->cfg.transport, "ipc") == 0;
+    char why[160];
+    bool yes = false;
+
+    if (!e->ipc)
+        return false;
+    if (!peer->same_host)
+        snprintf(why, sizeof(why), "it runs on another host");
+    else if (!(h->caps & PDX_WIRE_CAP_IPC))
+        snprintf(why, sizeof(why), "it does not copy with a GPU (no GPU, or PDX_TRANSPORT "
+                 "tcp or rdma there)");
+    else if (pdx_hip_peer_reachable(e->gpu.device, h->gpu, &yes, why, sizeof(why)) != PDX_OK)
+        snprintf(why, sizeof(why), "peer access to its GPU %s: %s", h->gpu,
+                 pdx_hip_last_error());
+    if (yes) {
+        pdx_info("peer %s: pages go by GPU copies (ipc): %s", peer->addr, why);
+        return true;
+    }
+    if (forced) {
+        pdx_ctrl_fail(peer, PDX_ERR_UNSUPPORTED, "PDX_TRANSPORT=ipc: peer %s cannot be reached "
+                      "by GPU copies: %s", peer->addr, why);
+        return false;
+    }
+    pdx_info("peer %s: pages go over %s: %s", peer->addr, e->ops->name, why);
+    return false;
+}
+
 static void on_hello(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_hello_t *h)
 {
     uint64_t id = 0;
@@ -277,6 +311,9 @@ static void on_hello(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_hello_t *
     peer->remote_nics = h->nics;
     peer->remote_port = h->port;
     peer->same_host = pdx_host_ids_match(e->host_id, h->host_id);
+    peer->direct = direct_peer(e, peer, h);
+    if (pdx_peer_failed(peer))
+        return;
     peer->npairs = PDX_MAX(e->nshards, h->nshards);
     peer->lanes = PDX_MAX(e->ntps, h->nics);
     pdx_debug("HELLO from %s: engine %016llx on %s%s, %u shards, %u NICs", peer->addr,
@@ -489,6 +526,38 @@ static void on_mem(pdx_peer_t *peer, const pdx_wire_mem_t *m)
     }
 }
 
+/* A direct peer's region, opened for GPU copies once; one that cannot be
+ * opened is written over the inner transport (said once). */
+static void on_export(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_export_t *x)
+{
+    pdx_remote_mem_t *rm;
+    pdx_tp_rmr_t *rmr = NULL;
+    uint32_t valid;
+    pdx_status_t st;
+
+    if (x->mem >= PDX_MAX_MEMS) {
+        pdx_ctrl_fail(peer, PDX_ERR_PROTO, "EXPORT from %s names region %u (limit %u)",
+                      peer->addr, x->mem, PDX_MAX_MEMS);
+        return;
+    }
+    rm = &peer->mems[x->mem];
+    valid = atomic_load_explicit(&rm->valid, memory_order_relaxed);
+    if (!valid) {
+        pdx_ctrl_fail(peer, PDX_ERR_PROTO, "EXPORT from %s of region %u before its MEM",
+                      peer->addr, x->mem);
+        return;
+    }
+    if (!peer->direct || atomic_load_explicit(&rm->rmr, memory_order_relaxed))
+        return; /* not ours to copy into, or sent twice around our snapshot */
+    st = e->ops->rmr_open(e->tps[0], x->bytes, x->len, &rm->rkey[__builtin_ctz(valid)], &rmr);
+    if (st != PDX_OK) {
+        pdx_warn("peer %s: region %u cannot be opened for GPU copies (%s): its pages go over %s",
+                 peer->addr, x->mem, pdx_status_str(st), e->ops->name);
+        return;
+    }
+    atomic_store_explicit(&rm->rmr, rmr, memory_order_release);
+}
+
 static bool layout_equal(const pdx_layout_t *a, const pdx_layout_t *b)
 {
     if (a->ngroups != b->ngroups || a->layer_begin != b->layer_begin ||
@@ -586,6 +655,9 @@ void pdx_ctrl_on_msg(pdx_engine_t *e, pdx_peer_t *peer, pdx_wire_msg_t *msg)
         return;
     case PDX_WIRE_MEM:
         on_mem(peer, &msg->u.mem);
+        return;
+    case PDX_WIRE_EXPORT:
+        on_export(e, peer, &msg->u.export);
         return;
     case PDX_WIRE_LAYOUT:
         on_layout(peer, &msg->u.layout);

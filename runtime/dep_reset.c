@@ -211,7 +211,8 @@ static void rebuild(pdx_shard_loop_t *L, pdx_dep_t *dep)
 {
     pdx_engine_t *e = L->e;
     pdx_peer_t *peer = dep->peer;
-    const pdx_tp_ep_attr_t attr = {.sq_depth = dep->sq_depth, .rq_depth = PDX_NOTIFY_RQ};
+    const pdx_tp_ep_attr_t attr = {.sq_depth = dep->sq_depth, .rq_depth = PDX_NOTIFY_RQ,
+                                   .direct = dep->peer->direct};
     uint32_t epoch = atomic_load_explicit(&dep->epoch, memory_order_relaxed) + 1;
     ep_frame_t f;
     pdx_status_t st;

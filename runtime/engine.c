@@ -31,8 +31,9 @@
 
 /*
  * PDX_TRANSPORT: rdma opens the RDMA device or fails; auto tries rdma and,
- * when no device is usable, serves over tcp and says why; tcp is tcp.
- * This opens the first NIC; open_nics() the others.
+ * when no device is usable, serves over tcp and says why; tcp is tcp, and
+ * so is ipc until open_ipc() wraps it. This opens the first NIC;
+ * open_nics() the others.
  */
 static pdx_status_t open_transport(pdx_engine_t *e, pdx_tp_params_t *params)
 {
@@ -62,6 +63,58 @@ static pdx_status_t open_transport(pdx_engine_t *e, pdx_tp_params_t *params)
     }
     e->ops = &pdx_tcp_ops;
     return e->ops->open(params, &e->tps[0]);
+}
+
+/*
+ * PDX_TRANSPORT=auto on an engine with a GPU, and ipc: the transport opened
+ * becomes ipc over it (transport.h), copying with the GPU to the peers of
+ * this host whose GPU this one reaches (chosen per peer at HELLO:
+ * ctrl_msg.c). ipc without a GPU or the gather kernel is an error; auto
+ * then keeps the transport as it is.
+ */
+static pdx_status_t open_ipc(pdx_engine_t *e, pdx_tp_params_t *params)
+{
+    const bool want = strcmp(e->cfg.transport, "ipc") == 0;
+    const pdx_transport_ops_t *inner = e->ops;
+    pdx_tp_t *tps[PDX_MAX_NICS];
+    pdx_hip_identity_t id;
+    pdx_status_t st = PDX_OK;
+    uint32_t k;
+
+    if (!want && strcmp(e->cfg.transport, "auto") != 0)
+        return PDX_OK;
+    if (e->gpu.device < 0 || !pdx_hip_gather_supported()) {
+        const char *why = e->gpu.device < 0 ? "the engine has no GPU"
+                                            : "this build has no gather kernel (built without "
+                                              "nvcc or hipcc)";
+
+        if (!want) {
+            pdx_debug("no ipc transport: %s", why);
+            return PDX_OK;
+        }
+        pdx_error("PDX_TRANSPORT=ipc: %s", why);
+        return PDX_ERR_UNSUPPORTED;
+    }
+    st = pdx_hip_device_identity(e->gpu.device, &id);
+    if (st != PDX_OK)
+        return st;
+    params->inner = inner;
+    params->gpu = e->gpu.device;
+    for (k = 0; k < e->ntps && st == PDX_OK; k++)
+        st = pdx_ipc_wrap(inner, e->tps[k], params, &tps[k]);
+    if (st != PDX_OK) {
+        while (--k > 0)
+            free(tps[k - 1]); /* a wrapper holds nothing else yet */
+        return st;
+    }
+    for (k = 0; k < e->ntps; k++)
+        e->tps[k] = tps[k];
+    e->ops = pdx_ipc_ops(inner);
+    e->ipc = true;
+    snprintf(e->gpu_bus_id, sizeof(e->gpu_bus_id), "%s", id.pci_bus_id);
+    pdx_info("ipc: GPU %d (%s) copies to the peers of this host whose GPU it reaches; %s "
+             "carries the rest", e->gpu.device, id.pci_bus_id, inner->name);
+    return PDX_OK;
 }
 
 /* PDX_NICS: one tp per NIC, the first open already. Fewer usable devices
@@ -282,6 +335,9 @@ pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p)
     st = pdx_gpu_open(e);
     if (st != PDX_OK)
         goto err_close_tp;
+    st = open_ipc(e, &params);
+    if (st != PDX_OK)
+        goto err_close_gpu;
     st = pdx_verify_init(e);
     if (st != PDX_OK)
         goto err_close_gpu;
@@ -497,6 +553,7 @@ pdx_status_t pdx_engine_stats(pdx_engine_t *e, pdx_stats_t *stats_p)
         uint32_t hw = atomic_load_explicit(&e->shards[i].ring.high_water, memory_order_relaxed);
 
         s.bytes_sent += atomic_load_explicit(&st->bytes_sent, memory_order_relaxed);
+        s.bytes_direct += atomic_load_explicit(&st->bytes_direct, memory_order_relaxed);
         s.writes_posted += atomic_load_explicit(&st->writes_posted, memory_order_relaxed);
         s.chunks_sent += atomic_load_explicit(&st->chunks_sent, memory_order_relaxed);
         s.notifies_sent += atomic_load_explicit(&st->notifies_sent, memory_order_relaxed);

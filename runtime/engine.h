@@ -71,6 +71,8 @@ struct pdx_engine {
     uint64_t                   mr_piece;    /* the smallest of the tps' (0: none) */
     bool                       flush;       /* shards keep a loopback pair for flush reads */
     pdx_gpu_t                  gpu;
+    bool                       ipc;         /* the transport is ipc over tcp or rdma */
+    char                       gpu_bus_id[PDX_HIP_BUS_ID_MAX]; /* the GPU's, "" without */
     pdx_topo_gpu_t             place;       /* where the GPU sits (topo.c); place.found
                                              * false without a GPU or a topology */
     cpu_set_t                  cpus;        /* PDX_CPU_AFFINITY: shards and tcp progress */

@@ -54,9 +54,14 @@ static void peer_free(pdx_peer_t *peer)
 {
     for (uint32_t i = 0; i < PDX_MAX_LAYOUTS; i++)
         pdx_layout_free(atomic_load_explicit(&peer->layouts[i], memory_order_relaxed));
-    for (uint32_t i = 0; i < PDX_MAX_MEMS; i++)
+    for (uint32_t i = 0; i < PDX_MAX_MEMS; i++) {
+        pdx_tp_rmr_t *rmr = atomic_load_explicit(&peer->mems[i].rmr, memory_order_relaxed);
+
+        if (rmr) /* its endpoints are gone: no copy uses it */
+            peer->engine->ops->rmr_close(rmr);
         for (uint32_t k = 0; k < PDX_MAX_NICS; k++)
             free((void *)(uintptr_t)peer->mems[i].rkey[k].rkeys);
+    }
     for (uint32_t i = 0; peer->deps && i < peer->npairs * peer->qps; i++)
         if (peer->deps[i].shard)
             pthread_mutex_destroy(&peer->deps[i].lock);

@@ -19,6 +19,8 @@
 typedef struct pdx_remote_mem {
     _Atomic uint32_t valid;
     pdx_tp_rkey_t    rkey[PDX_MAX_NICS]; /* rkeys (in pieces): owned by the entry */
+    /* a direct peer's region opened for GPU copies (ipc), set once */
+    pdx_tp_rmr_t *_Atomic rmr;
 } pdx_remote_mem_t;
 
 
@@ -70,6 +72,8 @@ struct pdx_peer {
     uint32_t            remote_port;   /* its listener: (ip, port) names the engine */
     bool                same_host;     /* its HELLO's host id is ours: one kernel, so
                                         * its GPUs and memory are this host's */
+    bool                direct;        /* WRITEs to it are GPU copies (ipc): on this
+                                        * host, and this GPU reaches its GPU */
     /* its memory and layouts (control thread writes, shards read) */
     pdx_remote_mem_t    mems[PDX_MAX_MEMS];
     _Atomic uint64_t    mem_piece;     /* smallest piece of its regions in pieces; 0: none */

@@ -15,10 +15,10 @@
 pdx_status_t pdx_peer_send_hello(pdx_peer_t *peer, bool last)
 {
     pdx_engine_t *e = peer->engine;
-    pdx_wire_hello_t m = {.version = e->protocol_version, .caps = 0, .nshards = e->nshards,
-                          .nics = e->ntps, .port = e->port};
+    pdx_wire_hello_t m = {.version = e->protocol_version, .caps = e->ipc ? PDX_WIRE_CAP_IPC : 0,
+                          .nshards = e->nshards, .nics = e->ntps, .port = e->port};
     uint8_t frame[PDX_WIRE_HEADER_SIZE + 64 + PDX_WIRE_HOST_ID_SIZE + PDX_WIRE_HOST_MAX +
-                  PDX_WIRE_TRANSPORT_MAX];
+                  PDX_WIRE_TRANSPORT_MAX + 2 + PDX_WIRE_GPU_MAX];
     pdx_status_t st;
     size_t len;
 
@@ -26,6 +26,7 @@ pdx_status_t pdx_peer_send_hello(pdx_peer_t *peer, bool last)
     memcpy(m.host_id, e->host_id, sizeof(m.host_id));
     snprintf(m.host, sizeof(m.host), "%s", e->host);
     snprintf(m.transport, sizeof(m.transport), "%s", e->ops->name);
+    snprintf(m.gpu, sizeof(m.gpu), "%s", e->gpu_bus_id);
     st = pdx_wire_encode_hello(&m, frame, sizeof(frame), &len);
     if (st != PDX_OK) {
         pdx_error("cannot encode HELLO for %s: %s", peer->addr, pdx_status_str(st));
@@ -36,6 +37,20 @@ pdx_status_t pdx_peer_send_hello(pdx_peer_t *peer, bool last)
         return PDX_OK;
     }
     return pdx_peer_send(peer, frame, len);
+}
+
+/* Under engine->lock: what a direct peer opens region mem with (x->len 0:
+ * nothing, host memory say). */
+static void export_of(const pdx_engine_t *e, uint32_t mem, pdx_wire_export_t *x)
+{
+    const pdx_mem_t *m = &e->mems[mem];
+    size_t len = 0;
+
+    x->mem = mem;
+    x->len = 0;
+    if (e->ipc && m->used && m->mr[0] &&
+        e->ops->mr_export(m->mr[0], x->bytes, sizeof(x->bytes), &len) == PDX_OK)
+        x->len = (uint32_t)len;
 }
 
 /* A descriptor the peer must have: a full output is the peer's failure. */
@@ -73,13 +88,16 @@ pdx_status_t pdx_peer_send_descs(pdx_peer_t *peer)
     const pdx_layout_t *layouts[PDX_MAX_LAYOUTS];
     uint32_t ids[PDX_MAX_LAYOUTS], nlayouts = 0;
     pdx_wire_mem_entry_t *entries;
-    uint32_t *keys = NULL, count = 0, nkeys = 0;
+    pdx_wire_export_t *exports = NULL;
+    uint32_t *keys = NULL, count = 0, nkeys = 0, nexports = 0;
     pdx_status_t st = PDX_OK;
     uint8_t *buf;
 
     buf = malloc(PDX_WIRE_MAX_FRAME);
     entries = calloc((size_t)PDX_MAX_MEMS * PDX_MAX_NICS, sizeof(*entries));
-    if (!buf || !entries)
+    if (peer->direct)
+        exports = calloc(PDX_MAX_MEMS, sizeof(*exports));
+    if (!buf || !entries || (peer->direct && !exports))
         goto err_nomem;
     /* Regions and layouts added after this snapshot are broadcast to the
      * peer (desc_sent); one added meanwhile may travel twice, which the
@@ -107,6 +125,10 @@ pdx_status_t pdx_peer_send_descs(pdx_peer_t *peer)
             }
             entries[count++] = (pdx_wire_mem_entry_t){.mem = i, .nic = nic, .rkey = k};
         }
+        if (exports && e->mems[i].used) {
+            export_of(e, i, &exports[nexports]);
+            nexports += exports[nexports].len > 0;
+        }
     }
     for (uint32_t i = 0; i < PDX_MAX_LAYOUTS; i++) {
         if (e->layouts[i]) {
@@ -133,8 +155,16 @@ pdx_status_t pdx_peer_send_descs(pdx_peer_t *peer)
             st = send_desc(peer, buf, len, "regions", mem.count);
         at += mem.count;
     }
+    for (uint32_t i = 0; i < nexports && st == PDX_OK; i++) {
+        size_t len;
+
+        st = pdx_wire_encode_export(&exports[i], buf, PDX_WIRE_MAX_FRAME, &len);
+        if (st == PDX_OK)
+            st = send_desc(peer, buf, len, "export of region", exports[i].mem);
+    }
     for (uint32_t i = 0; i < nlayouts && st == PDX_OK; i++)
         st = send_layout(peer, buf, ids[i], layouts[i]);
+    free(exports);
     free(keys);
     free(entries);
     free(buf);
@@ -142,6 +172,7 @@ pdx_status_t pdx_peer_send_descs(pdx_peer_t *peer)
 
 err_nomem:
     pdx_error("out of memory for the descriptors of %s", peer->addr);
+    free(exports);
     free(entries);
     free(buf);
     return PDX_ERR_NOMEM;
@@ -192,6 +223,7 @@ void pdx_peer_broadcast_mem(pdx_engine_t *e, uint32_t mem)
     uint32_t keys[PDX_MAX_NICS][PDX_TP_PIECES_MAX];
     pdx_wire_mem_entry_t entries[PDX_MAX_NICS];
     uint8_t frame[PDX_WIRE_MEM_ONE_MAX];
+    pdx_wire_export_t x;
     pdx_peer_t *to[PDX_MAX_CONNS];
     uint32_t n, nics;
     pdx_status_t st = PDX_OK;
@@ -216,6 +248,7 @@ void pdx_peer_broadcast_mem(pdx_engine_t *e, uint32_t mem)
             ent->rkey.rkeys = keys[nic];
         }
     }
+    export_of(e, mem, &x);
     n = keep_desc_peers(to, n);
     pthread_mutex_unlock(&e->lock);
     /* A frame per NIC: each fits PDX_WIRE_MEM_ONE_MAX. */
@@ -229,6 +262,11 @@ void pdx_peer_broadcast_mem(pdx_engine_t *e, uint32_t mem)
         for (uint32_t i = 0; i < n; i++)
             send_desc(to[i], frame, len, "region", mem);
     }
+    /* then, to direct peers, what opens it */
+    if (st == PDX_OK && x.len && pdx_wire_encode_export(&x, frame, sizeof(frame), &len) == PDX_OK)
+        for (uint32_t i = 0; i < n; i++)
+            if (to[i]->direct)
+                send_desc(to[i], frame, len, "export of region", mem);
     put_all(to, n);
 }
 

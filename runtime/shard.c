@@ -283,7 +283,12 @@ static pdx_tp_cq_t *cq_with_room(pdx_shard_t *s, uint32_t nic, uint32_t need, ui
 pdx_status_t pdx_shard_add_dep(pdx_shard_t *s, pdx_dep_t *dep)
 {
     pdx_engine_t *e = s->engine;
-    const pdx_tp_ep_attr_t attr = {.sq_depth = e->cfg.sq_depth, .rq_depth = PDX_NOTIFY_RQ};
+    const bool direct = dep->peer && dep->peer->direct;
+    /* GPU copies want deep queues: a batch's runs go in one kernel */
+    const pdx_tp_ep_attr_t attr = {.sq_depth = direct ? PDX_MAX(e->cfg.sq_depth,
+                                                                PDX_DIRECT_SQ_DEPTH)
+                                                      : e->cfg.sq_depth,
+                                   .rq_depth = PDX_NOTIFY_RQ, .direct = direct};
     const size_t rx_len = (size_t)PDX_NOTIFY_RQ * PDX_TP_SEND_MAX;
     uint32_t slot, cq_i = 0;
     pdx_status_t status;
@@ -305,7 +310,7 @@ pdx_status_t pdx_shard_add_dep(pdx_shard_t *s, pdx_dep_t *dep)
     }
     dep->shard = s;
     dep->slot = slot;
-    dep->sq_depth = e->cfg.sq_depth;
+    dep->sq_depth = attr.sq_depth;
     dep->posted = dep->completed = 0;
     dep->reposted = 0;
     dep->ep = NULL;

@@ -51,6 +51,7 @@ typedef struct send_ctx {
     pdx_ring_cell_t  *cell;
     const pdx_chunk_t *chunk;
     uint32_t          budget;   /* WRs it may still post this pass */
+    uint64_t          direct;   /* bytes of the WRs built last that are GPU copies */
 } send_ctx_t;
 
 static step_t room_fail(send_ctx_t *c, pdx_status_t status, const char *fmt, ...)
@@ -128,8 +129,10 @@ static bool build_writes(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
     const pdx_run_t *r = runs, *const end = runs + n;
     pdx_tp_write_t *w = wrs;
     uint64_t seq = dep->posted, mems;
-    uint64_t src_len = 0, src_off = 0, dst_len = 0, dst_addr = 0, bytes = 0;
+    uint64_t src_len = 0, src_off = 0, dst_len = 0, dst_addr = 0, bytes = 0, direct = 0;
+    bool copy = false;
     const pdx_tp_rkey_t *dst = NULL;
+    const pdx_tp_rmr_t *rmr = NULL;
     pdx_tp_mr_t *mr = NULL;
     uint32_t rkey = 0;
 
@@ -156,6 +159,8 @@ static bool build_writes(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
             mems = key;
             mr = m->mr[dep->nic];
             dst = &rm->rkey[dep->rnic];
+            rmr = atomic_load_explicit(&rm->rmr, memory_order_acquire);
+            copy = rmr && peer->direct && m->reg && m->reg->gpu; /* what ipc copies */
             dst_len = dst->len;
             dst_addr = dst->addr;
             rkey = dst->rkey;
@@ -177,7 +182,9 @@ static bool build_writes(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
         w->remote_addr = dst_addr + r->dst_offset;
         w->rkey = rkey;
         w->flags = 0;
+        w->rmr = rmr;
         bytes += r->len;
+        direct += copy ? r->len : 0;
     }
     /* Signaled: every K-th, and the last of the batch: the worker may wait
      * after it, and a completion then covers this room's WRs only (dep.h). */
@@ -185,6 +192,7 @@ static bool build_writes(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
         wrs[i].flags = PDX_TP_SIGNALED;
     wrs[n - 1].flags = PDX_TP_SIGNALED;
     *bytes_p = bytes;
+    c->direct = direct;
     return true;
 
 err_unknown:
@@ -241,8 +249,14 @@ static pdx_status_t post_writes(send_ctx_t *c, pdx_dep_t *dep, uint32_t n, uint6
     PDX_MARKER_PUSH_ROOM("pdx post", c->chunk->room);
     status = c->L->e->ops->post_write(dep->ep, c->L->wrs, n);
     PDX_MARKER_POP();
-    if (status == PDX_OK)
+    if (status == PDX_OK) {
         count_posted(c, dep, n, bytes);
+        if (c->direct)
+            atomic_store_explicit(&c->L->s->stats.bytes_direct,
+                                  atomic_load_explicit(&c->L->s->stats.bytes_direct,
+                                                       memory_order_relaxed) + c->direct,
+                                  memory_order_relaxed);
+    }
     return status;
 }
 

@@ -76,6 +76,7 @@ static const struct {
     [PDX_WIRE_AUTH]      = {"AUTH", 4, PDX_WIRE_MAX_BODY},
     [PDX_WIRE_SEALED]    = {"SEALED", PDX_WIRE_HEADER_SIZE + PDX_WIRE_SEAL_TAG,
                             PDX_WIRE_MAX_FRAME + PDX_WIRE_SEAL_TAG},
+    [PDX_WIRE_EXPORT]    = {"EXPORT", 4 + 4 + 1, 4 + 4 + PDX_TP_EXPORT_MAX},
 };
 
 static bool type_known(uint32_t type)
@@ -226,6 +227,7 @@ static void put_hello(pdx_wire_wr_t *w, const void *arg, const void *extra)
     pdx_wire_wr_u32(w, m->nics);
     pdx_wire_wr_u32(w, m->port);
     pdx_wire_wr_bytes(w, m->host_id, PDX_WIRE_HOST_ID_SIZE);
+    wr_str(w, m->gpu);
 }
 
 pdx_status_t pdx_wire_encode_hello(const pdx_wire_hello_t *m, void *buf, size_t cap,
@@ -234,7 +236,7 @@ pdx_status_t pdx_wire_encode_hello(const pdx_wire_hello_t *m, void *buf, size_t 
     if (!m || m->nshards == 0 || m->nshards > PDX_WIRE_MAX_SHARDS || m->nics == 0 ||
         m->nics > PDX_WIRE_MAX_NICS || m->port == 0 || m->port > UINT16_MAX ||
         !str_fits(m->host, PDX_WIRE_HOST_MAX) ||
-        !str_fits(m->transport, PDX_WIRE_TRANSPORT_MAX))
+        !str_fits(m->transport, PDX_WIRE_TRANSPORT_MAX) || !str_fits(m->gpu, PDX_WIRE_GPU_MAX))
         return PDX_ERR_INVALID;
     return pdx_wire_encode_frame(PDX_WIRE_HELLO, put_hello, m, NULL, buf, cap, size_p);
 }
@@ -286,6 +288,9 @@ static pdx_status_t get_hello(pdx_wire_rd_t *r, pdx_wire_hello_t *m, const char 
         *why = "truncated HELLO";
         return PDX_ERR_PROTO;
     }
+    st = rd_str(r, m->gpu, PDX_WIRE_GPU_MAX, why);
+    if (st != PDX_OK)
+        return st;
     /* This version's HELLO is exact. */
     if (pdx_wire_rd_left(r)) {
         *why = "bytes after the HELLO fields";
@@ -524,6 +529,24 @@ pdx_status_t pdx_wire_encode_ready(void *buf, size_t cap, size_t *size_p)
     return pdx_wire_encode_frame(PDX_WIRE_READY, put_nothing, NULL, NULL, buf, cap, size_p);
 }
 
+static void put_export(pdx_wire_wr_t *w, const void *arg, const void *extra)
+{
+    const pdx_wire_export_t *m = arg;
+
+    (void)extra;
+    pdx_wire_wr_u32(w, m->mem);
+    pdx_wire_wr_u32(w, m->len);
+    pdx_wire_wr_bytes(w, m->bytes, m->len);
+}
+
+pdx_status_t pdx_wire_encode_export(const pdx_wire_export_t *m, void *buf, size_t cap,
+                                    size_t *size_p)
+{
+    if (!m || m->len == 0 || m->len > PDX_TP_EXPORT_MAX)
+        return PDX_ERR_INVALID;
+    return pdx_wire_encode_frame(PDX_WIRE_EXPORT, put_export, m, NULL, buf, cap, size_p);
+}
+
 static void put_bye(pdx_wire_wr_t *w, const void *arg, const void *extra)
 {
     (void)extra;
@@ -661,6 +684,17 @@ pdx_status_t pdx_wire_decode(const void *buf, size_t len, pdx_wire_msg_t *msg_p,
         break;
     case PDX_WIRE_AUTH:
         st = get_auth(&r, &msg.u.auth, why);
+        break;
+    case PDX_WIRE_EXPORT:
+        msg.u.export.mem = pdx_wire_rd_u32(&r);
+        msg.u.export.len = pdx_wire_rd_u32(&r);
+        if (msg.u.export.len == 0 || msg.u.export.len > PDX_TP_EXPORT_MAX ||
+            msg.u.export.len != pdx_wire_rd_left(&r)) {
+            *why = "EXPORT length outside 1..PDX_TP_EXPORT_MAX or unlike its body";
+            st = PDX_ERR_PROTO;
+            break;
+        }
+        pdx_wire_rd_bytes(&r, msg.u.export.bytes, msg.u.export.len);
         break;
     case PDX_WIRE_SEALED:
         *why = "a SEALED frame is opened, not decoded";

@@ -48,6 +48,7 @@
 #define PDX_WIRE_REASON_MAX     256        /* ABORT reason, ERROR message, bytes */
 #define PDX_WIRE_ID_SIZE        16         /* engine identity, random bytes */
 #define PDX_WIRE_HOST_ID_SIZE 16
+#define PDX_WIRE_GPU_MAX        31         /* HELLO GPU PCI bus id, bytes */
 #define PDX_WIRE_MAX_SHARDS     1024       /* HELLO nshards, EP shard */
 #define PDX_WIRE_MAX_NICS       16         /* HELLO nics, MEM nic */
 #define PDX_WIRE_MAX_MEMS       4096       /* MEM entries per message */
@@ -73,7 +74,15 @@ typedef enum pdx_wire_type {
     PDX_WIRE_BYE       = 13,
     PDX_WIRE_AUTH      = 14,
     PDX_WIRE_SEALED    = 15,
+    PDX_WIRE_EXPORT    = 16,
 } pdx_wire_type_t;
+
+/* HELLO caps. */
+enum {
+    /* ipc: it exports its GPU regions (EXPORT) to direct peers and copies
+     * into theirs (version 10) */
+    PDX_WIRE_CAP_IPC = 1u << 0,
+};
 
 typedef struct pdx_wire_header {
     uint16_t type;      /* a pdx_wire_type_t */
@@ -102,7 +111,19 @@ typedef struct pdx_wire_hello {
     uint8_t  host_id[PDX_WIRE_HOST_ID_SIZE]; /* the running kernel's boot id (version 9;
                                               * all zero: unknown): engines that share
                                               * it share a host, its GPUs and memory */
+    char     gpu[PDX_WIRE_GPU_MAX + 1];      /* its GPU's PCI bus id, "" without one
+                                              * (version 10) */
 } pdx_wire_hello_t;
+
+/*
+ * EXPORT: what a direct peer (both PDX_WIRE_CAP_IPC, one host) opens a
+ * region with (the transport's mr_export bytes), after its MEM.
+ */
+typedef struct pdx_wire_export {
+    uint32_t mem;
+    uint32_t len;                            /* 1..PDX_TP_EXPORT_MAX */
+    uint8_t  bytes[PDX_TP_EXPORT_MAX];
+} pdx_wire_export_t;
 
 /* MEM: regions the peer may write into, an entry per region and NIC of the
  * sender. A region in pieces carries the piece size and every piece's rkey
@@ -259,6 +280,7 @@ typedef struct pdx_wire_msg {
         pdx_wire_reset_t     reset;
         pdx_wire_bye_t       bye;
         pdx_wire_auth_t      auth;
+        pdx_wire_export_t    export;
     } u;
 } pdx_wire_msg_t;
 
@@ -322,6 +344,8 @@ pdx_status_t pdx_wire_encode_reset(const pdx_wire_reset_t *m, void *buf, size_t 
 pdx_status_t pdx_wire_encode_credit(const pdx_wire_credit_t *m, void *buf, size_t cap,
                                     size_t *size_p);
 pdx_status_t pdx_wire_encode_ready(void *buf, size_t cap, size_t *size_p);
+pdx_status_t pdx_wire_encode_export(const pdx_wire_export_t *m, void *buf, size_t cap,
+                                    size_t *size_p);
 pdx_status_t pdx_wire_encode_bye(const pdx_wire_bye_t *m, void *buf, size_t cap,
                                  size_t *size_p);
 pdx_status_t pdx_wire_encode_heartbeat(const pdx_wire_heartbeat_t *m, void *buf, size_t cap,

@@ -649,4 +649,7 @@ const pdx_transport_ops_t pdx_tcp_ops = {
     .post_send     = tcp_post_send,
     .post_recv     = tcp_post_recv,
     .post_read     = tcp_post_read,
+    .mr_export     = pdx_tp_unsupported_mr_export,
+    .rmr_open      = pdx_tp_unsupported_rmr_open,
+    .rmr_close     = pdx_tp_unsupported_rmr_close,
 };

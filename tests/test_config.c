@@ -303,7 +303,7 @@ Test(config, describe_tells_every_variable_and_its_value)
         if (strcmp(v.name, "PDX_IB_GID_INDEX") == 0)
             cr_expect_str_eq(v.value, "-1");
         if (strcmp(v.name, "PDX_TRANSPORT") == 0)
-            cr_expect_str_eq(v.choices, "auto|tcp|rdma");
+            cr_expect_str_eq(v.choices, "auto|tcp|rdma|ipc");
     }
     cr_expect_geq(n, 30);
     /* Every field of a default configuration reads back as its default text

@@ -111,7 +111,7 @@ got = [v['name'] for v in d['config']['variables']]
 assert got == want, (got, want)
 row = {v['name']: v for v in d['config']['variables']}
 assert row['PDX_SHARDS']['value'] == '12' and row['PDX_SHARDS']['set'], row['PDX_SHARDS']
-assert row['PDX_TRANSPORT']['choices'] == 'auto|tcp|rdma'
+assert row['PDX_TRANSPORT']['choices'] == 'auto|tcp|rdma|ipc'
 assert all(v['help'] and v['default'] is not None for v in d['config']['variables'])"
 
 # ---- PDX_TRANSPORT=tcp: what is set, and what auto would do

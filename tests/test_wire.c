@@ -409,7 +409,7 @@ Test(wire, bad_header)
     const char *why = NULL;
     static const struct { size_t at; uint8_t byte; const char *why; } edits[] = {
         {0, 'P', "magic"}, {3, 'W', "magic"},
-        {4, 0, "unknown message type"}, {4, 16, "unknown message type"},
+        {4, 0, "unknown message type"}, {4, 17, "unknown message type"},
         {5, 0xff, "unknown message type"}, {6, 1, "flags"}, {7, 0x80, "flags"},
         {8, 15, "bounds"}, {8, 17, "bounds"}, {11, 0xff, "bounds"},
     };

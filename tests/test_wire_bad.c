@@ -41,7 +41,8 @@ static void hello_head(bld_t *b, uint32_t version, uint32_t nshards, const char 
     put_str(b, "tcptcptcptcptcptcptcptcptcptcptcptcp", tp_len);
 }
 
-/* A HELLO of this version: the head, then 2 NICs, port 5555 and a host id. */
+/* A HELLO of this version: the head, then 2 NICs, port 5555, a host id and
+ * a GPU. */
 static void hello_body(bld_t *b, uint32_t version, uint32_t nshards, const char *host,
                        size_t host_len, size_t tp_len)
 {
@@ -50,6 +51,7 @@ static void hello_body(bld_t *b, uint32_t version, uint32_t nshards, const char 
     put(b, 5555, 4);
     for (int i = 0; i < PDX_WIRE_HOST_ID_SIZE; i++)
         put(b, (uint64_t)(0x40 + i), 1);
+    put_str(b, "0000:c1:00.0", 12);
 }
 
 Test(wire_bad, hello_limits)
@@ -112,6 +114,21 @@ Test(wire_bad, hello_limits)
     for (int i = 0; i < PDX_WIRE_HOST_ID_SIZE - 1; i++)
         put(&b, 0, 1);
     expect_proto(PDX_WIRE_HELLO, &b, "truncated HELLO");
+    /* the GPU: present (version 10), a bus id at most PDX_WIRE_GPU_MAX bytes */
+    hello_body(&b, PDX_PROTOCOL_VERSION, 4, "host", 4, 3);
+    b.len -= 14;
+    expect_proto(PDX_WIRE_HELLO, &b, "truncated string");
+    hello_body(&b, PDX_PROTOCOL_VERSION, 4, "host", 4, 3);
+    b.len -= 14;
+    put_str(&b, "0000:c1:00.0-0000:c1:00.0-0000:c", PDX_WIRE_GPU_MAX + 1);
+    expect_proto(PDX_WIRE_HELLO, &b, "string above its limit");
+    hello_body(&b, PDX_PROTOCOL_VERSION, 4, "host", 4, 3);
+    b.len -= 14;
+    put_str(&b, "", 0);
+    f = frame_of(PDX_WIRE_HELLO, &b, &len);
+    cr_assert_eq(pdx_wire_decode(f, len, &msg, NULL), PDX_OK);
+    cr_assert_str_eq(msg.u.hello.gpu, "");
+    free(f);
     /* another version, without a NIC count (or with one out of range) */
     hello_head(&b, PDX_PROTOCOL_VERSION + 1, 4, "host", 4, 3);
     put(&b, 0, 4);
@@ -559,4 +576,51 @@ Test(wire_bad, layout_limits)
     layout_case(s, "overflows");
     s = layout_ok, s.g[0].flags = 1u << 2;
     layout_case(s, "unknown flags");
+}
+
+/* ------------------------------------------------------------------ EXPORT */
+
+Test(wire_bad, export_limits)
+{
+    bld_t b = {0};
+    pdx_wire_msg_t msg;
+    uint8_t *f;
+    size_t len;
+
+    b.len = 0;
+    put(&b, 7, 4);
+    put(&b, 3, 4);
+    put(&b, 0xabcdef, 3);
+    f = frame_of(PDX_WIRE_EXPORT, &b, &len);
+    cr_assert_eq(pdx_wire_decode(f, len, &msg, NULL), PDX_OK);
+    cr_assert_eq(msg.u.export.mem, 7);
+    cr_assert_eq(msg.u.export.len, 3);
+    cr_assert_eq(msg.u.export.bytes[0], 0xef);
+    free(f);
+    /* a length unlike the body, 0, or above PDX_TP_EXPORT_MAX */
+    b.len = 0;
+    put(&b, 7, 4);
+    put(&b, 4, 4);
+    put(&b, 0xabcdef, 3);
+    expect_proto(PDX_WIRE_EXPORT, &b, "EXPORT length");
+    b.len = 0;
+    put(&b, 7, 4);
+    put(&b, 0, 4);
+    put(&b, 0, 1);
+    expect_proto(PDX_WIRE_EXPORT, &b, "EXPORT length");
+    b.len = 0;
+    put(&b, 7, 4);
+    put(&b, PDX_TP_EXPORT_MAX + 1, 4);
+    for (int i = 0; i < PDX_TP_EXPORT_MAX; i++)
+        put(&b, 1, 1);
+    expect_proto(PDX_WIRE_EXPORT, &b, "EXPORT length");
+    /* a body past the type's bound: the header is refused */
+    b.len = 0;
+    put(&b, 7, 4);
+    put(&b, PDX_TP_EXPORT_MAX, 4);
+    for (int i = 0; i < PDX_TP_EXPORT_MAX + 1; i++)
+        put(&b, 1, 1);
+    f = frame_of(PDX_WIRE_EXPORT, &b, &len);
+    cr_assert_eq(pdx_wire_decode(f, len, &msg, NULL), PDX_ERR_PROTO);
+    free(f);
 }

@@ -50,6 +50,7 @@ pdx_status_t wire_reencode(const pdx_wire_msg_t *m, void *buf, size_t cap, size_
     case PDX_WIRE_READY: return pdx_wire_encode_ready(buf, cap, len_p);
     case PDX_WIRE_RESET: return pdx_wire_encode_reset(&m->u.reset, buf, cap, len_p);
     case PDX_WIRE_BYE: return pdx_wire_encode_bye(&m->u.bye, buf, cap, len_p);
+    case PDX_WIRE_EXPORT: return pdx_wire_encode_export(&m->u.export, buf, cap, len_p);
     case PDX_WIRE_SEALED: break;
     }
     return PDX_ERR_PROTO;

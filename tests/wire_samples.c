@@ -117,6 +117,7 @@ void sample_hello(pdx_wire_hello_t *m)
         m->host_id[i] = (uint8_t)(0x31 * i + 7);
     strcpy(m->host, "prefill-node-17.cluster.example");
     strcpy(m->transport, "rdma");
+    strcpy(m->gpu, "0000:c1:00.0");
 }
 
 void sample_room(pdx_wire_room_t *m, pdx_pages_t pages[3], int aux)
@@ -162,6 +163,7 @@ pdx_status_t encode_sample_into(int which, void *buf, size_t cap, size_t *len_p)
     pdx_wire_reset_t reset = {1023, 2, 41, PDX_ERR_PEER, "remote access error on QP 0x1234"};
     pdx_wire_bye_t bye = {"engine destroyed"};
     pdx_wire_auth_t auth = {.version = PDX_PROTOCOL_VERSION, .step = 2};
+    pdx_wire_export_t export = {.mem = 1023, .len = PDX_TP_EXPORT_MAX};
     pdx_wire_mem_t mem = {SAMPLE_MEMS, (pdx_wire_mem_entry_t *)sample_mem_entries};
     pdx_status_t st = PDX_ERR_INVALID;
 
@@ -219,6 +221,11 @@ pdx_status_t encode_sample_into(int which, void *buf, size_t cap, size_t *len_p)
         for (uint32_t i = 0; i < PDX_WIRE_MAC_SIZE; i++)
             auth.mac[i] = (uint8_t)(0x5a ^ i);
         st = pdx_wire_encode_auth(&auth, buf, cap, len_p);
+        break;
+    case F_EXPORT:
+        for (uint32_t i = 0; i < export.len; i++)
+            export.bytes[i] = (uint8_t)(i * 13 + 5);
+        st = pdx_wire_encode_export(&export, buf, cap, len_p);
         break;
     }
     return st;

@@ -10,7 +10,7 @@
 
 /* The sample frames encode_sample() builds. */
 enum { F_HELLO, F_MEM, F_LAYOUT, F_EP, F_ROOM, F_ROOM_NOAUX, F_ABORT, F_ACK, F_BEAT, F_ERROR,
-       F_CREDIT, F_READY, F_RESET, F_BYE, F_AUTH, NFRAMES };
+       F_CREDIT, F_READY, F_RESET, F_BYE, F_AUTH, F_EXPORT, NFRAMES };
 
 #define SAMPLE_MEMS 4 /* the last in pieces */
 extern const pdx_wire_mem_entry_t sample_mem_entries[SAMPLE_MEMS];

@@ -117,7 +117,7 @@ STATS_FIELDS = (
     "bytes_sent", "writes_posted", "chunks_sent", "notifies_sent", "notifies_received",
     "rooms_success", "rooms_failed", "send_again", "worker_wakeups", "ring_high_water",
     "registrations", "nics", "peers", "handshakes", "peers_retired", "handshakes_refused",
-    "auth_refused", "rooms_verified", "checksum_mismatches",
+    "auth_refused", "rooms_verified", "checksum_mismatches", "bytes_direct",
 )
 
 

@@ -15,7 +15,8 @@ build=${BUILD:-/tmp/pdx-gpu}
 
 cmake -S "$src" -B "$build" -DPDX_HIP_PLATFORM=nvidia -DPDX_BUILD_TESTS=OFF \
       -DPDX_BUILD_BENCH=OFF -DPDX_GPU_TESTS=ON || { echo "run.sh: configure failed" >&2; exit 2; }
-cmake --build "$build" --target pdx test_gpu test_gpu_ipc test_gpu_gates bench_ipc pdx-bench pdx-info -j "$(nproc)" ||
+cmake --build "$build" --target pdx test_gpu test_gpu_ipc test_gpu_gates test_gpu_ipc_engine \
+      bench_ipc pdx-bench pdx-info -j "$(nproc)" ||
   { echo "run.sh: build failed" >&2; exit 2; }
 rc=0
 echo "=== pdx-info (the build, GPUs, RDMA devices, GPU -> NIC, CPUs, transport) ==="
@@ -31,6 +32,10 @@ echo "=== bench_ipc (two processes on GPU 0: contiguous copy, gather kernel, per
 "$build/tests/gpu/bench_ipc" || rc=1
 echo "=== test_gpu_gates (the engine's gates with kernels) ==="
 "$build/tests/gpu/test_gpu_gates" || rc=1
+echo "=== test_gpu_ipc_engine (the ipc transport: page maps, gates, two processes, a killed peer) ==="
+"$build/tests/gpu/test_gpu_ipc_engine" || rc=1
+echo "=== test_gpu_ipc_engine --bench (ipc against a contiguous copy and per-page copies) ==="
+"$build/tests/gpu/test_gpu_ipc_engine" --bench || rc=1
 echo "=== test_gpu_python.py (GPU memory, gates and streams from Python) ==="
 PDX_LIBRARY="$build/libpdx.so" PYTHONPATH="$src/python" PYTHONDONTWRITEBYTECODE=1 \
   python3 "$src/tests/gpu/test_gpu_python.py" || rc=1

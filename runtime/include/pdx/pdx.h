@@ -38,7 +38,7 @@ extern "C" {
 #define PDX_VERSION_PATCH 0
 
 /* Control-channel protocol version, checked at handshake. */
-#define PDX_PROTOCOL_VERSION 9
+#define PDX_PROTOCOL_VERSION 10
 
 /* ---------------------------------------------------------------- status */
 
@@ -676,6 +676,8 @@ typedef struct pdx_stats {
                                * since the start */
     uint64_t rooms_verified;  /* decode rooms whose bytes matched their checksums (PDX_VERIFY) */
     uint64_t checksum_mismatches; /* ... and those that did not (FAILED, PDX_ERR_CORRUPT) */
+    uint64_t bytes_direct;    /* of bytes_sent, those copied by the GPU to peers of this
+                               * host (the ipc transport) */
 } pdx_stats_t;
 
 PDX_API pdx_status_t pdx_engine_stats(pdx_engine_t *engine, pdx_stats_t *stats_p);

@@ -1,0 +1,310 @@
+/*
+ * ipc CQs: the inner CQ's completions, routed to their endpoints, and the
+ * direct endpoints' records, in order (ipc.h).
+ */
+#include "ipc.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "epoll.h"
+#include "log.h"
+#include "util.h"
+
+#define MAP_TOMB ((const pdx_tp_ep_t *)(uintptr_t)1)
+#define SCRATCH  256
+#define DESTROY_WAIT_MS 10000u
+
+static ipc_cq_t *cq_of(pdx_tp_cq_t *cq)
+{
+    return (ipc_cq_t *)cq;
+}
+
+static uint32_t map_hash(const pdx_tp_ep_t *key, uint32_t cap)
+{
+    uint64_t h = (uint64_t)(uintptr_t)key * 0x9e3779b97f4a7c15ull;
+
+    return (uint32_t)(h >> 32) & (cap - 1);
+}
+
+static ipc_ep_t *map_find(const ipc_cq_t *cq, const pdx_tp_ep_t *key)
+{
+    if (!cq->map_cap)
+        return NULL;
+    for (uint32_t i = map_hash(key, cq->map_cap), n = 0; n < cq->map_cap;
+         i = (i + 1) & (cq->map_cap - 1), n++) {
+        if (cq->map[i].key == key)
+            return cq->map[i].ep;
+        if (!cq->map[i].key)
+            return NULL;
+    }
+    return NULL;
+}
+
+static void map_put(ipc_map_slot_t *map, uint32_t cap, const pdx_tp_ep_t *key, ipc_ep_t *ep)
+{
+    uint32_t i = map_hash(key, cap);
+
+    while (map[i].key && map[i].key != MAP_TOMB)
+        i = (i + 1) & (cap - 1);
+    map[i] = (ipc_map_slot_t){.key = key, .ep = ep};
+}
+
+/* Room for one more (tombstones count as used until a regrow drops them). */
+static pdx_status_t map_reserve(ipc_cq_t *cq)
+{
+    ipc_map_slot_t *map;
+    uint32_t cap = cq->map_cap ? cq->map_cap : 16;
+
+    if (cq->map_cap && (cq->map_used + 1) * 2 <= cq->map_cap)
+        return PDX_OK;
+    while ((cq->map_used + 1) * 2 > cap)
+        cap *= 2;
+    map = calloc(cap, sizeof(*map));
+    if (!map)
+        return PDX_ERR_NOMEM;
+    cq->map_used = 0;
+    for (uint32_t i = 0; i < cq->map_cap; i++)
+        if (cq->map[i].key && cq->map[i].key != MAP_TOMB) {
+            map_put(map, cap, cq->map[i].key, cq->map[i].ep);
+            cq->map_used++;
+        }
+    free(cq->map);
+    cq->map = map;
+    cq->map_cap = cap;
+    return PDX_OK;
+}
+
+pdx_status_t ipc_cq_add(ipc_cq_t *cq, ipc_ep_t *ep)
+{
+    pdx_status_t st;
+
+    pthread_mutex_lock(&cq->lock);
+    st = map_reserve(cq);
+    if (st != PDX_OK) {
+        pthread_mutex_unlock(&cq->lock);
+        return st;
+    }
+    if (ep->direct && cq->ndirect == cq->direct_cap) {
+        uint32_t cap = cq->direct_cap ? cq->direct_cap * 2 : 8;
+        ipc_ep_t **d = realloc(cq->direct, cap * sizeof(*d));
+
+        if (!d) {
+            pthread_mutex_unlock(&cq->lock);
+            return PDX_ERR_NOMEM;
+        }
+        cq->direct = d;
+        cq->direct_cap = cap;
+    }
+    map_put(cq->map, cq->map_cap, ep->in, ep);
+    cq->map_used++;
+    if (ep->direct) {
+        ep->index = cq->ndirect;
+        cq->direct[cq->ndirect++] = ep;
+    }
+    pthread_mutex_unlock(&cq->lock);
+    return PDX_OK;
+}
+
+void ipc_cq_remove(ipc_cq_t *cq, ipc_ep_t *ep)
+{
+    pthread_mutex_lock(&cq->lock);
+    for (uint32_t i = map_hash(ep->in, cq->map_cap), n = 0; cq->map_cap && n < cq->map_cap;
+         i = (i + 1) & (cq->map_cap - 1), n++) {
+        if (cq->map[i].key == ep->in) {
+            cq->map[i].key = MAP_TOMB;
+            break;
+        }
+        if (!cq->map[i].key)
+            break;
+    }
+    if (ep->direct && ep->index < cq->ndirect && cq->direct[ep->index] == ep) {
+        cq->direct[ep->index] = cq->direct[--cq->ndirect];
+        cq->direct[ep->index]->index = ep->index;
+    }
+    pthread_mutex_unlock(&cq->lock);
+}
+
+/* The copy stream, made with the first direct endpoint (on the tp's GPU). */
+pdx_status_t ipc_cq_stream(ipc_cq_t *cq)
+{
+    pdx_status_t st;
+
+    if (cq->stream)
+        return PDX_OK;
+    st = pdx_hip_set_device(cq->tp->gpu);
+    if (st == PDX_OK)
+        st = pdx_hip_stream_create(&cq->stream);
+    return st;
+}
+
+pdx_status_t ipc_cq_create(pdx_tp_t *ptp, uint32_t depth, pdx_tp_cq_t **cq_p)
+{
+    ipc_tp_t *tp = (ipc_tp_t *)ptp;
+    ipc_cq_t *cq = calloc(1, sizeof(*cq));
+    pdx_status_t st;
+
+    if (!cq)
+        return PDX_ERR_NOMEM;
+    cq->tp = tp;
+    cq->depth = depth;
+    pthread_mutex_init(&cq->lock, NULL);
+    cq->epfd = cq->wake_fd = -1;
+    cq->scratch_cap = SCRATCH;
+    cq->scratch = calloc(SCRATCH, sizeof(*cq->scratch));
+    if (!cq->scratch) {
+        free(cq);
+        return PDX_ERR_NOMEM;
+    }
+    st = tp->in_ops->cq_create(tp->in, depth, &cq->in);
+    if (st != PDX_OK) {
+        free(cq->scratch);
+        free(cq);
+        return st;
+    }
+    cq->epfd = epoll_create1(EPOLL_CLOEXEC);
+    cq->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (cq->epfd < 0 || cq->wake_fd < 0) {
+        pdx_error("ipc: CQ: %s: %s", cq->epfd < 0 ? "epoll_create1" : "eventfd", strerror(errno));
+        st = PDX_ERR_IO;
+    }
+    if (st == PDX_OK)
+        st = pdx_epoll_ctl(cq->epfd, EPOLL_CTL_ADD, tp->in_ops->cq_fd(cq->in), EPOLLIN,
+                           (epoll_data_t){.u32 = 0}, "ipc CQ");
+    if (st == PDX_OK)
+        st = pdx_epoll_ctl(cq->epfd, EPOLL_CTL_ADD, cq->wake_fd, EPOLLIN,
+                           (epoll_data_t){.u32 = 1}, "ipc CQ");
+    if (st != PDX_OK) {
+        ipc_cq_destroy((pdx_tp_cq_t *)cq);
+        return st;
+    }
+    *cq_p = (pdx_tp_cq_t *)cq;
+    return PDX_OK;
+}
+
+void ipc_cq_destroy(pdx_tp_cq_t *pcq)
+{
+    ipc_cq_t *cq = cq_of(pcq);
+
+    if (!cq)
+        return;
+    /* A host callback still to run writes wake_fd: wait for it (the
+     * endpoints, destroyed first, waited for their copies). */
+    if (atomic_load_explicit(&cq->callbacks, memory_order_acquire)) {
+        uint64_t deadline = pdx_deadline_ns(DESTROY_WAIT_MS);
+
+        while (atomic_load_explicit(&cq->callbacks, memory_order_acquire) &&
+               pdx_now_ns() < deadline)
+            usleep(100);
+        if (atomic_load_explicit(&cq->callbacks, memory_order_acquire)) {
+            pdx_error("ipc: a CQ's stream did not finish in %u ms: its memory is kept",
+                      DESTROY_WAIT_MS);
+            return;
+        }
+    }
+    pdx_hip_stream_destroy(cq->stream);
+    if (cq->in)
+        cq->tp->in_ops->cq_destroy(cq->in);
+    if (cq->epfd >= 0)
+        close(cq->epfd);
+    if (cq->wake_fd >= 0)
+        close(cq->wake_fd);
+    free(cq->map);
+    free(cq->direct);
+    free(cq->scratch);
+    pthread_mutex_destroy(&cq->lock);
+    free(cq);
+}
+
+int ipc_cq_poll(pdx_tp_cq_t *pcq, pdx_tp_wc_t *wc, int max)
+{
+    ipc_cq_t *cq = cq_of(pcq);
+    int out = 0, n;
+
+    pthread_mutex_lock(&cq->lock);
+    /* Inner completions: passed on (their ep translated), or taken by a
+     * direct ep's records. Never more than the caller has room for. */
+    while (out < max) {
+        int want = (int)PDX_MIN((uint32_t)(max - out), cq->scratch_cap);
+
+        n = cq->tp->in_ops->cq_poll(cq->in, cq->scratch, want);
+        for (int i = 0; i < n; i++) {
+            pdx_tp_wc_t *w = &cq->scratch[i];
+            ipc_ep_t *ep = map_find(cq, w->ep);
+
+            if (!ep)
+                continue; /* destroyed: none of its completions is reported */
+            w->ep = (pdx_tp_ep_t *)ep;
+            if (ep->direct && (w->opcode == PDX_TP_OP_WRITE || w->opcode == PDX_TP_OP_SEND))
+                ipc_ep_inner_done(ep, w);
+            else
+                wc[out++] = *w;
+        }
+        if (n < want)
+            break;
+    }
+    for (uint32_t i = 0; i < cq->ndirect && out < max; i++) {
+        ipc_ep_t *ep = cq->direct[i];
+
+        ipc_ep_progress(ep);
+        out += ipc_ep_emit(ep, wc + out, max - out);
+    }
+    pthread_mutex_unlock(&cq->lock);
+    return out;
+}
+
+static void wake(void *arg)
+{
+    ipc_cq_t *cq = arg;
+    uint64_t one = 1;
+
+    if (write(cq->wake_fd, &one, sizeof(one)) < 0) {
+        /* EAGAIN: the counter is full, the fd readable anyway */
+    }
+    atomic_fetch_sub_explicit(&cq->callbacks, 1, memory_order_release);
+}
+
+pdx_status_t ipc_cq_arm(pdx_tp_cq_t *pcq)
+{
+    ipc_cq_t *cq = cq_of(pcq);
+    pdx_status_t st = cq->tp->in_ops->cq_arm(cq->in);
+    bool copies = false;
+
+    pthread_mutex_lock(&cq->lock);
+    for (uint32_t i = 0; i < cq->ndirect; i++) {
+        ipc_ep_flush(cq->direct[i]); /* nothing waits in the open batch while we sleep */
+        copies = copies || ipc_ep_copies_pending(cq->direct[i]);
+    }
+    pthread_mutex_unlock(&cq->lock);
+    /* Copies in flight: a callback after them makes the fd readable. One
+     * at a time is enough: it runs after every copy enqueued before it. */
+    if (st == PDX_OK && copies && !atomic_load_explicit(&cq->callbacks, memory_order_acquire)) {
+        atomic_fetch_add_explicit(&cq->callbacks, 1, memory_order_acq_rel);
+        st = pdx_hip_stream_callback(cq->stream, wake, cq);
+        if (st != PDX_OK)
+            atomic_fetch_sub_explicit(&cq->callbacks, 1, memory_order_release);
+    }
+    return st;
+}
+
+int ipc_cq_fd(pdx_tp_cq_t *pcq)
+{
+    return cq_of(pcq)->epfd;
+}
+
+void ipc_cq_ack(pdx_tp_cq_t *pcq)
+{
+    ipc_cq_t *cq = cq_of(pcq);
+    struct pollfd p = {.fd = cq->tp->in_ops->cq_fd(cq->in), .events = POLLIN};
+    uint64_t v;
+
+    if (read(cq->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        pdx_error("ipc: CQ eventfd read: %s", strerror(errno));
+    if (poll(&p, 1, 0) > 0 && (p.revents & POLLIN))
+        cq->tp->in_ops->cq_ack(cq->in);
+}

@@ -1,0 +1,500 @@
+/*
+ * ipc endpoints: an inner endpoint, and for a direct peer the records that
+ * keep the RC contract over copies on the GPU (ipc.h).
+ */
+#include "ipc.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "util.h"
+
+#define RUNS_PER_DEPTH 4           /* the run ring: room for a post that wraps */
+#define BIG_RUN        (1u << 20)  /* a few runs this long: async copies, no kernel */
+#define FEW_RUNS       4u
+#define FLUSH_RUNS     16384u      /* an open batch this large is launched at once */
+#define FLUSH_BYTES    (256ull << 20)
+
+static ipc_ep_t *ep_of(pdx_tp_ep_t *ep)
+{
+    return (ipc_ep_t *)ep;
+}
+
+static ipc_rec_t *rec_at(const ipc_ep_t *ep, uint64_t i)
+{
+    return &ep->recs[i % ep->depth];
+}
+
+static void fail_ep(ipc_ep_t *ep, pdx_status_t why, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+
+static void fail_ep(ipc_ep_t *ep, pdx_status_t why, const char *fmt, ...)
+{
+    va_list ap;
+
+    if (ep->failed != PDX_OK)
+        return;
+    ep->failed = why < 0 ? why : PDX_ERR_PEER;
+    va_start(ap, fmt);
+    vsnprintf(ep->error, sizeof(ep->error), fmt, ap);
+    va_end(ap);
+    ep->cq->tp->in_ops->ep_fail(ep->in, ep->failed, ep->error);
+}
+
+static void free_direct(ipc_ep_t *ep)
+{
+    if (ep->batches)
+        for (uint32_t i = 0; i < ep->depth; i++)
+            pdx_hip_event_destroy(ep->batches[i].event);
+    pdx_hip_host_free(ep->runs_host);
+    pdx_hip_device_free(ep->runs_dev);
+    free(ep->batches);
+    free(ep->recs);
+    free(ep->scratch);
+}
+
+pdx_status_t ipc_ep_create(pdx_tp_t *ptp, pdx_tp_cq_t *pcq, const pdx_tp_ep_attr_t *attr,
+                           pdx_tp_ep_t **ep_p)
+{
+    ipc_tp_t *tp = (ipc_tp_t *)ptp;
+    ipc_cq_t *cq = (ipc_cq_t *)pcq;
+    ipc_ep_t *ep;
+    pdx_status_t st;
+
+    if (!attr || !ep_p || attr->sq_depth == 0)
+        return PDX_ERR_INVALID;
+    ep = calloc(1, sizeof(*ep));
+    if (!ep)
+        return PDX_ERR_NOMEM;
+    ep->cq = cq;
+    ep->direct = attr->direct;
+    ep->depth = attr->sq_depth;
+    st = tp->in_ops->ep_create(tp->in, cq->in, attr, &ep->in);
+    if (st != PDX_OK) {
+        free(ep);
+        return st;
+    }
+    if (ep->direct) {
+        size_t runs = (size_t)ep->depth * RUNS_PER_DEPTH * sizeof(pdx_hip_run_t);
+
+        ep->nruns_cap = ep->depth * RUNS_PER_DEPTH;
+        ep->recs = calloc(ep->depth, sizeof(*ep->recs));
+        ep->batches = calloc(ep->depth, sizeof(*ep->batches));
+        ep->scratch = calloc(ep->depth, sizeof(*ep->scratch));
+        st = ep->recs && ep->batches && ep->scratch ? PDX_OK : PDX_ERR_NOMEM;
+        if (st == PDX_OK)
+            st = ipc_cq_stream(cq);
+        if (st == PDX_OK)
+            st = pdx_hip_host_alloc(runs, (void **)&ep->runs_host);
+        if (st == PDX_OK)
+            st = pdx_hip_device_alloc(runs, (void **)&ep->runs_dev);
+        if (st != PDX_OK)
+            pdx_error("ipc: no copy resources for an endpoint of %u WRs: %s", ep->depth,
+                      pdx_status_str(st));
+    }
+    if (st == PDX_OK)
+        st = ipc_cq_add(cq, ep);
+    if (st != PDX_OK) {
+        tp->in_ops->ep_destroy(ep->in);
+        free_direct(ep);
+        free(ep);
+        return st;
+    }
+    *ep_p = (pdx_tp_ep_t *)ep;
+    return PDX_OK;
+}
+
+void ipc_ep_address(const pdx_tp_ep_t *pep, pdx_tp_addr_t *addr_p)
+{
+    const ipc_ep_t *ep = (const ipc_ep_t *)pep;
+
+    ep->cq->tp->in_ops->ep_address(ep->in, addr_p);
+}
+
+pdx_status_t ipc_ep_connect(pdx_tp_ep_t *pep, const pdx_tp_addr_t *remote)
+{
+    ipc_ep_t *ep = ep_of(pep);
+
+    return ep->cq->tp->in_ops->ep_connect(ep->in, remote);
+}
+
+void ipc_ep_fail(pdx_tp_ep_t *pep, pdx_status_t why, const char *msg)
+{
+    ipc_ep_t *ep = ep_of(pep);
+
+    if (!ep->direct) {
+        ep->cq->tp->in_ops->ep_fail(ep->in, why, msg);
+        return;
+    }
+    fail_ep(ep, why, "%s", msg && msg[0] ? msg : pdx_status_str(why));
+}
+
+const char *ipc_ep_error(const pdx_tp_ep_t *pep)
+{
+    const ipc_ep_t *ep = (const ipc_ep_t *)pep;
+
+    return ep->failed != PDX_OK ? ep->error : ep->cq->tp->in_ops->ep_error(ep->in);
+}
+
+void ipc_ep_destroy(pdx_tp_ep_t *pep)
+{
+    ipc_ep_t *ep = ep_of(pep);
+    ipc_tp_t *tp;
+    bool copies_done = true;
+
+    if (!ep)
+        return;
+    tp = ep->cq->tp;
+    ipc_cq_remove(ep->cq, ep);
+    tp->in_ops->ep_destroy(ep->in);
+    /* Copies still on the GPU read its runs and write a peer's region the
+     * caller closes next: wait for them, as long as a copy may take. */
+    if (ep->direct) {
+        uint64_t deadline = pdx_deadline_ns(tp->timeout_ms);
+
+        for (uint64_t i = ep->b_head; i != ep->b_tail && copies_done; i++) {
+            const ipc_batch_t *b = &ep->batches[i % ep->depth];
+
+            while (!b->failed && pdx_hip_event_query(b->event) == PDX_INPROGRESS &&
+                   (copies_done = pdx_now_ns() < deadline))
+                usleep(50);
+        }
+        if (!copies_done)
+            pdx_error("ipc: an endpoint's GPU copies did not finish in %u ms: their memory is "
+                      "kept", tp->timeout_ms);
+    }
+    if (copies_done)
+        free_direct(ep);
+    free(ep);
+}
+
+/* --------------------------------------------------------------- posting */
+
+pdx_status_t ipc_post_recv(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t *mr,
+                           uint64_t offset, uint32_t len)
+{
+    ipc_ep_t *ep = ep_of(pep);
+    const ipc_mr_t *m = (const ipc_mr_t *)mr;
+
+    return ep->cq->tp->in_ops->post_recv(ep->in, wr_id, m ? m->in : NULL, offset, len);
+}
+
+pdx_status_t ipc_post_read(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t *mr,
+                           uint64_t offset, uint32_t len, uint64_t remote_addr, uint32_t rkey)
+{
+    ipc_ep_t *ep = ep_of(pep);
+    const ipc_mr_t *m = (const ipc_mr_t *)mr;
+
+    if (ep->failed != PDX_OK)
+        return PDX_ERR_PEER;
+    return ep->cq->tp->in_ops->post_read(ep->in, wr_id, m ? m->in : NULL, offset, len,
+                                          remote_addr, rkey);
+}
+
+static bool is_copy(const ipc_ep_t *ep, const pdx_tp_write_t *w)
+{
+    return ep->direct && w->rmr && w->mr && ((const ipc_mr_t *)w->mr)->device;
+}
+
+/* A copy's bounds: inside the local region and the opened one. */
+static bool copy_fits(const pdx_tp_write_t *w)
+{
+    const ipc_mr_t *m = (const ipc_mr_t *)w->mr;
+    const ipc_rmr_t *r = (const ipc_rmr_t *)w->rmr;
+    uint64_t off = w->remote_addr - r->addr;
+
+    return w->offset <= m->len && w->length <= m->len - w->offset && w->remote_addr >= r->addr &&
+           off <= r->len && w->length <= r->len - off;
+}
+
+static void add_recs(ipc_ep_t *ep, const pdx_tp_write_t *wr, uint32_t n, uint8_t kind)
+{
+    for (uint32_t i = 0; i < n; i++)
+        *rec_at(ep, ep->rec_tail + i) = (ipc_rec_t){.wr_id = wr[i].wr_id, .kind = kind,
+                                                    .signaled = wr[i].flags & PDX_TP_SIGNALED};
+}
+
+/* Launch the open batch: one gather (or a few large async copies) and its
+ * event. Copies that cannot be enqueued complete with the error (none of
+ * them runs). */
+void ipc_ep_flush(ipc_ep_t *ep)
+{
+    ipc_cq_t *cq = ep->cq;
+    ipc_batch_t *b = &ep->batches[ep->b_tail % ep->depth];
+    pdx_hip_run_t *host = ep->runs_host + ep->open_run % ep->nruns_cap;
+    pdx_hip_run_t *dev = ep->runs_dev + ep->open_run % ep->nruns_cap;
+    const uint32_t n = ep->open_n;
+    pdx_status_t st = PDX_OK;
+
+    if (n == 0)
+        return;
+    ep->open_n = 0;
+    if (ep->failed != PDX_OK)
+        st = ep->failed; /* in error: nothing more goes to the GPU */
+    if (st == PDX_OK && !b->event)
+        st = pdx_hip_event_create(&b->event);
+    if (st == PDX_OK && n <= FEW_RUNS && ep->open_big == n) {
+        st = pdx_hip_copy_runs_async(cq->stream, host, n);
+    } else if (st == PDX_OK) {
+        st = pdx_hip_runs_upload_async(cq->stream, dev, host, n);
+        if (st == PDX_OK)
+            st = pdx_hip_gather_async(cq->stream, dev, n);
+    }
+    if (st == PDX_OK)
+        st = pdx_hip_event_record(b->event, cq->stream);
+    if (st != PDX_OK && ep->failed == PDX_OK)
+        fail_ep(ep, PDX_ERR_IO, "GPU copy of %u runs (%llu bytes) not enqueued: %s", n,
+                (unsigned long long)ep->open_bytes, pdx_hip_last_error());
+    /* a batch that failed to go completes in its turn, with the error */
+    *b = (ipc_batch_t){.rec_first = ep->open_rec, .nrec = n, .nruns = n,
+                       .run_first = ep->open_run, .bytes = ep->open_bytes,
+                       .posted_ns = pdx_now_ns(), .event = b->event, .failed = st != PDX_OK};
+    ep->b_tail++;
+}
+
+/* n copies into the open batch, their runs at ring position at. */
+static void post_copies(ipc_ep_t *ep, const pdx_tp_write_t *wr, uint32_t n, uint64_t at)
+{
+    pdx_hip_run_t *host = ep->runs_host + at % ep->nruns_cap;
+
+    if (ep->open_n == 0) {
+        ep->open_rec = ep->rec_tail;
+        ep->open_run = at;
+        ep->open_bytes = 0;
+        ep->open_big = 0;
+    }
+    for (uint32_t i = 0; i < n; i++) {
+        const ipc_mr_t *m = (const ipc_mr_t *)wr[i].mr;
+        const ipc_rmr_t *r = (const ipc_rmr_t *)wr[i].rmr;
+
+        host[i] = (pdx_hip_run_t){.src = (uint64_t)(uintptr_t)(m->base + wr[i].offset),
+                                  .dst = (uint64_t)(uintptr_t)(r->ptr +
+                                                               (wr[i].remote_addr - r->addr)),
+                                  .len = wr[i].length};
+        ep->open_big += wr[i].length >= BIG_RUN;
+        ep->open_bytes += wr[i].length;
+    }
+    add_recs(ep, wr, n, REC_COPY);
+    ep->rec_tail += n;
+    ep->open_n += n;
+    if (ep->open_n >= FLUSH_RUNS || ep->open_bytes >= FLUSH_BYTES)
+        ipc_ep_flush(ep);
+}
+
+/* n WRITEs over the inner endpoint, the last signaled (its completion
+ * tells when they are all done). */
+static pdx_status_t post_inner(ipc_ep_t *ep, const pdx_tp_write_t *wr, uint32_t n)
+{
+    const pdx_tp_write_t *post = wr;
+    pdx_status_t st;
+
+    ipc_ep_flush(ep); /* a batch's records stay adjacent */
+    if (!(wr[n - 1].flags & PDX_TP_SIGNALED)) {
+        memcpy(ep->scratch, wr, n * sizeof(*wr));
+        ep->scratch[n - 1].flags |= PDX_TP_SIGNALED;
+        post = ep->scratch;
+    }
+    st = ep->cq->tp->in_ops->post_write(ep->in, post, n);
+    if (st != PDX_OK)
+        return st;
+    add_recs(ep, wr, n, REC_INNER);
+    ep->rec_tail += n;
+    return PDX_OK;
+}
+
+pdx_status_t ipc_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_t n)
+{
+    ipc_ep_t *ep = ep_of(pep);
+    uint32_t copies = 0, groups = 0;
+    uint64_t at;
+
+    if (!ep->direct)
+        return ep->cq->tp->in_ops->post_write(ep->in, wr, n);
+    if (ep->failed != PDX_OK)
+        return PDX_ERR_PEER;
+    if (n == 0)
+        return PDX_OK;
+    if (!wr || n > ep->depth)
+        return PDX_ERR_INVALID;
+    if (ep->rec_tail - ep->rec_head + n > ep->depth)
+        return PDX_ERR_AGAIN;
+    for (uint32_t i = 0; i < n; i++) {
+        if (!is_copy(ep, &wr[i]))
+            continue;
+        if (!copy_fits(&wr[i])) {
+            pdx_error("ipc: a copy of %llu bytes from offset %llu to 0x%llx lies outside its "
+                      "regions", (unsigned long long)wr[i].length,
+                      (unsigned long long)wr[i].offset, (unsigned long long)wr[i].remote_addr);
+            return PDX_ERR_RANGE;
+        }
+        copies++;
+        groups += i == 0 || !is_copy(ep, &wr[i - 1]);
+    }
+    /* The copies' runs follow the open batch's in the ring; where they would
+     * wrap, the open batch goes first and they start the ring again. */
+    at = ep->run_tail;
+    if (copies && at % ep->nruns_cap + copies > ep->nruns_cap)
+        at += ep->nruns_cap - at % ep->nruns_cap;
+    if (at + copies - ep->run_head > ep->nruns_cap || ep->b_tail - ep->b_head + groups > ep->depth)
+        return PDX_ERR_AGAIN;
+    if (at != ep->run_tail)
+        ipc_ep_flush(ep);
+    for (uint32_t i = 0; i < n;) {
+        bool copy = is_copy(ep, &wr[i]);
+        uint32_t k = i + 1;
+
+        while (k < n && is_copy(ep, &wr[k]) == copy)
+            k++;
+        if (copy) {
+            post_copies(ep, wr + i, k - i, at);
+            at += k - i;
+            ep->run_tail = at;
+        } else {
+            pdx_status_t st = post_inner(ep, wr + i, k - i);
+
+            if (st != PDX_OK)
+                return st;
+        }
+        i = k;
+    }
+    return PDX_OK;
+}
+
+pdx_status_t ipc_post_send(pdx_tp_ep_t *pep, uint64_t wr_id, const void *data, uint32_t len,
+                           unsigned flags)
+{
+    ipc_ep_t *ep = ep_of(pep);
+    ipc_rec_t *rec;
+
+    if (!ep->direct)
+        return ep->cq->tp->in_ops->post_send(ep->in, wr_id, data, len, flags);
+    if (ep->failed != PDX_OK)
+        return PDX_ERR_PEER;
+    if (len > PDX_TP_SEND_MAX || (len && !data)) {
+        pdx_error("ipc: SEND of %u bytes (at most %d, inline)", len, PDX_TP_SEND_MAX);
+        return PDX_ERR_INVALID;
+    }
+    if (ep->rec_tail - ep->rec_head >= ep->depth)
+        return PDX_ERR_AGAIN;
+    rec = rec_at(ep, ep->rec_tail++);
+    *rec = (ipc_rec_t){.wr_id = wr_id, .kind = REC_SEND, .signaled = flags & PDX_TP_SIGNALED,
+                       .len = len};
+    if (len)
+        memcpy(rec->data, data, len);
+    ipc_ep_flush(ep);    /* the copies it follows go now */
+    ipc_ep_progress(ep); /* and it too when none is before it */
+    return PDX_OK;
+}
+
+/* ----------------------------------------------------------- completions */
+
+void ipc_ep_inner_done(ipc_ep_t *ep, const pdx_tp_wc_t *wc)
+{
+    for (uint64_t i = ep->in_next; i < ep->rec_tail; i++) {
+        ipc_rec_t *rec = rec_at(ep, i);
+
+        if (rec->kind == REC_COPY || rec->done)
+            continue;
+        if (rec->kind == REC_SEND && !rec->posted)
+            break; /* nothing after it reached the inner endpoint */
+        /* in order: what came before the completed WR is done too */
+        rec->done = true;
+        rec->status = wc->status;
+        if (rec->wr_id == wc->wr_id)
+            break;
+    }
+    while (ep->in_next < ep->rec_tail && (rec_at(ep, ep->in_next)->kind == REC_COPY ||
+                                          rec_at(ep, ep->in_next)->done))
+        ep->in_next++;
+}
+
+bool ipc_ep_copies_pending(const ipc_ep_t *ep)
+{
+    return ep->b_head != ep->b_tail || ep->open_n;
+}
+
+/* Batches whose event completed, in order; then SENDs no copy holds back. */
+void ipc_ep_progress(ipc_ep_t *ep)
+{
+    ipc_tp_t *tp = ep->cq->tp;
+
+    while (ep->b_head != ep->b_tail) {
+        ipc_batch_t *b = &ep->batches[ep->b_head % ep->depth];
+        pdx_status_t st = b->failed ? PDX_OK : pdx_hip_event_query(b->event);
+
+        if (st == PDX_INPROGRESS) {
+            if (!ep->late && pdx_now_ns() - b->posted_ns > (uint64_t)tp->timeout_ms * 1000000u) {
+                ep->late = true;
+                fail_ep(ep, PDX_ERR_TIMEOUT, "GPU copies of %llu bytes not finished after %u ms",
+                        (unsigned long long)b->bytes, tp->timeout_ms);
+            }
+            break;
+        }
+        if (st != PDX_OK)
+            fail_ep(ep, PDX_ERR_IO, "GPU copy of %llu bytes failed: %s",
+                    (unsigned long long)b->bytes, pdx_hip_last_error());
+        for (uint32_t i = 0; i < b->nrec; i++) {
+            ipc_rec_t *rec = rec_at(ep, b->rec_first + i);
+
+            rec->done = true;
+            rec->status = ep->failed;
+        }
+        ep->run_head = b->run_first + b->nruns;
+        ep->b_head++;
+    }
+    /* the GPU is done with this ep: what gathered meanwhile goes now */
+    if (ep->b_head == ep->b_tail && ep->open_n)
+        ipc_ep_flush(ep);
+    for (uint64_t i = ep->rec_head; i < ep->rec_tail; i++) {
+        ipc_rec_t *rec = rec_at(ep, i);
+        pdx_status_t st;
+
+        if (rec->kind == REC_COPY) {
+            if (!rec->done)
+                break;
+            continue;
+        }
+        if (rec->kind != REC_SEND || rec->posted || rec->done)
+            continue;
+        if (ep->failed != PDX_OK) {
+            rec->done = true;
+            rec->status = ep->failed;
+            continue;
+        }
+        st = tp->in_ops->post_send(ep->in, rec->wr_id, rec->data, rec->len, PDX_TP_SIGNALED);
+        if (st == PDX_ERR_AGAIN)
+            break;
+        if (st != PDX_OK) {
+            rec->done = true;
+            rec->status = st;
+            fail_ep(ep, st, "notify SEND refused: %s", pdx_status_str(st));
+            continue;
+        }
+        rec->posted = true;
+    }
+}
+
+int ipc_ep_emit(ipc_ep_t *ep, pdx_tp_wc_t *wc, int max)
+{
+    int out = 0;
+
+    while (out < max && ep->rec_head != ep->rec_tail) {
+        const ipc_rec_t *rec = rec_at(ep, ep->rec_head);
+
+        if (!rec->done)
+            break;
+        if (rec->signaled || rec->status != PDX_OK)
+            wc[out++] = (pdx_tp_wc_t){.wr_id = rec->wr_id, .ep = (pdx_tp_ep_t *)ep,
+                                      .status = rec->status,
+                                      .opcode = rec->kind == REC_SEND ? PDX_TP_OP_SEND
+                                                                      : PDX_TP_OP_WRITE};
+        ep->rec_head++;
+    }
+    if (ep->in_next < ep->rec_head)
+        ep->in_next = ep->rec_head;
+    return out;
+}

@@ -1,0 +1,848 @@
+/*
+ * The ipc transport with real GPU memory (nvidia platform, one GPU): two
+ * engines whose KV pools are device memory, in one process and across two
+ * processes (the decode side a child of this program, its pool opened with
+ * IPC handles).
+ *
+ *   1. random page maps: page sizes of 1, 16 and 64 tokens of 576 bytes,
+ *      8 layers, 96 rooms each (8 in flight, 1-3 chunks), every byte
+ *      compared on the GPU; prefill's bytes_direct must equal bytes_sent
+ *      (every page went by a GPU copy). PDX_TRANSPORT=auto and ipc.
+ *   2. stale pages: producers spin on a flag, then write the room's pages;
+ *      the chunk is sent gated (stream gate, event gate) before the flag is
+ *      released: decode sees only final bytes; a control run without gates
+ *      must see stale ones (the test can fail).
+ *   3. a gate that never opens fails its room at the deadline while rooms
+ *      of another stream complete.
+ *   4. two processes: a child decode engine receives 64 rooms and checks
+ *      every byte; then a child is killed while rooms are in flight: every
+ *      room ends (FAILED naming the peer, or SUCCESS), the region handles
+ *      opened for it are closed once the peer is gone, and a third child is
+ *      served by the same prefill engine.
+ *
+ * --bench: DeepSeek-R1 (61 layers x 576 B per token, page 64) and
+ * Llama-3-70B TP8 (80 layers, K and V, 256 B per token each, page 16)
+ * rooms of 4096 tokens with random page maps over the ipc transport: GB/s
+ * against one contiguous device-to-device copy of the same bytes and one
+ * copy per page (measured in the same run), and per-room latency p50/p99.
+ *
+ * Output ends with "N passed, N failed"; exit status 1 on any failure.
+ */
+#include <cuda_runtime.h>
+
+#include <signal.h>
+#include <spawn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pdx/pdx.h"
+
+extern char **environ;
+
+/* hip/: the IPC table's counters */
+typedef struct pdx_hip_ipc_stats {
+    uint64_t runtime_opens, runtime_closes;
+    uint32_t allocations, references;
+} pdx_hip_ipc_stats_t;
+extern "C" void pdx_hip_ipc_stats(pdx_hip_ipc_stats_t *stats_p);
+
+static int passed, failed;
+static const char *phase = "start";
+
+static void on_alarm(int sig)
+{
+    (void)sig;
+    printf("FAIL: no progress for 120 s in %s\n", phase);
+    printf("%d passed, %d failed\n", passed, failed + 1);
+    _exit(1);
+}
+
+static void progress(const char *what)
+{
+    phase = what;
+    alarm(120);
+}
+
+#define CHECK(cond, ...)                                                                  \
+    do {                                                                                  \
+        if (cond) {                                                                       \
+            passed++;                                                                     \
+        } else {                                                                          \
+            failed++;                                                                     \
+            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                   \
+            printf(__VA_ARGS__);                                                          \
+            printf("\n");                                                                 \
+        }                                                                                 \
+    } while (0)
+
+#define CUDA_OK(call)                                                                     \
+    do {                                                                                  \
+        cudaError_t err_ = (call);                                                        \
+        if (err_ != cudaSuccess) {                                                        \
+            printf("FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #call,                     \
+                   cudaGetErrorName(err_));                                               \
+            exit(2);                                                                      \
+        }                                                                                 \
+    } while (0)
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+__host__ __device__ static uint64_t mix(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* ------------------------------------------------------------------ sides */
+
+#define MAX_BUFFERS 160
+
+typedef struct side {
+    pdx_engine_t *e;
+    uint8_t      *pool;      /* device memory: nbuf buffers of npages pages */
+    uint32_t      nbuf, npages, layout;
+    uint64_t      bpp;
+} side_t;
+
+/* One engine on GPU 0, its pool one cudaMalloc with a region per buffer
+ * (they share one registration and one IPC export). */
+static void side_open(side_t *s, const char *transport, uint32_t layers, uint32_t bpl,
+                      uint32_t npages, uint64_t bpp, const char *timeout_ms)
+{
+    static pdx_buffer_desc_t bufs[MAX_BUFFERS];
+    pdx_config_t cfg;
+    pdx_group_desc_t group = {};
+    pdx_layout_desc_t desc = {};
+    uint64_t buf_len = (uint64_t)npages * bpp;
+
+    memset(s, 0, sizeof(*s));
+    s->nbuf = layers * bpl;
+    s->npages = npages;
+    s->bpp = bpp;
+    pdx_config_init(&cfg);
+    pdx_config_set(&cfg, "PDX_LISTEN", "127.0.0.1:0");
+    pdx_config_set(&cfg, "PDX_TRANSPORT", transport);
+    pdx_config_set(&cfg, "PDX_SHARDS", "2");
+    pdx_config_set(&cfg, "PDX_GPU", "0");
+    pdx_config_set(&cfg, "PDX_TRANSFER_TIMEOUT_MS", timeout_ms);
+    if (pdx_engine_create(&cfg, &s->e) != PDX_OK) {
+        printf("FATAL: pdx_engine_create (PDX_TRANSPORT=%s)\n", transport);
+        exit(2);
+    }
+    CUDA_OK(cudaMalloc((void **)&s->pool, buf_len * s->nbuf));
+    CUDA_OK(cudaMemset(s->pool, 0xee, buf_len * s->nbuf));
+    for (uint32_t b = 0; b < s->nbuf; b++) {
+        uint32_t mem;
+
+        if (pdx_mem_register(s->e, s->pool + b * buf_len, buf_len, &mem) != PDX_OK) {
+            printf("FATAL: register buffer %u\n", b);
+            exit(2);
+        }
+        bufs[b] = (pdx_buffer_desc_t){.mem = mem, .reserved0 = 0, .offset = 0,
+                                      .bytes_per_page = bpp};
+    }
+    group.buffers_per_layer = bpl;
+    group.nbuffers = s->nbuf;
+    group.npages = npages;
+    group.buffers = bufs;
+    desc.field_mask = PDX_LAYOUT_FIELD_GROUPS | PDX_LAYOUT_FIELD_LAYERS;
+    desc.ngroups = 1;
+    desc.layer_end = layers;
+    desc.groups = &group;
+    if (pdx_layout_create(s->e, &desc, &s->layout) != PDX_OK) {
+        printf("FATAL: layout\n");
+        exit(2);
+    }
+}
+
+static void side_close(side_t *s)
+{
+    pdx_engine_destroy(s->e);
+    CUDA_OK(cudaFree(s->pool));
+}
+
+/* Word w of page p of buffer b of a pool filled for seed. */
+__host__ __device__ static uint64_t pool_word(uint64_t seed, uint32_t b, uint32_t p, uint64_t w)
+{
+    return mix(seed * 0x9e3779b97f4a7c15ull ^ (uint64_t)b << 48 ^ (uint64_t)p << 24 ^ w);
+}
+
+__global__ void fill_pool(uint64_t *pool, uint32_t nbuf, uint32_t npages, uint64_t words,
+                          uint64_t seed)
+{
+    const uint64_t total = (uint64_t)nbuf * npages * words;
+
+    for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < total;
+         i += (uint64_t)gridDim.x * blockDim.x) {
+        uint64_t w = i % words, page = i / words;
+
+        pool[i] = pool_word(seed, (uint32_t)(page / npages), (uint32_t)(page % npages), w);
+    }
+}
+
+/* Words of decode's dst pages that differ from the seed's src pages: one
+ * block per (buffer, page of the room). */
+__global__ void count_bad(const uint64_t *dpool, const uint32_t *src, const uint32_t *dst,
+                          uint32_t n, uint32_t npages, uint64_t words, uint64_t seed,
+                          unsigned long long *bad)
+{
+    const uint32_t b = blockIdx.x / n, i = blockIdx.x % n;
+    const uint64_t *page = dpool + ((uint64_t)b * npages + dst[i]) * words;
+    unsigned long long mine = 0;
+
+    for (uint64_t w = threadIdx.x; w < words; w += blockDim.x)
+        mine += page[w] != pool_word(seed, b, src[i], w);
+    if (mine)
+        atomicAdd(bad, mine);
+}
+
+static void fill(side_t *s, uint64_t seed)
+{
+    fill_pool<<<1024, 256>>>((uint64_t *)s->pool, s->nbuf, s->npages, s->bpp / 8, seed);
+    CUDA_OK(cudaDeviceSynchronize());
+}
+
+/* Bytes of room's dst pages on decode that are not prefill's src pages. */
+static uint64_t bad_bytes(const side_t *d, const uint32_t *src, const uint32_t *dst, uint32_t n,
+                          uint64_t seed)
+{
+    static uint32_t *dev;
+    static unsigned long long *bad;
+    unsigned long long host = 0;
+
+    if (!dev) {
+        CUDA_OK(cudaMalloc((void **)&dev, 2 * 4096 * sizeof(uint32_t)));
+        CUDA_OK(cudaMalloc((void **)&bad, sizeof(*bad)));
+    }
+    CUDA_OK(cudaMemcpy(dev, src, n * sizeof(uint32_t), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dev + 4096, dst, n * sizeof(uint32_t), cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemset(bad, 0, sizeof(*bad)));
+    count_bad<<<d->nbuf * n, 128>>>((const uint64_t *)d->pool, dev, dev + 4096, n, d->npages,
+                                     d->bpp / 8, seed, bad);
+    CUDA_OK(cudaMemcpy(&host, bad, sizeof(host), cudaMemcpyDeviceToHost));
+    return host * 8;
+}
+
+static pdx_room_state_t wait_done(pdx_engine_t *e, uint64_t room, int ms)
+{
+    uint64_t end = now_ns() + (uint64_t)ms * 1000000ull;
+    pdx_room_state_t st;
+
+    while ((st = pdx_poll(e, room)) != PDX_ROOM_SUCCESS && st != PDX_ROOM_FAILED &&
+           now_ns() < end)
+        usleep(50);
+    return st;
+}
+
+static void release_room(pdx_engine_t *e, uint64_t room)
+{
+    for (int i = 0; i < 10000 && pdx_release(e, room) == PDX_INPROGRESS; i++)
+        usleep(1000);
+}
+
+/* n distinct pages from [base, base + range). */
+static void pick(uint32_t *out, uint32_t n, uint32_t base, uint32_t range, unsigned *seed)
+{
+    static uint8_t used[65536];
+
+    memset(used, 0, range);
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t p;
+
+        do
+            p = (uint32_t)rand_r(seed) % range;
+        while (used[p]);
+        used[p] = 1;
+        out[i] = base + p;
+    }
+}
+
+/* Send src in `chunks` chunks (the last with PDX_SEND_LAST). */
+static bool send_room(side_t *pf, uint64_t room, const uint32_t *src, uint32_t n, int chunks,
+                      const pdx_gate_t *gate)
+{
+    uint32_t at = 0;
+
+    for (int c = 0; c < chunks; c++) {
+        uint32_t k = c == chunks - 1 ? n - at : n / (uint32_t)chunks;
+        pdx_pages_t s = {src + at, k};
+
+        if (pdx_send(pf->e, room, pf->layout, &s, gate, NULL,
+                     c == chunks - 1 ? PDX_SEND_LAST : 0) != PDX_OK)
+            return false;
+        at += k;
+    }
+    return true;
+}
+
+/* ------------------------------------------------------ 1. random page maps */
+
+enum { TOKEN_BYTES = 576, INFLIGHT = 8 };
+
+static void test_page_maps(const char *transport, uint32_t tokens, uint32_t rooms, uint64_t first)
+{
+    enum { LAYERS = 8, NPAGES = 256 };
+    const uint64_t seed = 0x51ed + tokens;
+    side_t pf, dc;
+    uint32_t peer;
+    uint32_t src[INFLIGHT][32], dst[INFLIGHT][32], n[INFLIGHT];
+    unsigned rs = (unsigned)tokens;
+    uint64_t bad = 0;
+    int ok = 0;
+    pdx_stats_t st;
+
+    progress("random page maps");
+    side_open(&pf, transport, LAYERS, 1, NPAGES, (uint64_t)tokens * TOKEN_BYTES, "20000");
+    side_open(&dc, transport, LAYERS, 1, NPAGES, (uint64_t)tokens * TOKEN_BYTES, "20000");
+    fill(&pf, seed);
+    CHECK(pdx_peer_connect(dc.e, pdx_engine_address(pf.e), 5000, &peer) == PDX_OK, "connect");
+    for (uint32_t r0 = 0; r0 < rooms; r0 += INFLIGHT) {
+        for (uint32_t k = 0; k < INFLIGHT; k++) {
+            uint64_t room = first + r0 + k;
+            pdx_pages_t d;
+
+            n[k] = 1 + (uint32_t)rand_r(&rs) % 32;
+            pick(src[k], n[k], 0, NPAGES, &rs);
+            /* rooms in flight write disjoint pages */
+            pick(dst[k], n[k], k * (NPAGES / INFLIGHT), NPAGES / INFLIGHT, &rs);
+            d = (pdx_pages_t){dst[k], n[k]};
+            CHECK(pdx_expect(dc.e, peer, room, dc.layout, &d, NULL, 1, 20000) == PDX_OK,
+                  "expect %llu", (unsigned long long)room);
+        }
+        for (uint32_t k = 0; k < INFLIGHT; k++)
+            CHECK(send_room(&pf, first + r0 + k, src[k], n[k], 1 + (int)(k % 3), NULL),
+                  "send %llu", (unsigned long long)(first + r0 + k));
+        for (uint32_t k = 0; k < INFLIGHT; k++) {
+            uint64_t room = first + r0 + k;
+
+            if (wait_done(dc.e, room, 20000) == PDX_ROOM_SUCCESS) {
+                ok++;
+                bad += bad_bytes(&dc, src[k], dst[k], n[k], seed);
+            }
+            wait_done(pf.e, room, 20000);
+            release_room(dc.e, room);
+            release_room(pf.e, room);
+        }
+    }
+    pdx_engine_stats(pf.e, &st);
+    CHECK(ok == (int)rooms && bad == 0, "%s, pages of %u tokens: %d/%u rooms, %llu bad bytes",
+          transport, tokens, ok, rooms, (unsigned long long)bad);
+    CHECK(st.bytes_sent > 0 && st.bytes_direct == st.bytes_sent,
+          "%s: %llu of %llu bytes by GPU copies", transport,
+          (unsigned long long)st.bytes_direct, (unsigned long long)st.bytes_sent);
+    printf("PDX_TRANSPORT=%s, pages of %u tokens (%u B x %d layers): %d/%u rooms SUCCESS, "
+           "%llu bad bytes, %llu of %llu bytes by GPU copies\n", transport, tokens,
+           tokens * TOKEN_BYTES, LAYERS, ok, rooms, (unsigned long long)bad,
+           (unsigned long long)st.bytes_direct, (unsigned long long)st.bytes_sent);
+    side_close(&dc);
+    side_close(&pf);
+}
+
+/* ----------------------------------------------- 2, 3. gates on the GPU */
+
+enum { GL = 4, GNP = 256, GBPP = 4096, GPAGES = 16 };
+
+__host__ __device__ static uint64_t room_word(uint64_t room, uint32_t layer, uint32_t i, uint64_t w)
+{
+    return mix(room * 0x9e3779b97f4a7c15ull ^ (uint64_t)layer << 48 ^ (uint64_t)i << 24 ^ w);
+}
+
+/* One block per (layer, page of the chunk): wait for the flag, write the page. */
+__global__ void produce(volatile uint64_t *flag, uint64_t *pool, const uint32_t *pages,
+                        uint32_t n, uint64_t room)
+{
+    const uint32_t layer = blockIdx.x / n, i = blockIdx.x % n;
+    uint64_t *page = pool + ((uint64_t)layer * GNP + pages[i]) * (GBPP / 8);
+
+    if (threadIdx.x == 0)
+        while (*flag == 0)
+            ;
+    __syncthreads();
+    for (uint32_t w = threadIdx.x; w < GBPP / 8; w += blockDim.x)
+        page[w] = room_word(room, layer, i, w);
+}
+
+__global__ void count_stale(const uint64_t *pool, const uint32_t *dst, uint32_t n, uint64_t room,
+                            unsigned long long *bad)
+{
+    const uint32_t layer = blockIdx.x / n, i = blockIdx.x % n;
+    const uint64_t *page = pool + ((uint64_t)layer * GNP + dst[i]) * (GBPP / 8);
+    unsigned long long mine = 0;
+
+    for (uint32_t w = threadIdx.x; w < GBPP / 8; w += blockDim.x)
+        mine += page[w] != room_word(room, layer, i, w);
+    if (mine)
+        atomicAdd(bad, mine);
+}
+
+enum gating { GATE_STREAM, GATE_EVENT, GATE_OFF };
+
+static uint64_t *flag;          /* host-mapped */
+static uint32_t *gpages;        /* src pages, then dst pages */
+static unsigned long long *gbad;
+static cudaStream_t gstream;
+static cudaEvent_t gev;
+
+static uint64_t stale_rooms(side_t *pf, side_t *dc, uint32_t peer, uint64_t first, int n,
+                            enum gating gating, int *ok_p)
+{
+    unsigned seed = (unsigned)first;
+    uint64_t stale = 0;
+    int ok = 0;
+
+    for (int r = 0; r < n; r++) {
+        uint64_t room = first + (uint64_t)r;
+        uint32_t src[GPAGES], dst[GPAGES];
+        pdx_pages_t s = {src, GPAGES}, d = {dst, GPAGES};
+        pdx_gate_t gate = {};
+        unsigned long long bad = 0;
+
+        pick(src, GPAGES, 0, GNP, &seed);
+        pick(dst, GPAGES, 0, GNP, &seed);
+        *(volatile uint64_t *)flag = 0;
+        CUDA_OK(cudaMemcpyAsync(gpages, src, sizeof(src), cudaMemcpyHostToDevice, gstream));
+        CUDA_OK(cudaMemcpyAsync(gpages + GPAGES, dst, sizeof(dst), cudaMemcpyHostToDevice,
+                                gstream));
+        CUDA_OK(cudaStreamSynchronize(gstream));
+        CHECK(pdx_expect(dc->e, peer, room, dc->layout, &d, NULL, 1, 10000) == PDX_OK, "expect");
+        produce<<<GL * GPAGES, 128, 0, gstream>>>(flag, (uint64_t *)pf->pool, gpages, GPAGES,
+                                                  room);
+        if (gating == GATE_STREAM) {
+            CHECK(pdx_gate_arm(pf->e, gstream, &gate) == PDX_OK, "gate_arm");
+        } else if (gating == GATE_EVENT) {
+            CUDA_OK(cudaEventRecord(gev, gstream));
+            gate.kind = PDX_GATE_EVENT;
+            gate.event = gev;
+        }
+        CHECK(pdx_send(pf->e, room, pf->layout, &s, gating == GATE_OFF ? NULL : &gate, NULL,
+                       PDX_SEND_LAST) == PDX_OK, "send");
+        usleep(2000);
+        if (gating != GATE_OFF)
+            CHECK(pdx_poll(dc->e, room) == PDX_ROOM_WAITING, "room %llu moved before its gate "
+                  "opened", (unsigned long long)room);
+        __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+        CUDA_OK(cudaStreamSynchronize(gstream));
+        if (wait_done(dc->e, room, 10000) == PDX_ROOM_SUCCESS) {
+            ok++;
+            CUDA_OK(cudaMemset(gbad, 0, sizeof(*gbad)));
+            count_stale<<<GL * GPAGES, 128>>>((const uint64_t *)dc->pool, gpages + GPAGES,
+                                              GPAGES, room, gbad);
+            CUDA_OK(cudaMemcpy(&bad, gbad, sizeof(bad), cudaMemcpyDeviceToHost));
+            stale += bad * 8;
+        }
+        wait_done(pf->e, room, 10000);
+        release_room(dc->e, room);
+        release_room(pf->e, room);
+    }
+    *ok_p = ok;
+    return stale;
+}
+
+static void test_gates(void)
+{
+    side_t pf, dc;
+    uint32_t peer, pages[4] = {1, 2, 3, 4};
+    pdx_pages_t l = {pages, 4};
+    pdx_gate_t gate = {};
+    cudaStream_t stuck;
+    uint64_t stale;
+    char err[256] = "";
+    int ok;
+
+    progress("gates");
+    CUDA_OK(cudaHostAlloc((void **)&flag, sizeof(*flag), cudaHostAllocMapped));
+    CUDA_OK(cudaMalloc((void **)&gpages, 2 * GPAGES * sizeof(uint32_t)));
+    CUDA_OK(cudaMalloc((void **)&gbad, sizeof(*gbad)));
+    CUDA_OK(cudaStreamCreateWithFlags(&gstream, cudaStreamNonBlocking));
+    CUDA_OK(cudaStreamCreateWithFlags(&stuck, cudaStreamNonBlocking));
+    CUDA_OK(cudaEventCreateWithFlags(&gev, cudaEventDisableTiming));
+    side_open(&pf, "ipc", GL, 1, GNP, GBPP, "3000");
+    side_open(&dc, "ipc", GL, 1, GNP, GBPP, "3000");
+    CHECK(pdx_peer_connect(dc.e, pdx_engine_address(pf.e), 5000, &peer) == PDX_OK, "connect");
+
+    stale = stale_rooms(&pf, &dc, peer, 1000, 32, GATE_STREAM, &ok);
+    CHECK(ok == 32 && stale == 0, "stream gates: %d/32 rooms, %llu stale bytes", ok,
+          (unsigned long long)stale);
+    printf("ipc, stale pages, stream gates: %d/32 rooms SUCCESS, %llu stale bytes\n", ok,
+           (unsigned long long)stale);
+    stale = stale_rooms(&pf, &dc, peer, 2000, 32, GATE_EVENT, &ok);
+    CHECK(ok == 32 && stale == 0, "event gates: %d/32 rooms, %llu stale bytes", ok,
+          (unsigned long long)stale);
+    printf("ipc, stale pages, event gates: %d/32 rooms SUCCESS, %llu stale bytes\n", ok,
+           (unsigned long long)stale);
+    stale = stale_rooms(&pf, &dc, peer, 3000, 16, GATE_OFF, &ok);
+    CHECK(stale > 0, "control without gates saw no stale byte: the test could not fail");
+    printf("ipc, stale pages, control without gates: %d/16 rooms SUCCESS, %llu stale bytes\n",
+           ok, (unsigned long long)stale);
+
+    /* a gate that never opens: its room fails at the deadline, others go on */
+    progress("gate that never opens");
+    *(volatile uint64_t *)flag = 0;
+    CUDA_OK(cudaMemcpy(gpages, pages, sizeof(pages), cudaMemcpyHostToDevice));
+    CHECK(pdx_expect(dc.e, peer, 5000, dc.layout, &l, NULL, 1, 10000) == PDX_OK, "expect");
+    produce<<<GL * 4, 128, 0, stuck>>>(flag, (uint64_t *)pf.pool, gpages, 4, 5000);
+    CHECK(pdx_gate_arm(pf.e, stuck, &gate) == PDX_OK, "gate_arm");
+    CHECK(pdx_send(pf.e, 5000, pf.layout, &l, &gate, NULL, PDX_SEND_LAST) == PDX_OK, "send");
+    {
+        pdx_pages_t s2 = {pages, 4};
+        uint32_t d2[4] = {100, 101, 102, 103};
+        pdx_pages_t dd = {d2, 4};
+
+        CHECK(pdx_expect(dc.e, peer, 5001, dc.layout, &dd, NULL, 1, 10000) == PDX_OK, "expect");
+        CHECK(pdx_send(pf.e, 5001, pf.layout, &s2, NULL, NULL, PDX_SEND_LAST) == PDX_OK, "send");
+        CHECK(wait_done(dc.e, 5001, 5000) == PDX_ROOM_SUCCESS, "an ungated room meanwhile");
+    }
+    CHECK(wait_done(pf.e, 5000, 8000) == PDX_ROOM_FAILED, "the stuck room failed at its deadline");
+    pdx_room_error(pf.e, 5000, err, sizeof(err));
+    printf("ipc, gate that never opens: \"%s\"\n", err);
+    __atomic_store_n(flag, 1, __ATOMIC_RELEASE);
+    CUDA_OK(cudaStreamSynchronize(stuck));
+    for (uint64_t r = 5000; r < 5002; r++) {
+        wait_done(dc.e, r, 10000);
+        release_room(dc.e, r);
+        release_room(pf.e, r);
+    }
+    side_close(&dc);
+    side_close(&pf);
+    cudaStreamDestroy(stuck);
+    cudaStreamDestroy(gstream);
+    cudaEventDestroy(gev);
+    cudaFree(gbad);
+    cudaFree(gpages);
+    cudaFreeHost(flag);
+}
+
+/* ------------------------------------------------------ 4. two processes */
+
+enum { XL = 8, XNP = 512, XBPP = 36864, XPAGES = 64 };
+
+/* Room r's pages: the same on both sides (from r). */
+static void room_pages(uint64_t r, uint32_t *src, uint32_t *dst, uint32_t *n)
+{
+    unsigned seed = (unsigned)(r * 2654435761u);
+
+    *n = 1 + (uint32_t)rand_r(&seed) % XPAGES;
+    pick(src, *n, 0, XNP, &seed);
+    pick(dst, *n, (uint32_t)(r % 4) * (XNP / 4), XNP / 4, &seed);
+}
+
+/* The child: a decode engine that connects to addr and takes rooms
+ * [first, first + count), checking each. Exit 0 when every one arrived
+ * whole. */
+static int decode_child(const char *addr, uint64_t first, uint32_t count, uint64_t seed)
+{
+    side_t dc;
+    uint32_t peer, src[XPAGES], dst[XPAGES], n;
+    uint64_t bad = 0;
+    uint32_t ok = 0;
+
+    CUDA_OK(cudaSetDevice(0));
+    side_open(&dc, "ipc", XL, 1, XNP, XBPP, "10000");
+    if (pdx_peer_connect(dc.e, addr, 5000, &peer) != PDX_OK) {
+        printf("child: cannot connect to %s\n", addr);
+        return 1;
+    }
+    for (uint64_t r = first; r < first + count; r += 4) {
+        for (uint64_t k = r; k < r + 4 && k < first + count; k++) {
+            pdx_pages_t d;
+
+            room_pages(k, src, dst, &n);
+            d = (pdx_pages_t){dst, n};
+            if (pdx_expect(dc.e, peer, k, dc.layout, &d, NULL, 1, 10000) != PDX_OK)
+                printf("child: expect %llu failed\n", (unsigned long long)k);
+        }
+        for (uint64_t k = r; k < r + 4 && k < first + count; k++) {
+            room_pages(k, src, dst, &n);
+            if (wait_done(dc.e, k, 10000) == PDX_ROOM_SUCCESS) {
+                ok++;
+                bad += bad_bytes(&dc, src, dst, n, seed);
+            }
+            release_room(dc.e, k);
+        }
+    }
+    printf("child %d: %u/%u rooms SUCCESS, %llu bad bytes\n", (int)getpid(), ok, count,
+           (unsigned long long)bad);
+    side_close(&dc);
+    return ok == count && bad == 0 ? 0 : 1;
+}
+
+static pid_t spawn_child(const char *addr, uint64_t first, uint32_t count, uint64_t seed)
+{
+    char a[32], b[32], c[32];
+    char *argv[] = {(char *)"test_gpu_ipc_engine", (char *)"--decode-child", (char *)addr, a, b,
+                    c, NULL};
+    pid_t pid;
+
+    snprintf(a, sizeof(a), "%llu", (unsigned long long)first);
+    snprintf(b, sizeof(b), "%u", count);
+    snprintf(c, sizeof(c), "%llu", (unsigned long long)seed);
+    if (posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, environ) != 0) {
+        printf("FATAL: posix_spawn\n");
+        exit(2);
+    }
+    return pid;
+}
+
+/* Send rooms [first, first + count) four at a time; the rooms' end states.
+ * With kill_pid, that child is killed once the third group is sent, and no
+ * group after it is sent (nobody would expect it). */
+static void send_rooms(side_t *pf, uint64_t first, uint32_t count, int *ok_p, int *failed_p,
+                       int *other_p, pid_t kill_pid)
+{
+    uint32_t src[XPAGES], dst[XPAGES], n;
+    bool killed = false;
+
+    *ok_p = *failed_p = *other_p = 0;
+    for (uint64_t r = first; r < first + count; r += 4) {
+        for (uint64_t k = r; k < r + 4 && k < first + count; k++) {
+            room_pages(k, src, dst, &n);
+            send_room(pf, k, src, n, 2, NULL);
+        }
+        if (kill_pid > 0 && r >= first + 8) {
+            kill(kill_pid, SIGKILL); /* copies of these rooms are in flight */
+            kill_pid = 0;
+            killed = true;
+        }
+        for (uint64_t k = r; k < r + 4 && k < first + count; k++) {
+            pdx_room_state_t s = wait_done(pf->e, k, 20000);
+
+            *ok_p += s == PDX_ROOM_SUCCESS;
+            *failed_p += s == PDX_ROOM_FAILED;
+            *other_p += s != PDX_ROOM_SUCCESS && s != PDX_ROOM_FAILED;
+            if (s == PDX_ROOM_FAILED && *failed_p == 1) {
+                char err[256] = "";
+
+                pdx_room_error(pf->e, k, err, sizeof(err));
+                printf("a room of the killed peer: \"%s\"\n", err);
+            }
+            release_room(pf->e, k);
+        }
+        if (killed)
+            break;
+    }
+}
+
+static int wait_child(pid_t pid)
+{
+    int status = 0;
+
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static void test_two_processes(void)
+{
+    const uint64_t seed = 0xfeed;
+    side_t pf;
+    pdx_hip_ipc_stats_t is;
+    pdx_stats_t st;
+    int ok, bad, other, rc;
+    pid_t pid;
+
+    progress("two processes");
+    side_open(&pf, "ipc", XL, 1, XNP, XBPP, "10000");
+    fill(&pf, seed);
+
+    /* a child takes 64 rooms and checks every byte */
+    pid = spawn_child(pdx_engine_address(pf.e), 1, 64, seed);
+    send_rooms(&pf, 1, 64, &ok, &bad, &other, 0);
+    rc = wait_child(pid);
+    pdx_engine_stats(pf.e, &st);
+    CHECK(ok == 64 && rc == 0, "two processes: %d/64 rooms SUCCESS at prefill, child exit %d",
+          ok, rc);
+    CHECK(st.bytes_direct == st.bytes_sent && st.bytes_sent > 0,
+          "two processes: %llu of %llu bytes by GPU copies", (unsigned long long)st.bytes_direct,
+          (unsigned long long)st.bytes_sent);
+    printf("two processes: %d/64 rooms SUCCESS, child exit %d, %llu of %llu bytes by GPU "
+           "copies\n", ok, rc, (unsigned long long)st.bytes_direct,
+           (unsigned long long)st.bytes_sent);
+
+    /* a child killed while copies are in flight */
+    progress("killed peer");
+    pid = spawn_child(pdx_engine_address(pf.e), 1001, 64, seed);
+    send_rooms(&pf, 1001, 64, &ok, &bad, &other, pid);
+    rc = wait_child(pid);
+    CHECK(rc == 128 + SIGKILL, "the child was killed (exit %d)", rc);
+    CHECK(bad > 0 && other == 0, "killed peer: %d SUCCESS, %d FAILED, %d neither", ok, bad,
+          other);
+    printf("killed peer: %d rooms SUCCESS, %d FAILED, %d neither\n", ok, bad, other);
+    /* once the peer is gone, what was opened for it is closed */
+    for (int i = 0; i < 100; i++) {
+        pdx_hip_ipc_stats(&is);
+        if (is.references == 0)
+            break;
+        usleep(50000);
+    }
+    CHECK(is.references == 0, "IPC opens of the dead peer still held: %u", is.references);
+    printf("after the peer died: %u IPC references held, %llu opened, %llu closed\n",
+           is.references, (unsigned long long)is.runtime_opens,
+           (unsigned long long)is.runtime_closes);
+
+    /* the same prefill engine serves the next one */
+    progress("after the kill");
+    pid = spawn_child(pdx_engine_address(pf.e), 2001, 32, seed);
+    send_rooms(&pf, 2001, 32, &ok, &bad, &other, 0);
+    rc = wait_child(pid);
+    CHECK(ok == 32 && rc == 0, "after a killed peer: %d/32 rooms, child exit %d", ok, rc);
+    printf("after the killed peer, a new one: %d/32 rooms SUCCESS, child exit %d\n", ok, rc);
+    side_close(&pf);
+}
+
+/* ------------------------------------------------------------------ bench */
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+
+    return x < y ? -1 : x > y;
+}
+
+static void bench(const char *name, uint32_t layers, uint32_t bpl, uint64_t bpp, uint32_t pages,
+                  uint32_t npages)
+{
+    enum { ROOMS = 32, LAT = 40, FLIGHT = 4 };
+    side_t pf, dc;
+    uint32_t peer;
+    uint32_t *src = (uint32_t *)malloc(pages * sizeof(uint32_t));
+    uint32_t *dst = (uint32_t *)malloc((size_t)FLIGHT * pages * sizeof(uint32_t));
+    const uint64_t room_bytes = (uint64_t)layers * bpl * pages * bpp;
+    uint64_t lat[LAT], t0, ns;
+    unsigned rs = 7;
+    cudaEvent_t e0, e1;
+    cudaStream_t s;
+    float ms = 0;
+    double contiguous, naive, engine;
+    int ok = 0;
+    uint8_t *a, *b;
+
+    progress(name);
+    side_open(&pf, "ipc", layers, bpl, npages, bpp, "60000");
+    side_open(&dc, "ipc", layers, bpl, npages, bpp, "60000");
+    fill(&pf, 1);
+    CHECK(pdx_peer_connect(dc.e, pdx_engine_address(pf.e), 5000, &peer) == PDX_OK, "connect");
+    CUDA_OK(cudaEventCreate(&e0));
+    CUDA_OK(cudaEventCreate(&e1));
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+
+    /* baselines: one contiguous copy of the room's bytes; one copy per page */
+    a = pf.pool;
+    b = dc.pool;
+    CUDA_OK(cudaMemcpyAsync(b, a, room_bytes, cudaMemcpyDeviceToDevice, s));
+    CUDA_OK(cudaEventRecord(e0, s));
+    for (int i = 0; i < 10; i++)
+        CUDA_OK(cudaMemcpyAsync(b, a, room_bytes, cudaMemcpyDeviceToDevice, s));
+    CUDA_OK(cudaEventRecord(e1, s));
+    CUDA_OK(cudaEventSynchronize(e1));
+    CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
+    contiguous = 10.0 * room_bytes / (ms / 1e3) / 1e9;
+    pick(src, pages, 0, npages, &rs);
+    pick(dst, pages, 0, npages, &rs);
+    t0 = now_ns();
+    for (uint32_t l = 0; l < layers * bpl; l++)
+        for (uint32_t i = 0; i < pages; i++)
+            CUDA_OK(cudaMemcpyAsync(b + ((uint64_t)l * npages + dst[i]) * bpp,
+                                    a + ((uint64_t)l * npages + src[i]) * bpp, bpp,
+                                    cudaMemcpyDeviceToDevice, s));
+    CUDA_OK(cudaStreamSynchronize(s));
+    naive = (double)room_bytes / ((now_ns() - t0) / 1e9) / 1e9;
+
+    /* throughput: FLIGHT rooms at a time, disjoint destinations */
+    t0 = now_ns();
+    for (uint32_t r = 0; r < ROOMS; r += FLIGHT) {
+        for (uint32_t k = 0; k < FLIGHT; k++) {
+            pdx_pages_t d = {dst + k * pages, pages};
+
+            pick(dst + k * pages, pages, k * (npages / FLIGHT), npages / FLIGHT, &rs);
+            pdx_expect(dc.e, peer, 100 + r + k, dc.layout, &d, NULL, 1, 60000);
+        }
+        for (uint32_t k = 0; k < FLIGHT; k++) {
+            pick(src, pages, 0, npages, &rs);
+            send_room(&pf, 100 + r + k, src, pages, 1, NULL);
+        }
+        for (uint32_t k = 0; k < FLIGHT; k++) {
+            ok += wait_done(dc.e, 100 + r + k, 60000) == PDX_ROOM_SUCCESS;
+            wait_done(pf.e, 100 + r + k, 60000);
+        }
+        for (uint32_t k = 0; k < FLIGHT; k++) {
+            release_room(dc.e, 100 + r + k);
+            release_room(pf.e, 100 + r + k);
+        }
+    }
+    ns = now_ns() - t0;
+    engine = (double)ROOMS * room_bytes / (ns / 1e9) / 1e9;
+
+    /* latency: one room at a time, pdx_send to decode's SUCCESS */
+    for (uint32_t r = 0; r < LAT; r++) {
+        pdx_pages_t d = {dst, pages};
+        uint64_t room = 1000 + r;
+
+        pick(dst, pages, 0, npages, &rs);
+        pick(src, pages, 0, npages, &rs);
+        pdx_expect(dc.e, peer, room, dc.layout, &d, NULL, 1, 60000);
+        usleep(1000); /* the ROOM reached prefill */
+        t0 = now_ns();
+        send_room(&pf, room, src, pages, 1, NULL);
+        while (pdx_poll(dc.e, room) == PDX_ROOM_WAITING ||
+               pdx_poll(dc.e, room) == PDX_ROOM_TRANSFERRING)
+            ;
+        lat[r] = now_ns() - t0;
+        ok += pdx_poll(dc.e, room) == PDX_ROOM_SUCCESS;
+        wait_done(pf.e, room, 60000);
+        release_room(dc.e, room);
+        release_room(pf.e, room);
+    }
+    qsort(lat, LAT, sizeof(lat[0]), cmp_u64);
+    CHECK(ok == ROOMS + LAT, "%s: %d/%d rooms", name, ok, ROOMS + LAT);
+    printf("%s: %u pages x %u buffers x %llu B = %.1f MB per room (%u runs)\n", name, pages,
+           layers * bpl, (unsigned long long)bpp, room_bytes / 1e6, pages * layers * bpl);
+    printf("  one contiguous copy %.0f GB/s; one copy per page %.1f GB/s\n", contiguous, naive);
+    printf("  ipc engine %.0f GB/s (%d rooms, %d in flight): %.2f of contiguous, %.0fx per-page\n",
+           engine, ROOMS, FLIGHT, engine / contiguous, engine / naive);
+    printf("  latency per room (pdx_send -> decode SUCCESS): p50 %.0f us, p99 %.0f us "
+           "(contiguous copy of the room alone: %.0f us)\n", lat[LAT / 2] / 1e3,
+           lat[LAT * 99 / 100] / 1e3, room_bytes / contiguous / 1e3);
+    cudaStreamDestroy(s);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    side_close(&dc);
+    side_close(&pf);
+    free(src);
+    free(dst);
+}
+
+int main(int argc, char **argv)
+{
+    setvbuf(stdout, NULL, _IONBF, 0);
+    if (argc == 6 && strcmp(argv[1], "--decode-child") == 0)
+        return decode_child(argv[2], strtoull(argv[3], NULL, 10),
+                            (uint32_t)strtoul(argv[4], NULL, 10), strtoull(argv[5], NULL, 10));
+    signal(SIGALRM, on_alarm);
+    progress("setup");
+    CUDA_OK(cudaSetDevice(0));
+    if (argc == 2 && strcmp(argv[1], "--bench") == 0) {
+        bench("DeepSeek-R1 (61 layers x 576 B/token, page 64)", 61, 1, 64 * 576, 64, 1024);
+        bench("Llama-3-70B TP8 (80 layers, K and V, 256 B/token, page 16)", 80, 2, 16 * 256, 256,
+              2048);
+    } else {
+        test_page_maps("auto", 1, 96, 10000);
+        test_page_maps("ipc", 16, 96, 20000);
+        test_page_maps("ipc", 64, 96, 30000);
+        test_gates();
+        test_two_processes();
+    }
+    alarm(0);
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
