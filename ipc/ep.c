@@ -54,7 +54,6 @@ static void free_direct(ipc_ep_t *ep)
     pdx_hip_device_free(ep->runs_dev);
     free(ep->batches);
     free(ep->recs);
-    free(ep->scratch);
 }
 
 pdx_status_t ipc_ep_create(pdx_tp_t *ptp, pdx_tp_cq_t *pcq, const pdx_tp_ep_attr_t *attr,
@@ -73,8 +72,14 @@ pdx_status_t ipc_ep_create(pdx_tp_t *ptp, pdx_tp_cq_t *pcq, const pdx_tp_ep_attr
     ep->cq = cq;
     ep->direct = attr->direct;
     ep->depth = attr->sq_depth;
+    ep->scratch = calloc(ep->depth, sizeof(*ep->scratch));
+    if (!ep->scratch) {
+        free(ep);
+        return PDX_ERR_NOMEM;
+    }
     st = tp->in_ops->ep_create(tp->in, cq->in, attr, &ep->in);
     if (st != PDX_OK) {
+        free(ep->scratch);
         free(ep);
         return st;
     }
@@ -84,8 +89,7 @@ pdx_status_t ipc_ep_create(pdx_tp_t *ptp, pdx_tp_cq_t *pcq, const pdx_tp_ep_attr
         ep->nruns_cap = ep->depth * RUNS_PER_DEPTH;
         ep->recs = calloc(ep->depth, sizeof(*ep->recs));
         ep->batches = calloc(ep->depth, sizeof(*ep->batches));
-        ep->scratch = calloc(ep->depth, sizeof(*ep->scratch));
-        st = ep->recs && ep->batches && ep->scratch ? PDX_OK : PDX_ERR_NOMEM;
+        st = ep->recs && ep->batches ? PDX_OK : PDX_ERR_NOMEM;
         if (st == PDX_OK)
             st = ipc_cq_stream(cq);
         if (st == PDX_OK)
@@ -101,6 +105,7 @@ pdx_status_t ipc_ep_create(pdx_tp_t *ptp, pdx_tp_cq_t *pcq, const pdx_tp_ep_attr
     if (st != PDX_OK) {
         tp->in_ops->ep_destroy(ep->in);
         free_direct(ep);
+        free(ep->scratch);
         free(ep);
         return st;
     }
@@ -169,6 +174,7 @@ void ipc_ep_destroy(pdx_tp_ep_t *pep)
     }
     if (copies_done)
         free_direct(ep);
+    free(ep->scratch);
     free(ep);
 }
 
@@ -289,21 +295,34 @@ static void post_copies(ipc_ep_t *ep, const pdx_tp_write_t *wr, uint32_t n, uint
  * tells when they are all done). */
 static pdx_status_t post_inner(ipc_ep_t *ep, const pdx_tp_write_t *wr, uint32_t n)
 {
-    const pdx_tp_write_t *post = wr;
     pdx_status_t st;
 
     ipc_ep_flush(ep); /* a batch's records stay adjacent */
-    if (!(wr[n - 1].flags & PDX_TP_SIGNALED)) {
-        memcpy(ep->scratch, wr, n * sizeof(*wr));
-        ep->scratch[n - 1].flags |= PDX_TP_SIGNALED;
-        post = ep->scratch;
+    for (uint32_t i = 0; i < n; i++) {
+        ep->scratch[i] = wr[i];
+        ep->scratch[i].mr = ((const ipc_mr_t *)wr[i].mr)->in;
+        ep->scratch[i].rmr = NULL;
     }
-    st = ep->cq->tp->in_ops->post_write(ep->in, post, n);
+    ep->scratch[n - 1].flags |= PDX_TP_SIGNALED;
+    st = ep->cq->tp->in_ops->post_write(ep->in, ep->scratch, n);
     if (st != PDX_OK)
         return st;
     add_recs(ep, wr, n, REC_INNER);
     ep->rec_tail += n;
     return PDX_OK;
+}
+
+/* A passthrough ep's WRITEs, with the inner transport's regions. */
+static pdx_status_t post_through(ipc_ep_t *ep, const pdx_tp_write_t *wr, uint32_t n)
+{
+    if (!wr || n > ep->depth)
+        return PDX_ERR_INVALID;
+    for (uint32_t i = 0; i < n; i++) {
+        ep->scratch[i] = wr[i];
+        ep->scratch[i].mr = ((const ipc_mr_t *)wr[i].mr)->in;
+        ep->scratch[i].rmr = NULL;
+    }
+    return ep->cq->tp->in_ops->post_write(ep->in, ep->scratch, n);
 }
 
 pdx_status_t ipc_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_t n)
@@ -313,7 +332,7 @@ pdx_status_t ipc_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_t
     uint64_t at;
 
     if (!ep->direct)
-        return ep->cq->tp->in_ops->post_write(ep->in, wr, n);
+        return post_through(ep, wr, n);
     if (ep->failed != PDX_OK)
         return PDX_ERR_PEER;
     if (n == 0)
@@ -334,14 +353,16 @@ pdx_status_t ipc_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_t
         copies++;
         groups += i == 0 || !is_copy(ep, &wr[i - 1]);
     }
-    /* The copies' runs follow the open batch's in the ring; where they would
-     * wrap, the open batch goes first and they start the ring again. */
+    /* The copies' runs follow the open batch's in the ring, or start it
+     * again where they would wrap. */
     at = ep->run_tail;
     if (copies && at % ep->nruns_cap + copies > ep->nruns_cap)
         at += ep->nruns_cap - at % ep->nruns_cap;
     if (at + copies - ep->run_head > ep->nruns_cap || ep->b_tail - ep->b_head + groups > ep->depth)
         return PDX_ERR_AGAIN;
-    if (at != ep->run_tail)
+    /* an open batch never wraps: where this post starts the ring again
+     * (skipped to it, or the open batch ended at its end), it goes first */
+    if (copies && at % ep->nruns_cap == 0)
         ipc_ep_flush(ep);
     for (uint32_t i = 0; i < n;) {
         bool copy = is_copy(ep, &wr[i]);

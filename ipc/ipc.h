@@ -116,7 +116,7 @@ typedef struct ipc_ep {
     uint64_t       open_rec, open_run, open_bytes;
     uint32_t       open_n, open_big;
     uint32_t       index;     /* in cq->direct */
-    pdx_tp_write_t *scratch;  /* an inner batch with its last WR signaled */
+    pdx_tp_write_t *scratch;  /* an inner batch: its regions, the last WR signaled */
 } ipc_ep_t;
 
 typedef struct ipc_map_slot {

@@ -47,7 +47,7 @@ static pdx_status_t open_transport(pdx_engine_t *e, pdx_tp_params_t *params)
         params->quiet_no_device = !want_rdma;
         st = pdx_rdma_ops.open(params, &e->tps[0]);
         if (st == PDX_OK) {
-            e->ops = &pdx_rdma_ops;
+            e->ops = e->base_ops = &pdx_rdma_ops;
             return PDX_OK;
         }
         if (want_rdma || st != PDX_ERR_NO_DEVICE)
@@ -61,7 +61,7 @@ static pdx_status_t open_transport(pdx_engine_t *e, pdx_tp_params_t *params)
         }
 #endif
     }
-    e->ops = &pdx_tcp_ops;
+    e->ops = e->base_ops = &pdx_tcp_ops;
     return e->ops->open(params, &e->tps[0]);
 }
 

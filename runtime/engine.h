@@ -66,6 +66,7 @@ typedef struct pdx_engine_stats_acc {
 struct pdx_engine {
     pdx_config_t               cfg;
     const pdx_transport_ops_t *ops;
+    const pdx_transport_ops_t *base_ops;    /* tcp or rdma: ops itself, or what ipc is over */
     pdx_tp_t                  *tps[PDX_MAX_NICS]; /* one per NIC */
     uint32_t                   ntps;
     uint64_t                   mr_piece;    /* the smallest of the tps' (0: none) */

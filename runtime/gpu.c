@@ -139,7 +139,7 @@ static pdx_status_t reg_device(pdx_engine_t *e, pdx_tp_t *tp, void *base, size_t
                   p->device, e->gpu.device);
         return PDX_ERR_INVALID;
     }
-    if (e->ops == &pdx_tcp_ops)
+    if (e->base_ops == &pdx_tcp_ops)
         return reg_staged(e, tp, base, len, access, mr_p);
     if (e->cfg.dmabuf != PDX_MODE_OFF) {
         st = pdx_hip_export_dmabuf(base, len, &fd, &offset);

@@ -58,6 +58,12 @@ echo "this machine: $ngpus GPUs, $nnics RDMA devices"
 if [ "$ngpus" = 0 ]; then
   has all "no GPU: "
   jcheck json 'assert d["gpus"]["reason"].startswith("no GPU: ") and d["gpus"]["devices"] == []'
+  has all "GPU copies to engines of this host (ipc): no: no GPU"
+  jcheck json 'assert not d["transport"]["ipc"]["used"] and d["transport"]["ipc"]["reach"] is None
+assert d["transport"]["ipc"]["reason"].startswith("no GPU"), d["transport"]["ipc"]'
+  # PDX_TRANSPORT=ipc needs a GPU: the engine fails, and pdx-info says so
+  run ipc env PDX_TRANSPORT=ipc "$info" -t
+  has ipc "PDX_TRANSPORT=ipc is set: the engine fails (no GPU copies here)"
 else
   has all "GPU 0: "
 fi
@@ -117,7 +123,8 @@ assert all(v['help'] and v['default'] is not None for v in d['config']['variable
 # ---- PDX_TRANSPORT=tcp: what is set, and what auto would do
 run tcp env PDX_TRANSPORT=tcp "$info" -tj
 jcheck tcp 'assert d["transport"]["setting"] == "tcp" and d["transport"]["chosen"] == "tcp"
-assert d["transport"]["engine"]["transport"] == "tcp", d'
+assert d["transport"]["engine"]["transport"] == "tcp", d
+assert d["transport"]["ipc"] == {"used": False, "reason": "PDX_TRANSPORT=tcp", "reach": None}, d'
 
 # ---- the softnic copy: its devices, ports, GIDs, RoCE versions, and rdma chosen
 if [ "$softnic" != "-" ]; then

@@ -269,6 +269,48 @@ static int open_engine(info_t *in)
     return INFO_EXIT_OK;
 }
 
+/*
+ * Whether an engine here copies with its GPU to engines of this host (the
+ * ipc transport over tcp or rdma): a GPU, the gather kernel, PDX_TRANSPORT
+ * auto or ipc. *reach lists, per GPU, the GPUs it reaches (itself and peer
+ * access): a peer engine on one of those is direct.
+ */
+static bool ipc_usable(info_t *in, const char *setting, char *why, size_t len, char *reach,
+                       size_t rlen)
+{
+    size_t at = 0;
+
+    reach[0] = '\0';
+    info_gpus_read(in);
+    if (strcmp(setting, "auto") != 0 && strcmp(setting, "ipc") != 0) {
+        snprintf(why, len, "PDX_TRANSPORT=%s", setting);
+        return false;
+    }
+    if (in->ngpus == 0) {
+        snprintf(why, len, "no GPU (%s)", in->gpu_why);
+        return false;
+    }
+    if (!pdx_hip_gather_supported()) {
+        snprintf(why, len, "pdx was built without the gather kernel (no %s)",
+                 strcmp(pdx_hip_platform_name(), "amd") == 0 ? "hipcc" : "nvcc");
+        return false;
+    }
+    for (int i = 0; i < in->ngpus && at < rlen; i++) {
+        at += (size_t)snprintf(reach + at, rlen - at, "%sGPU %d reaches", i ? "; " : "", i);
+        for (int j = 0; j < in->ngpus && at < rlen; j++) {
+            char w[160];
+            bool yes = false;
+
+            if (pdx_hip_peer_reachable(in->gpu[i].device, in->gpu[j].pci_bus_id, &yes, w,
+                                       sizeof(w)) == PDX_OK && yes)
+                at += (size_t)snprintf(reach + at, rlen - at, " %d", j);
+        }
+    }
+    snprintf(why, len, "peers on this host whose GPU this engine's reaches get GPU copies; "
+             "the others go over the transport above");
+    return true;
+}
+
 int info_show_transport(info_t *in)
 {
     const char *setting = in->cfg.transport;
@@ -277,10 +319,15 @@ int info_show_transport(info_t *in)
     const char *pick = rdma ? "rdma" : "tcp", *chosen;
     int rc = INFO_EXIT_OK;
 
+    char ipc_why[384], reach[1024];
+    bool ipc = ipc_usable(in, setting, ipc_why, sizeof(ipc_why), reach, sizeof(reach));
+
     if (strcmp(setting, "auto") == 0)
         chosen = pick;
     else if (strcmp(setting, "rdma") == 0)
         chosen = rdma ? "rdma" : NULL; /* the engine fails */
+    else if (strcmp(setting, "ipc") == 0)
+        chosen = ipc ? "tcp" : NULL; /* GPU copies only, their notifies over tcp */
     else
         chosen = "tcp";
     if (in->json) {
@@ -292,6 +339,11 @@ int info_show_transport(info_t *in)
         jw_str("chosen", chosen);
         if (in->cfg.ib_devices[0])
             jw_str("ib_devices", in->cfg.ib_devices);
+        jw_obj("ipc");
+        jw_bool("used", ipc);
+        jw_str("reason", ipc_why);
+        jw_str("reach", ipc ? reach : NULL);
+        jw_obj_end();
         if (in->open_engine)
             rc = open_engine(in);
         jw_obj_end();
@@ -301,7 +353,15 @@ int info_show_transport(info_t *in)
     info_line(0, "PDX_TRANSPORT=auto chooses %s here: %s", pick, why);
     if (strcmp(setting, "auto") != 0)
         info_line(0, "PDX_TRANSPORT=%s is set: %s", setting,
-                  chosen ? chosen : "the engine fails (no usable RDMA device)");
+                  chosen ? chosen : strcmp(setting, "ipc") == 0
+                                        ? "the engine fails (no GPU copies here)"
+                                        : "the engine fails (no usable RDMA device)");
+    if (ipc) {
+        info_line(0, "GPU copies to engines of this host (ipc): yes: %s", ipc_why);
+        info_line(1, "%s", reach);
+    } else {
+        info_line(0, "GPU copies to engines of this host (ipc): no: %s", ipc_why);
+    }
     if (in->open_engine)
         rc = open_engine(in);
     return rc;

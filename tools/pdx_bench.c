@@ -96,7 +96,7 @@ static void usage(FILE *out)
         "  -t, --concurrency C       rooms in flight per side                 [8]\n"
         "  -k, --chunks K            pdx_send calls per request               [1]\n"
         "      --shards S            PDX_SHARDS                               [engine default]\n"
-        "      --transport NAME      PDX_TRANSPORT: auto, tcp, rdma           [engine default]\n"
+        "      --transport NAME      PDX_TRANSPORT: auto, tcp, rdma, ipc      [engine default]\n"
         "  -m, --pool-mib M          KV pool per side, MiB   [1024, more if C requests need it]\n"
         "  -s, --max-msg BYTES       PDX_MAX_MSG_SIZE (K/M/G suffixes)        [engine default]\n"
         "      --seed N              page choice                              [1]\n"
@@ -394,6 +394,9 @@ static void print_table(const bench_opts_t *o, bench_role_t role, const bench_re
         printf(" PDX_VERIFY: %" PRIu64 " rooms matched their checksums, %" PRIu64 " did not\n",
                r->stats.rooms_verified, r->stats.checksum_mismatches);
     printf(" transport used : %s\n", r->transport[0] ? r->transport : "none (no engine)");
+    if (r->stats.bytes_direct)
+        printf(" GPU copies     : %" PRIu64 " of %" PRIu64 " bytes sent (ipc: a peer of this "
+               "host)\n", r->stats.bytes_direct, r->stats.bytes_sent);
     if (r->error[0])
         printf(" first failure  : %s\n", r->error);
     printf("%s\n", DASHES);
@@ -437,13 +440,14 @@ static void json_result(const bench_result_t *r, int exit_status)
            ", \"notifies_sent\": %" PRIu64 ", \"notifies_received\": %" PRIu64
            ", \"rooms_success\": %" PRIu64 ", \"rooms_failed\": %" PRIu64 ", \"send_again\": %"
            PRIu64 ", \"ring_high_water\": %" PRIu64 ", \"rooms_verified\": %" PRIu64
-           ", \"checksum_mismatches\": %" PRIu64 "}}",
+           ", \"checksum_mismatches\": %" PRIu64 ", \"bytes_direct\": %" PRIu64 "}}",
            r->done, r->failed, r->bytes, (double)r->wall_ns / 1e9, rate(r->bytes, r->wall_ns) / 1e9,
            rate(r->done, r->wall_ns), r->nlat, (double)r->lat_p50_ns / 1e3,
            (double)r->lat_p99_ns / 1e3, exit_status, r->stats.bytes_sent, r->stats.writes_posted,
            r->stats.chunks_sent, r->stats.notifies_sent, r->stats.notifies_received,
            r->stats.rooms_success, r->stats.rooms_failed, r->stats.send_again,
-           r->stats.ring_high_water, r->stats.rooms_verified, r->stats.checksum_mismatches);
+           r->stats.ring_high_water, r->stats.rooms_verified, r->stats.checksum_mismatches,
+           r->stats.bytes_direct);
 }
 
 /* pf is the loopback child's result, NULL otherwise. */

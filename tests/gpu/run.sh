@@ -44,6 +44,8 @@ echo "=== pdx-bench --gpu 0 --loopback (GPU -> GPU over tcp, two processes, veri
 echo "=== the same with two NICs per engine (PDX_NICS=2: two tcp transports each) ==="
 PDX_NICS=2 "$build/tools/pdx-bench" --gpu 0 --loopback --transport tcp --requests 64 --chunks 4 ||
   rc=1
+echo "=== pdx-bench --gpu 0 --loopback with PDX_TRANSPORT=auto: GPU copies (ipc) ==="
+"$build/tools/pdx-bench" --gpu 0 --loopback --transport auto --requests 64 --chunks 4 || rc=1
 echo "=== the same with host memory ==="
 "$build/tools/pdx-bench" --loopback --transport tcp --requests 64 --chunks 4 || rc=1
 echo "=== PDX_VERIFY=crc32c: GPU -> GPU (staged checks), then host memory ==="
