@@ -43,3 +43,9 @@ void pdx_tp_unsupported_rmr_close(pdx_tp_rmr_t *rmr)
 {
     (void)rmr;
 }
+
+pdx_status_t pdx_tp_unsupported_post_pages(pdx_tp_ep_t *ep, const pdx_tp_pages_t *pages)
+{
+    (void)ep; (void)pages;
+    return PDX_ERR_UNSUPPORTED;
+}

@@ -151,6 +151,35 @@ typedef struct pdx_tp_write {
     const pdx_tp_rmr_t *rmr;
 } pdx_tp_write_t;
 
+/*
+ * Page copies (PDX_TP_CAP_DIRECT, a direct ep): one WR that copies, for
+ * every buffer b and list position i, bytes_per_page bytes from page src[i]
+ * of bufs[b] (local, page 0 at offset in mr) to page dst[i] of its peer
+ * buffer (page 0 at remote_addr in the opened region rmr). The transport
+ * checks every page against both regions and copies the lists before it
+ * returns; the GPU makes the addresses (no run list). At most
+ * PDX_TP_PAGES_BYTES of tables: nbufs * 16 + npages * 8.
+ */
+#define PDX_TP_PAGES_BYTES (256u << 10)
+
+typedef struct pdx_tp_page_buf {
+    const pdx_tp_mr_t  *mr;
+    uint64_t            offset;
+    const pdx_tp_rmr_t *rmr;
+    uint64_t            remote_addr;
+} pdx_tp_page_buf_t;
+
+typedef struct pdx_tp_pages {
+    uint64_t                 wr_id;
+    uint32_t                 flags;          /* PDX_TP_SIGNALED */
+    uint32_t                 nbufs;
+    const pdx_tp_page_buf_t *bufs;
+    uint64_t                 bytes_per_page;
+    uint32_t                 npages;
+    const uint32_t          *src;
+    const uint32_t          *dst;
+} pdx_tp_pages_t;
+
 typedef enum pdx_tp_opcode {
     PDX_TP_OP_WRITE = 0,
     PDX_TP_OP_SEND  = 1,
@@ -275,6 +304,10 @@ struct pdx_transport_ops {
     pdx_status_t (*rmr_open)(pdx_tp_t *tp, const void *bytes, size_t len,
                              const pdx_tp_rkey_t *remote, pdx_tp_rmr_t **rmr_p);
     void         (*rmr_close)(pdx_tp_rmr_t *rmr);
+    /* One page-copies WR (pdx_tp_pages_t) on a direct ep: PDX_ERR_AGAIN,
+     * PDX_ERR_PEER as post_write; PDX_ERR_RANGE (nothing posted) for a page
+     * outside its region; PDX_ERR_UNSUPPORTED on an ep that is not direct. */
+    pdx_status_t (*post_pages)(pdx_tp_ep_t *ep, const pdx_tp_pages_t *pages);
 };
 
 /* Stubs for ops a transport does not implement. */
@@ -291,6 +324,7 @@ pdx_status_t pdx_tp_unsupported_mr_export(const pdx_tp_mr_t *mr, void *buf, size
 pdx_status_t pdx_tp_unsupported_rmr_open(pdx_tp_t *tp, const void *bytes, size_t len,
                                          const pdx_tp_rkey_t *remote, pdx_tp_rmr_t **rmr_p);
 void pdx_tp_unsupported_rmr_close(pdx_tp_rmr_t *rmr);
+pdx_status_t pdx_tp_unsupported_post_pages(pdx_tp_ep_t *ep, const pdx_tp_pages_t *pages);
 
 /* Transports compiled into this library. pdx_rdma_ops exists when the build
  * found libibverbs (PDX_HAVE_RDMA). */

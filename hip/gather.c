@@ -112,12 +112,13 @@ bool pdx_hip_gather_supported(void)
     return true;
 }
 
-/* Blocks and the kernel's slices and run_workers for nruns runs. */
-static void gather_grid(uint32_t nruns, uint32_t *blocks_p, uint32_t *slices_p,
+/* Blocks and the kernel's slices and workers for n items (runs, or pages
+ * of buffers). */
+static void gather_grid(uint64_t n, uint32_t *blocks_p, uint32_t *slices_p,
                         uint32_t *run_workers_p)
 {
-    uint32_t slices = nruns >= GATHER_WORKERS ? 1 : GATHER_WORKERS / nruns;
-    uint32_t run_workers = PDX_MIN(nruns, GATHER_WORKERS / slices);
+    uint32_t slices = n >= GATHER_WORKERS ? 1 : GATHER_WORKERS / (uint32_t)n;
+    uint32_t run_workers = (uint32_t)PDX_MIN(n, (uint64_t)(GATHER_WORKERS / slices));
     uint64_t threads = (uint64_t)run_workers * slices * GATHER_LANES;
 
     *blocks_p = (uint32_t)((threads + GATHER_THREADS - 1) / GATHER_THREADS);
@@ -131,8 +132,11 @@ typedef CUfunction gather_fn_t;
 typedef hipFunction_t gather_fn_t;
 #endif
 
+enum { FN_GATHER, FN_PAGES, FN_COUNT };
+static const char *const fn_names[FN_COUNT] = {"pdx_gather", "pdx_pages"};
+
 static pthread_mutex_t gather_lock = PTHREAD_MUTEX_INITIALIZER;
-static gather_fn_t gather_fn[GATHER_DEVICES];
+static gather_fn_t gather_fn[GATHER_DEVICES][FN_COUNT];
 
 #if defined(PDX_HIP_PLATFORM_NVIDIA)
 static pdx_status_t gather_load(gather_fn_t *fn_p)
@@ -147,11 +151,13 @@ static pdx_status_t gather_load(gather_fn_t *fn_p)
     r = cu->module_load_data(&module, hipx_gather_image);
     if (r != CUDA_SUCCESS)
         return hipx_cu_fail(r, "cuModuleLoadData", "the gather kernel's PTX");
-    r = cu->module_get_function(fn_p, module, "pdx_gather");
-    if (r != CUDA_SUCCESS) {
-        st = hipx_cu_fail(r, "cuModuleGetFunction", "pdx_gather");
-        cu->module_unload(module);
-        return st;
+    for (int i = 0; i < FN_COUNT; i++) {
+        r = cu->module_get_function(&fn_p[i], module, fn_names[i]);
+        if (r != CUDA_SUCCESS) {
+            st = hipx_cu_fail(r, "cuModuleGetFunction", fn_names[i]);
+            cu->module_unload(module);
+            return st;
+        }
     }
     return PDX_OK;
 }
@@ -181,11 +187,13 @@ static pdx_status_t gather_load(gather_fn_t *fn_p)
     if (err != hipSuccess)
         return hipx_fail(err, "hipModuleLoadData",
                          "the gather kernel (built for PDX_HIP_GPU_TARGETS only)");
-    err = hipModuleGetFunction(fn_p, module, "pdx_gather");
-    if (err != hipSuccess) {
-        st = hipx_fail(err, "hipModuleGetFunction", "pdx_gather");
-        (void)hipModuleUnload(module);
-        return st;
+    for (int i = 0; i < FN_COUNT; i++) {
+        err = hipModuleGetFunction(&fn_p[i], module, fn_names[i]);
+        if (err != hipSuccess) {
+            st = hipx_fail(err, "hipModuleGetFunction", fn_names[i]);
+            (void)hipModuleUnload(module);
+            return st;
+        }
     }
     return PDX_OK;
 }
@@ -201,8 +209,8 @@ static pdx_status_t gather_launch(gather_fn_t fn, void *stream, uint32_t blocks,
 }
 #endif
 
-/* The kernel of the current device, loaded on first use. */
-static pdx_status_t gather_function(gather_fn_t *fn_p)
+/* Kernel which of the current device, loaded on first use. */
+static pdx_status_t gather_function(int which, gather_fn_t *fn_p)
 {
     pdx_status_t st = PDX_OK;
     int device, ndev;
@@ -218,14 +226,14 @@ static pdx_status_t gather_function(gather_fn_t *fn_p)
         return PDX_ERR_NO_DEVICE;
     }
     pthread_mutex_lock(&gather_lock);
-    if (!gather_fn[device]) {
-        st = gather_load(&gather_fn[device]);
+    if (!gather_fn[device][0]) {
+        st = gather_load(gather_fn[device]);
         if (st == PDX_OK)
             pdx_debug("hip: gather kernel loaded on GPU %d (%zu bytes of " GATHER_IMAGE ")",
                       device, hipx_gather_image_size);
     }
     if (st == PDX_OK)
-        *fn_p = gather_fn[device];
+        *fn_p = gather_fn[device][which];
     pthread_mutex_unlock(&gather_lock);
     return st;
 }
@@ -241,10 +249,31 @@ pdx_status_t pdx_hip_gather_async(void *stream, const pdx_hip_run_t *runs, uint3
         pdx_error("hip: gather: no runs (%p, %u)", (const void *)runs, nruns);
         return PDX_ERR_INVALID;
     }
-    st = gather_function(&fn);
+    st = gather_function(FN_GATHER, &fn);
     if (st != PDX_OK)
         return st;
     gather_grid(nruns, &blocks, &slices, &run_workers);
+    return gather_launch(fn, stream, blocks, params);
+}
+
+pdx_status_t pdx_hip_pages_async(void *stream, const pdx_hip_page_buf_t *bufs,
+                                 const uint32_t *src, const uint32_t *dst, uint32_t nbufs,
+                                 uint32_t npages, uint64_t bytes_per_page)
+{
+    uint32_t blocks, slices, workers;
+    void *params[8] = {&bufs, &src, &dst, &nbufs, &npages, &bytes_per_page, &slices, &workers};
+    gather_fn_t fn;
+    pdx_status_t st;
+
+    if (!bufs || !src || !dst || nbufs == 0 || npages == 0 || bytes_per_page == 0) {
+        pdx_error("hip: pages: nothing to copy (%u buffers, %u pages of %llu bytes)", nbufs,
+                  npages, (unsigned long long)bytes_per_page);
+        return PDX_ERR_INVALID;
+    }
+    st = gather_function(FN_PAGES, &fn);
+    if (st != PDX_OK)
+        return st;
+    gather_grid((uint64_t)nbufs * npages, &blocks, &slices, &workers);
     return gather_launch(fn, stream, blocks, params);
 }
 
@@ -264,6 +293,17 @@ pdx_status_t pdx_hip_gather_async(void *stream, const pdx_hip_run_t *runs, uint3
     }
     pdx_error("hip: gather: this build has no gather kernel: " GATHER_COMPILER " was not found "
               "at build time; copy with pdx_hip_copy_runs_async");
+    return PDX_ERR_UNSUPPORTED;
+}
+
+pdx_status_t pdx_hip_pages_async(void *stream, const pdx_hip_page_buf_t *bufs,
+                                 const uint32_t *src, const uint32_t *dst, uint32_t nbufs,
+                                 uint32_t npages, uint64_t bytes_per_page)
+{
+    (void)stream; (void)bufs; (void)src; (void)dst; (void)nbufs; (void)npages;
+    (void)bytes_per_page;
+    pdx_error("hip: pages: this build has no gather kernel: " GATHER_COMPILER " was not found "
+              "at build time");
     return PDX_ERR_UNSUPPORTED;
 }
 

@@ -12,6 +12,11 @@
  * each lane keeps UNROLL loads in flight. Words are 16 bytes when src and
  * dst agree modulo 16, else the widest size they agree on; the bytes before
  * the first aligned word and after the last are copied one by one.
+ *
+ * pdx_pages(bufs, src, dst, nbufs, npages, bpp, slices, item_workers): the
+ * same copies over items (buffer b, list position i): bpp bytes from
+ * bufs[b].src + src[i] * bpp to bufs[b].dst + dst[i] * bpp, the addresses
+ * made on the GPU from page lists, not listed run by run.
  */
 #include <stdint.h>
 
@@ -132,5 +137,29 @@ pdx_gather(const struct pdx_run *runs, uint32_t nruns, uint32_t slices, uint32_t
 
         if (run.len)
             copy_run(run.src, run.dst, run.len, worker % slices, slices, lane);
+    }
+}
+
+struct pdx_page_buf {
+    uint64_t src;
+    uint64_t dst;
+};
+
+extern "C" __global__ void PDX_BOUNDS
+pdx_pages(const struct pdx_page_buf *bufs, const uint32_t *src, const uint32_t *dst,
+          uint32_t nbufs, uint32_t npages, uint64_t bpp, uint32_t slices, uint32_t item_workers)
+{
+    uint32_t worker = (blockIdx.x * blockDim.x + threadIdx.x) / PDX_LANES;
+    uint32_t lane = threadIdx.x % PDX_LANES;
+    uint64_t items = (uint64_t)nbufs * npages;
+
+    if (worker >= item_workers * slices)
+        return;
+    for (uint64_t it = worker / slices; it < items; it += item_workers) {
+        uint32_t b = (uint32_t)(it / npages), i = (uint32_t)(it % npages);
+        struct pdx_page_buf buf = bufs[b];
+
+        copy_run(buf.src + src[i] * bpp, buf.dst + dst[i] * bpp, bpp, worker % slices, slices,
+                 lane);
     }
 }

@@ -346,3 +346,17 @@ pdx_status_t pdx_hip_stream_callback(void *stream, void (*fn)(void *), void *arg
     (void)arg;
     return unsupported("stream_callback");
 }
+
+pdx_status_t pdx_hip_pages_async(void *stream, const pdx_hip_page_buf_t *bufs,
+                                 const uint32_t *src, const uint32_t *dst, uint32_t nbufs,
+                                 uint32_t npages, uint64_t bytes_per_page)
+{
+    (void)stream;
+    (void)bufs;
+    (void)src;
+    (void)dst;
+    (void)nbufs;
+    (void)npages;
+    (void)bytes_per_page;
+    return unsupported("pages");
+}

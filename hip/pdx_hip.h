@@ -381,6 +381,24 @@ bool pdx_hip_gather_supported(void);
 pdx_status_t pdx_hip_gather_async(void *stream, const pdx_hip_run_t *runs, uint32_t nruns);
 
 /*
+ * Page copies from page lists: for every buffer b < nbufs and list position
+ * i < npages, bytes_per_page bytes from bufs[b].src + src[i] *
+ * bytes_per_page to bufs[b].dst + dst[i] * bytes_per_page, the addresses
+ * made by the kernel (one launch, no run list). bufs, src and dst are in
+ * device memory of the current device and stay unchanged until an event
+ * after it completed; destinations must not overlap. Same kernel module,
+ * words and grid as pdx_hip_gather_async.
+ */
+typedef struct pdx_hip_page_buf {
+    uint64_t src; /* page 0 of the buffer, both sides */
+    uint64_t dst;
+} pdx_hip_page_buf_t;
+
+pdx_status_t pdx_hip_pages_async(void *stream, const pdx_hip_page_buf_t *bufs,
+                                 const uint32_t *src, const uint32_t *dst, uint32_t nbufs,
+                                 uint32_t npages, uint64_t bytes_per_page);
+
+/*
  * Enqueue on stream a copy of nruns runs from host memory (runs_host, pinned
  * with pdx_hip_host_alloc for the copy to be asynchronous; it must stay
  * unchanged until the copy finished) into runs_dev, device memory of the

@@ -224,6 +224,20 @@ static void add_recs(ipc_ep_t *ep, const pdx_tp_write_t *wr, uint32_t n, uint8_t
                                                     .signaled = wr[i].flags & PDX_TP_SIGNALED};
 }
 
+/* The batch b enqueued (st PDX_OK) or not: it completes in its turn, a
+ * failed one with the ep's error (the first failure puts the ep in error). */
+static void push_batch(ipc_ep_t *ep, ipc_batch_t *b, pdx_status_t st, uint64_t rec_first,
+                       uint32_t nrec, uint64_t run_first, uint32_t nruns, uint64_t bytes)
+{
+    if (st != PDX_OK && ep->failed == PDX_OK)
+        fail_ep(ep, PDX_ERR_IO, "GPU copy of %llu bytes not enqueued: %s",
+                (unsigned long long)bytes, pdx_hip_last_error());
+    *b = (ipc_batch_t){.rec_first = rec_first, .nrec = nrec, .nruns = nruns,
+                       .run_first = run_first, .bytes = bytes, .posted_ns = pdx_now_ns(),
+                       .event = b->event, .failed = st != PDX_OK};
+    ep->b_tail++;
+}
+
 /* Launch the open batch: one gather (or a few large async copies) and its
  * event. Copies that cannot be enqueued complete with the error (none of
  * them runs). */
@@ -252,14 +266,7 @@ void ipc_ep_flush(ipc_ep_t *ep)
     }
     if (st == PDX_OK)
         st = pdx_hip_event_record(b->event, cq->stream);
-    if (st != PDX_OK && ep->failed == PDX_OK)
-        fail_ep(ep, PDX_ERR_IO, "GPU copy of %u runs (%llu bytes) not enqueued: %s", n,
-                (unsigned long long)ep->open_bytes, pdx_hip_last_error());
-    /* a batch that failed to go completes in its turn, with the error */
-    *b = (ipc_batch_t){.rec_first = ep->open_rec, .nrec = n, .nruns = n,
-                       .run_first = ep->open_run, .bytes = ep->open_bytes,
-                       .posted_ns = pdx_now_ns(), .event = b->event, .failed = st != PDX_OK};
-    ep->b_tail++;
+    push_batch(ep, b, st, ep->open_rec, n, ep->open_run, n, ep->open_bytes);
 }
 
 /* n copies into the open batch, their runs at ring position at. */
@@ -382,6 +389,97 @@ pdx_status_t ipc_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_t
         }
         i = k;
     }
+    return PDX_OK;
+}
+
+/* A page-copies WR: its tables (buffers, then both page lists) in the run
+ * ring, uploaded, one pdx_pages kernel, its own batch. */
+pdx_status_t ipc_post_pages(pdx_tp_ep_t *pep, const pdx_tp_pages_t *p)
+{
+    ipc_ep_t *ep = ep_of(pep);
+    const uint64_t bpp = p ? p->bytes_per_page : 0;
+    uint64_t tables, slots, at, smax = 0, dmax = 0, need;
+    pdx_hip_page_buf_t *hb;
+    uint32_t *hl;
+    uint8_t *dev;
+    ipc_batch_t *b;
+    pdx_status_t st = PDX_OK;
+
+    if (!ep->direct)
+        return PDX_ERR_UNSUPPORTED;
+    if (ep->failed != PDX_OK)
+        return PDX_ERR_PEER;
+    if (!p || !p->bufs || !p->src || !p->dst || !p->nbufs || !p->npages || !bpp)
+        return PDX_ERR_INVALID;
+    tables = (uint64_t)p->nbufs * sizeof(pdx_hip_page_buf_t) + (uint64_t)p->npages * 8;
+    slots = (tables + sizeof(pdx_hip_run_t) - 1) / sizeof(pdx_hip_run_t);
+    if (tables > PDX_TP_PAGES_BYTES || slots > ep->nruns_cap / 2)
+        return PDX_ERR_INVALID;
+    if (ep->rec_tail - ep->rec_head + 1 > ep->depth)
+        return PDX_ERR_AGAIN;
+    for (uint32_t i = 0; i < p->npages; i++) {
+        smax = PDX_MAX(smax, (uint64_t)p->src[i]);
+        dmax = PDX_MAX(dmax, (uint64_t)p->dst[i]);
+    }
+    for (uint32_t i = 0; i < p->nbufs; i++) {
+        const ipc_mr_t *m = (const ipc_mr_t *)p->bufs[i].mr;
+        const ipc_rmr_t *r = (const ipc_rmr_t *)p->bufs[i].rmr;
+        uint64_t off, end;
+
+        if (!m || !m->device || !r)
+            return PDX_ERR_INVALID;
+        off = p->bufs[i].remote_addr - r->addr;
+        if (__builtin_mul_overflow(smax + 1, bpp, &end) ||
+            __builtin_add_overflow(end, p->bufs[i].offset, &end) || end > m->len ||
+            __builtin_mul_overflow(dmax + 1, bpp, &need) || p->bufs[i].remote_addr < r->addr ||
+            off > r->len || need > r->len - off) {
+            pdx_error("ipc: pages up to %llu (source) and %llu (destination) of %llu bytes lie "
+                      "outside buffer %u's regions", (unsigned long long)smax,
+                      (unsigned long long)dmax, (unsigned long long)bpp, i);
+            return PDX_ERR_RANGE;
+        }
+    }
+    at = ep->run_tail;
+    if (at % ep->nruns_cap + slots > ep->nruns_cap)
+        at += ep->nruns_cap - at % ep->nruns_cap;
+    if (at + slots - ep->run_head > ep->nruns_cap || ep->b_tail - ep->b_head + 2 > ep->depth)
+        return PDX_ERR_AGAIN;
+    ipc_ep_flush(ep); /* what came before goes first */
+    hb = (pdx_hip_page_buf_t *)(void *)(ep->runs_host + at % ep->nruns_cap);
+    dev = (uint8_t *)(ep->runs_dev + at % ep->nruns_cap);
+    for (uint32_t i = 0; i < p->nbufs; i++) {
+        const ipc_mr_t *m = (const ipc_mr_t *)p->bufs[i].mr;
+        const ipc_rmr_t *r = (const ipc_rmr_t *)p->bufs[i].rmr;
+
+        hb[i] = (pdx_hip_page_buf_t){
+            .src = (uint64_t)(uintptr_t)(m->base + p->bufs[i].offset),
+            .dst = (uint64_t)(uintptr_t)(r->ptr + (p->bufs[i].remote_addr - r->addr))};
+    }
+    hl = (uint32_t *)(void *)(hb + p->nbufs);
+    memcpy(hl, p->src, p->npages * sizeof(uint32_t));
+    memcpy(hl + p->npages, p->dst, p->npages * sizeof(uint32_t));
+    *rec_at(ep, ep->rec_tail) = (ipc_rec_t){.wr_id = p->wr_id, .kind = REC_COPY,
+                                            .signaled = p->flags & PDX_TP_SIGNALED};
+    b = &ep->batches[ep->b_tail % ep->depth];
+    if (!b->event)
+        st = pdx_hip_event_create(&b->event);
+    if (st == PDX_OK)
+        st = pdx_hip_runs_upload_async(ep->cq->stream, (pdx_hip_run_t *)(void *)dev,
+                                       ep->runs_host + at % ep->nruns_cap, (uint32_t)slots);
+    if (st == PDX_OK) {
+        const size_t lists = p->nbufs * sizeof(pdx_hip_page_buf_t);
+
+        st = pdx_hip_pages_async(ep->cq->stream, (const pdx_hip_page_buf_t *)(void *)dev,
+                                 (const uint32_t *)(void *)(dev + lists),
+                                 (const uint32_t *)(void *)(dev + lists) + p->npages, p->nbufs,
+                                 p->npages, bpp);
+    }
+    if (st == PDX_OK)
+        st = pdx_hip_event_record(b->event, ep->cq->stream);
+    push_batch(ep, b, st, ep->rec_tail, 1, at, (uint32_t)slots,
+               (uint64_t)p->nbufs * p->npages * bpp);
+    ep->rec_tail++;
+    ep->run_tail = at + slots;
     return PDX_OK;
 }
 

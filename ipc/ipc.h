@@ -155,6 +155,7 @@ pdx_status_t ipc_post_send(pdx_tp_ep_t *ep, uint64_t wr_id, const void *data, ui
                            unsigned flags);
 pdx_status_t ipc_post_recv(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,
                            uint64_t offset, uint32_t len);
+pdx_status_t ipc_post_pages(pdx_tp_ep_t *ep, const pdx_tp_pages_t *pages);
 pdx_status_t ipc_post_read(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,
                            uint64_t offset, uint32_t len, uint64_t remote_addr, uint32_t rkey);
 /* The direct eps' records: inner completions in, completions out. */

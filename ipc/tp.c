@@ -232,6 +232,7 @@ static const pdx_transport_ops_t ipc_template = {
     .mr_export     = ipc_mr_export,
     .rmr_open      = ipc_rmr_open,
     .rmr_close     = ipc_rmr_close,
+    .post_pages    = ipc_post_pages,
 };
 
 #define IPC_TABLES 2 /* tcp, rdma */

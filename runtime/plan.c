@@ -417,3 +417,21 @@ int pdx_plan_pages(const pdx_plan_t *plan, pdx_plan_page_fn fn, void *ctx)
     }
     return 0;
 }
+
+uint32_t pdx_plan_pairs(const pdx_plan_t *plan, uint32_t g, uint32_t *sb, uint32_t *db)
+{
+    const pdx_group_t *sg, *dg;
+    uint32_t n = 0, nlayers;
+
+    if (g >= plan->ngroups || !(plan->planned & (1u << g)))
+        return 0;
+    sg = &plan->src->groups[g];
+    dg = &plan->dst->groups[g];
+    nlayers = plan_group_layers(plan, sg);
+    for (uint32_t layer = 0; layer < nlayers; layer++)
+        for (uint32_t part = 0; part < sg->buffers_per_layer; part++, n++) {
+            sb[n] = plan_buffer_index(sg, plan->src_layer0, layer, part);
+            db[n] = plan_buffer_index(dg, plan->dst_layer0, layer, part);
+        }
+    return n;
+}

@@ -99,6 +99,13 @@ typedef int (*pdx_plan_page_fn)(void *ctx, uint32_t group, uint32_t src_buffer,
                                 uint32_t src_page, uint32_t dst_buffer, uint32_t dst_page);
 int pdx_plan_pages(const pdx_plan_t *plan, pdx_plan_page_fn fn, void *ctx);
 
+/*
+ * Group g's matched buffer pairs in plan order (layer of the common range,
+ * then part): their indices in the src and dst groups into sb and db (room
+ * for PDX_LAYOUT_MAX_BUFFERS); their count. 0 for a group not planned.
+ */
+uint32_t pdx_plan_pairs(const pdx_plan_t *plan, uint32_t g, uint32_t *sb, uint32_t *db);
+
 /* Merge, in place, each run that continues the one before it on both sides
  * (same regions, the next bytes of each); returns how many runs are left. */
 uint32_t pdx_plan_coalesce(pdx_run_t *runs, uint32_t n);

@@ -124,6 +124,11 @@ pdx_status_t pdx_shard_init(pdx_engine_t *e, pdx_shard_t *s, uint32_t index)
     }
     for (uint32_t i = 0; i < s->ring.nchunks; i++)
         s->cell_next[i] = PDX_SHARD_NONE;
+    if (e->ipc && !(s->page_bufs = malloc(PDX_LAYOUT_MAX_BUFFERS * sizeof(*s->page_bufs)))) {
+        pdx_error("shard %u: out of memory for its page-copy tables", index);
+        status = PDX_ERR_NOMEM;
+        goto err_links;
+    }
 
     status = PDX_ERR_IO;
     s->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -170,6 +175,8 @@ err_cq:
     close(s->wake_fd);
     s->wake_fd = -1;
 err_links:
+    free(s->page_bufs);
+    s->page_bufs = NULL;
     free(s->cell_next);
     s->cell_next = NULL;
 err_ring:
@@ -214,6 +221,8 @@ void pdx_shard_fini(pdx_shard_t *s)
     atomic_store_explicit(&s->ncq, 0, memory_order_relaxed);
     close(s->wake_fd);
     free(s->cell_next);
+    free(s->page_bufs);
+    s->page_bufs = NULL;
     pdx_ring_fini(&s->ring);
     pthread_mutex_destroy(&s->deps_lock);
     s->cell_next = NULL;

@@ -31,6 +31,8 @@ struct pdx_shard {
     _Atomic uint32_t   stop;
     pdx_ring_t         ring;
     uint32_t          *cell_next;      /* per ring cell: next cell of its room */
+    pdx_tp_page_buf_t *page_bufs;      /* ipc: a group's buffers for one page-copies WR
+                                        * (PDX_LAYOUT_MAX_BUFFERS); NULL otherwise */
     int                wake_fd;        /* eventfd: new chunks, metadata, credits */
     _Atomic uint32_t   sleeping;
     _Atomic uint64_t   passes;         /* worker passes done (pdx_rooms_peer_gone) */

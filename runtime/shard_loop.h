@@ -46,6 +46,8 @@ typedef struct pdx_shard_loop {
     pdx_run_t       runs[PDX_SHARD_BATCH];
     pdx_tp_write_t  wrs[PDX_SHARD_BATCH];
     pdx_tp_wc_t     wc[PDX_SHARD_WC_BATCH];
+    uint32_t        pair_src[PDX_LAYOUT_MAX_BUFFERS]; /* a group's buffer pairs (ipc) */
+    uint32_t        pair_dst[PDX_LAYOUT_MAX_BUFFERS];
 } pdx_shard_loop_t;
 
 /* shard.c: pop the ring into the rooms' FIFOs; the endpoints by peer. */

@@ -652,4 +652,5 @@ const pdx_transport_ops_t pdx_tcp_ops = {
     .mr_export     = pdx_tp_unsupported_mr_export,
     .rmr_open      = pdx_tp_unsupported_rmr_open,
     .rmr_close     = pdx_tp_unsupported_rmr_close,
+    .post_pages    = pdx_tp_unsupported_post_pages,
 };

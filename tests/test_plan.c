@@ -758,3 +758,50 @@ Test(plan_runs, no_runs_yield_nothing)
     pdx_plan_init_runs(&plan, NULL, 5, 4096);
     cr_assert_eq(pdx_plan_next(&plan, out, 4), 0u);
 }
+
+/* pdx_plan_pairs: a group's buffer pairs are those its runs join, in plan
+ * order (the ipc transport copies pages of them without runs). */
+Test(plan, pairs_are_the_buffers_runs_join)
+{
+    tgroup_t g[2] = {
+        { .flags = 0, .parts = 2, .npages = 32, .bpp = { 128, 64 } },
+        { .flags = PDX_GROUP_STATE, .parts = 1, .npages = 4, .bpp = { 32 } },
+    };
+    uint32_t s[3] = { 5, 9, 2 }, d[3] = { 1, 30, 7 }, one[1] = { 0 };
+    pdx_pages_t sp[2] = { { s, 3 }, { one, 1 } }, dp[2] = { { d, 3 }, { one, 1 } };
+    pdx_layout_t *src = build_layout(10, 40, g, 2, 0), *dst = build_layout(0, 61, g, 2, 10);
+    uint32_t sb[PDX_LAYOUT_MAX_BUFFERS], db[PDX_LAYOUT_MAX_BUFFERS];
+    pdx_plan_t plan;
+    pdx_run_t runs[256];
+    char err[256] = "";
+    uint32_t n, pairs;
+
+    cr_assert_eq(pdx_plan_init(&plan, src, dst, sp, dp, BIG_MSG, 0, err, sizeof(err)), PDX_OK,
+                 "%s", err);
+    pairs = pdx_plan_pairs(&plan, 0, sb, db);
+    cr_assert_eq(pairs, 60, "30 common layers x 2 parts: %u", pairs);
+    cr_assert_eq(pdx_plan_pairs(&plan, 1, sb + 60, db + 60), 0, "a state group not planned");
+    cr_assert_eq(pdx_plan_pairs(&plan, 2, sb + 60, db + 60), 0, "no group 2");
+    n = pdx_plan_next(&plan, runs, 256);
+    cr_assert_eq(n, 3 * 60, "three scattered pages per pair: %u runs", n);
+    for (uint32_t i = 0; i < n; i++) {
+        const pdx_buffer_t *b = &src->groups[0].buffers[sb[i / 3]];
+        const pdx_buffer_t *c = &dst->groups[0].buffers[db[i / 3]];
+
+        cr_assert_eq(runs[i].src_mem, b->mem, "run %u", i);
+        cr_assert_eq(runs[i].dst_mem, c->mem, "run %u", i);
+        cr_assert_eq(runs[i].src_offset, b->offset + s[i % 3] * b->bytes_per_page, "run %u", i);
+        cr_assert_eq(runs[i].dst_offset, c->offset + d[i % 3] * c->bytes_per_page, "run %u", i);
+    }
+    /* with the last chunk's flag the state group is planned: a pair per
+     * common layer, decode's from its layer 10 on */
+    cr_assert_eq(pdx_plan_init(&plan, src, dst, sp, dp, BIG_MSG, PDX_PLAN_STATE, err,
+                               sizeof(err)), PDX_OK, "%s", err);
+    cr_assert_eq(pdx_plan_pairs(&plan, 1, sb, db), 30);
+    for (uint32_t i = 0; i < 30; i++) {
+        cr_assert_eq(sb[i], i);
+        cr_assert_eq(db[i], 10 + i);
+    }
+    pdx_layout_free(src);
+    pdx_layout_free(dst);
+}

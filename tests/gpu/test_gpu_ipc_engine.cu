@@ -113,6 +113,7 @@ typedef struct side {
     pdx_engine_t *e;
     uint8_t      *pool;      /* device memory: nbuf buffers of npages pages */
     uint32_t      nbuf, npages, layout;
+    uint32_t      mems[MAX_BUFFERS];
     uint64_t      bpp;
 } side_t;
 
@@ -152,6 +153,7 @@ static void side_open(side_t *s, const char *transport, uint32_t layers, uint32_
         }
         bufs[b] = (pdx_buffer_desc_t){.mem = mem, .reserved0 = 0, .offset = 0,
                                       .bytes_per_page = bpp};
+        s->mems[b] = mem;
     }
     group.buffers_per_layer = bpl;
     group.nbuffers = s->nbuf;
@@ -299,7 +301,7 @@ static void test_page_maps(const char *transport, uint32_t tokens, uint32_t room
     uint32_t peer;
     uint32_t src[INFLIGHT][32], dst[INFLIGHT][32], n[INFLIGHT];
     unsigned rs = (unsigned)tokens;
-    uint64_t bad = 0;
+    uint64_t bad = 0, chunks = 0;
     int ok = 0;
     pdx_stats_t st;
 
@@ -321,9 +323,11 @@ static void test_page_maps(const char *transport, uint32_t tokens, uint32_t room
             CHECK(pdx_expect(dc.e, peer, room, dc.layout, &d, NULL, 1, 20000) == PDX_OK,
                   "expect %llu", (unsigned long long)room);
         }
-        for (uint32_t k = 0; k < INFLIGHT; k++)
+        for (uint32_t k = 0; k < INFLIGHT; k++) {
             CHECK(send_room(&pf, first + r0 + k, src[k], n[k], 1 + (int)(k % 3), NULL),
                   "send %llu", (unsigned long long)(first + r0 + k));
+            chunks += 1 + k % 3;
+        }
         for (uint32_t k = 0; k < INFLIGHT; k++) {
             uint64_t room = first + r0 + k;
 
@@ -342,10 +346,73 @@ static void test_page_maps(const char *transport, uint32_t tokens, uint32_t room
     CHECK(st.bytes_sent > 0 && st.bytes_direct == st.bytes_sent,
           "%s: %llu of %llu bytes by GPU copies", transport,
           (unsigned long long)st.bytes_direct, (unsigned long long)st.bytes_sent);
+    /* a chunk of one group is one page-copies WR, not a WR per run */
+    CHECK(st.writes_posted == chunks, "%s: %llu WRs for %llu chunks", transport,
+          (unsigned long long)st.writes_posted, (unsigned long long)chunks);
     printf("PDX_TRANSPORT=%s, pages of %u tokens (%u B x %d layers): %d/%u rooms SUCCESS, "
-           "%llu bad bytes, %llu of %llu bytes by GPU copies\n", transport, tokens,
-           tokens * TOKEN_BYTES, LAYERS, ok, rooms, (unsigned long long)bad,
-           (unsigned long long)st.bytes_direct, (unsigned long long)st.bytes_sent);
+           "%llu bad bytes, %llu of %llu bytes by GPU copies, %llu WRs for %llu chunks\n",
+           transport, tokens, tokens * TOKEN_BYTES, LAYERS, ok, rooms, (unsigned long long)bad,
+           (unsigned long long)st.bytes_direct, (unsigned long long)st.bytes_sent,
+           (unsigned long long)st.writes_posted, (unsigned long long)chunks);
+    side_close(&dc);
+    side_close(&pf);
+}
+
+/* One-sided transfers by descriptor over ipc: runs, not pages (the gather
+ * kernel over batched WRITEs). */
+static void test_xfer(void)
+{
+    enum { XL8 = 8, NP = 256, N = 48 };
+    const uint64_t seed = 0x7f3, bpp = 9216;
+    static uint8_t descs[XL8][256];
+    static pdx_desc_t remotes[XL8];
+    static pdx_xfer_entry_t entries[XL8 * N];
+    uint32_t src[N], dst[N], peer;
+    unsigned rs = 99;
+    side_t pf, dc;
+    pdx_xfer_t x = 0;
+    pdx_status_t st = PDX_ERR_AGAIN;
+    pdx_stats_t stats;
+    uint64_t bad, end;
+    char err[256] = "";
+
+    progress("one-sided transfers");
+    side_open(&pf, "ipc", XL8, 1, NP, bpp, "10000");
+    side_open(&dc, "ipc", XL8, 1, NP, bpp, "10000");
+    fill(&pf, seed);
+    CHECK(pdx_peer_connect(pf.e, pdx_engine_address(dc.e), 5000, &peer) == PDX_OK, "connect");
+    pick(src, N, 0, NP, &rs);
+    pick(dst, N, 0, NP, &rs);
+    for (uint32_t b = 0; b < XL8; b++) {
+        size_t len = 0;
+
+        CHECK(pdx_mem_desc(dc.e, dc.mems[b], descs[b], sizeof(descs[b]), &len) == PDX_OK,
+              "descriptor %u", b);
+        remotes[b] = (pdx_desc_t){descs[b], len};
+        for (uint32_t i = 0; i < N; i++)
+            entries[b * N + i] = (pdx_xfer_entry_t){.mem = pf.mems[b], .remote = b,
+                                                    .offset = src[i] * bpp,
+                                                    .remote_offset = dst[i] * bpp, .len = bpp};
+    }
+    end = now_ns() + 5000000000ull; /* the peer's regions reach us after connect */
+    while ((st = pdx_xfer_post(pf.e, PDX_XFER_WRITE, remotes, XL8, entries, XL8 * N, NULL, 10000,
+                               &x)) == PDX_ERR_AGAIN && now_ns() < end)
+        usleep(1000);
+    CHECK(st == PDX_OK, "pdx_xfer_post: %d", st);
+    st = pdx_xfer_wait(pf.e, &x, 1, 10000, NULL);
+    pdx_xfer_error(pf.e, x, err, sizeof(err));
+    CHECK(st == PDX_OK, "transfer: %d %s", st, err);
+    bad = bad_bytes(&dc, src, dst, N, seed);
+    pdx_engine_stats(pf.e, &stats);
+    CHECK(bad == 0 && stats.bytes_direct == stats.bytes_sent && stats.bytes_sent == XL8 * N * bpp,
+          "one-sided: %llu bad bytes, %llu of %llu bytes by GPU copies",
+          (unsigned long long)bad, (unsigned long long)stats.bytes_direct,
+          (unsigned long long)stats.bytes_sent);
+    printf("ipc, one-sided WRITE of %u runs: %s, %llu bad bytes, %llu of %llu bytes by GPU "
+           "copies in %llu WRs\n", XL8 * N, st == PDX_OK ? "done" : "FAILED",
+           (unsigned long long)bad, (unsigned long long)stats.bytes_direct,
+           (unsigned long long)stats.bytes_sent, (unsigned long long)stats.writes_posted);
+    pdx_xfer_release(pf.e, x);
     side_close(&dc);
     side_close(&pf);
 }
@@ -861,6 +928,7 @@ int main(int argc, char **argv)
         test_page_maps("auto", 1, 96, 10000);
         test_page_maps("ipc", 16, 96, 20000);
         test_page_maps("ipc", 64, 96, 30000);
+        test_xfer();
         test_gates();
         test_two_processes();
     }
