@@ -151,7 +151,7 @@ static pdx_status_t gather_load(gather_fn_t *fn_p)
     r = cu->module_load_data(&module, hipx_gather_image);
     if (r != CUDA_SUCCESS)
         return hipx_cu_fail(r, "cuModuleLoadData", "the gather kernel's PTX");
-    for (int i = 0; i < FN_COUNT; i++) {
+    for (int i = 0; i < FN_COUNT; i++) { /* into the caller's locals: all or none */
         r = cu->module_get_function(&fn_p[i], module, fn_names[i]);
         if (r != CUDA_SUCCESS) {
             st = hipx_cu_fail(r, "cuModuleGetFunction", fn_names[i]);
@@ -227,7 +227,11 @@ static pdx_status_t gather_function(int which, gather_fn_t *fn_p)
     }
     pthread_mutex_lock(&gather_lock);
     if (!gather_fn[device][0]) {
-        st = gather_load(gather_fn[device]);
+        gather_fn_t fns[FN_COUNT];
+
+        st = gather_load(fns);
+        for (int i = 0; i < FN_COUNT && st == PDX_OK; i++)
+            gather_fn[device][i] = fns[i];
         if (st == PDX_OK)
             pdx_debug("hip: gather kernel loaded on GPU %d (%zu bytes of " GATHER_IMAGE ")",
                       device, hipx_gather_image_size);

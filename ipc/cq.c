@@ -240,7 +240,7 @@ int ipc_cq_poll(pdx_tp_cq_t *pcq, pdx_tp_wc_t *wc, int max)
             if (!ep)
                 continue; /* destroyed: none of its completions is reported */
             w->ep = (pdx_tp_ep_t *)ep;
-            if (ep->direct && (w->opcode == PDX_TP_OP_WRITE || w->opcode == PDX_TP_OP_SEND))
+            if (ep->direct && w->opcode != PDX_TP_OP_RECV)
                 ipc_ep_inner_done(ep, w);
             else
                 wc[out++] = *w;
@@ -248,12 +248,13 @@ int ipc_cq_poll(pdx_tp_cq_t *pcq, pdx_tp_wc_t *wc, int max)
         if (n < want)
             break;
     }
-    for (uint32_t i = 0; i < cq->ndirect && out < max; i++) {
-        ipc_ep_t *ep = cq->direct[i];
-
-        ipc_ep_progress(ep);
-        out += ipc_ep_emit(ep, wc + out, max - out);
-    }
+    /* every ep progresses; completions leave from a rotating first one */
+    for (uint32_t i = 0; i < cq->ndirect; i++)
+        ipc_ep_progress(cq->direct[i]);
+    for (uint32_t i = 0; i < cq->ndirect && out < max; i++)
+        out += ipc_ep_emit(cq->direct[(cq->next_ep + i) % cq->ndirect], wc + out, max - out);
+    if (cq->ndirect)
+        cq->next_ep = (cq->next_ep + 1) % cq->ndirect;
     pthread_mutex_unlock(&cq->lock);
     return out;
 }
@@ -282,12 +283,17 @@ pdx_status_t ipc_cq_arm(pdx_tp_cq_t *pcq)
     }
     pthread_mutex_unlock(&cq->lock);
     /* Copies in flight: a callback after them makes the fd readable. One
-     * at a time is enough: it runs after every copy enqueued before it. */
-    if (st == PDX_OK && copies && !atomic_load_explicit(&cq->callbacks, memory_order_acquire)) {
+     * enqueued after the last launch covers them all (it runs once every
+     * copy before it finished); a launch since then needs another. */
+    if (st == PDX_OK && copies &&
+        (cq->cb_launches != cq->launches ||
+         !atomic_load_explicit(&cq->callbacks, memory_order_acquire))) {
         atomic_fetch_add_explicit(&cq->callbacks, 1, memory_order_acq_rel);
         st = pdx_hip_stream_callback(cq->stream, wake, cq);
         if (st != PDX_OK)
             atomic_fetch_sub_explicit(&cq->callbacks, 1, memory_order_release);
+        else
+            cq->cb_launches = cq->launches;
     }
     return st;
 }

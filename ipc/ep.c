@@ -32,17 +32,32 @@ static ipc_rec_t *rec_at(const ipc_ep_t *ep, uint64_t i)
 static void fail_ep(ipc_ep_t *ep, pdx_status_t why, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 
+static pdx_status_t ep_failed(const ipc_ep_t *ep)
+{
+    return (pdx_status_t)atomic_load_explicit(&ep->failed, memory_order_acquire);
+}
+
+/* The first failure wins (the shard's, or the control thread's ep_fail). */
 static void fail_ep(ipc_ep_t *ep, pdx_status_t why, const char *fmt, ...)
 {
+    int none = PDX_OK;
     va_list ap;
 
-    if (ep->failed != PDX_OK)
+    if (why >= 0)
+        why = PDX_ERR_PEER;
+    if (!atomic_compare_exchange_strong(&ep->failed, &none, (int)why))
         return;
-    ep->failed = why < 0 ? why : PDX_ERR_PEER;
     va_start(ap, fmt);
     vsnprintf(ep->error, sizeof(ep->error), fmt, ap);
     va_end(ap);
-    ep->cq->tp->in_ops->ep_fail(ep->in, ep->failed, ep->error);
+    atomic_store_explicit(&ep->error_set, true, memory_order_release);
+    ep->cq->tp->in_ops->ep_fail(ep->in, why, ep->error);
+}
+
+/* Hand rec to the inner endpoint's order. */
+static void inq_push(ipc_ep_t *ep, uint64_t rec)
+{
+    ep->inq[ep->inq_tail++ % ep->depth] = rec;
 }
 
 static void free_direct(ipc_ep_t *ep)
@@ -54,6 +69,7 @@ static void free_direct(ipc_ep_t *ep)
     pdx_hip_device_free(ep->runs_dev);
     free(ep->batches);
     free(ep->recs);
+    free(ep->inq);
 }
 
 pdx_status_t ipc_ep_create(pdx_tp_t *ptp, pdx_tp_cq_t *pcq, const pdx_tp_ep_attr_t *attr,
@@ -89,7 +105,8 @@ pdx_status_t ipc_ep_create(pdx_tp_t *ptp, pdx_tp_cq_t *pcq, const pdx_tp_ep_attr
         ep->nruns_cap = ep->depth * RUNS_PER_DEPTH;
         ep->recs = calloc(ep->depth, sizeof(*ep->recs));
         ep->batches = calloc(ep->depth, sizeof(*ep->batches));
-        st = ep->recs && ep->batches ? PDX_OK : PDX_ERR_NOMEM;
+        ep->inq = calloc(ep->depth, sizeof(*ep->inq));
+        st = ep->recs && ep->batches && ep->inq ? PDX_OK : PDX_ERR_NOMEM;
         if (st == PDX_OK)
             st = ipc_cq_stream(cq);
         if (st == PDX_OK)
@@ -142,7 +159,9 @@ const char *ipc_ep_error(const pdx_tp_ep_t *pep)
 {
     const ipc_ep_t *ep = (const ipc_ep_t *)pep;
 
-    return ep->failed != PDX_OK ? ep->error : ep->cq->tp->in_ops->ep_error(ep->in);
+    if (atomic_load_explicit(&ep->error_set, memory_order_acquire))
+        return ep->error;
+    return ep->cq->tp->in_ops->ep_error(ep->in);
 }
 
 void ipc_ep_destroy(pdx_tp_ep_t *pep)
@@ -195,10 +214,24 @@ pdx_status_t ipc_post_read(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t *
     ipc_ep_t *ep = ep_of(pep);
     const ipc_mr_t *m = (const ipc_mr_t *)mr;
 
-    if (ep->failed != PDX_OK)
+    pdx_status_t st;
+
+    if (!ep->direct)
+        return ep->cq->tp->in_ops->post_read(ep->in, wr_id, m ? m->in : NULL, offset, len,
+                                              remote_addr, rkey);
+    if (ep_failed(ep) != PDX_OK)
         return PDX_ERR_PEER;
-    return ep->cq->tp->in_ops->post_read(ep->in, wr_id, m ? m->in : NULL, offset, len,
-                                          remote_addr, rkey);
+    if (ep->rec_tail - ep->rec_head >= ep->depth)
+        return PDX_ERR_AGAIN;
+    /* its completion keeps its place among the records */
+    st = ep->cq->tp->in_ops->post_read(ep->in, wr_id, m ? m->in : NULL, offset, len, remote_addr,
+                                        rkey);
+    if (st != PDX_OK)
+        return st;
+    *rec_at(ep, ep->rec_tail) = (ipc_rec_t){.wr_id = wr_id, .kind = REC_INNER,
+                                            .opcode = PDX_TP_OP_READ, .signaled = true};
+    inq_push(ep, ep->rec_tail++);
+    return PDX_OK;
 }
 
 static bool is_copy(const ipc_ep_t *ep, const pdx_tp_write_t *w)
@@ -221,6 +254,7 @@ static void add_recs(ipc_ep_t *ep, const pdx_tp_write_t *wr, uint32_t n, uint8_t
 {
     for (uint32_t i = 0; i < n; i++)
         *rec_at(ep, ep->rec_tail + i) = (ipc_rec_t){.wr_id = wr[i].wr_id, .kind = kind,
+                                                    .opcode = PDX_TP_OP_WRITE,
                                                     .signaled = wr[i].flags & PDX_TP_SIGNALED};
 }
 
@@ -229,12 +263,18 @@ static void add_recs(ipc_ep_t *ep, const pdx_tp_write_t *wr, uint32_t n, uint8_t
 static void push_batch(ipc_ep_t *ep, ipc_batch_t *b, pdx_status_t st, uint64_t rec_first,
                        uint32_t nrec, uint64_t run_first, uint32_t nruns, uint64_t bytes)
 {
-    if (st != PDX_OK && ep->failed == PDX_OK)
+    bool waits = st == PDX_OK;
+
+    if (st != PDX_OK && ep_failed(ep) == PDX_OK)
         fail_ep(ep, PDX_ERR_IO, "GPU copy of %llu bytes not enqueued: %s",
                 (unsigned long long)bytes, pdx_hip_last_error());
+    /* part of it may be on the stream: an event after it, where one can
+     * still be recorded, says when nothing of it runs any more */
+    if (!waits && b->event && st != ep_failed(ep))
+        waits = pdx_hip_event_record(b->event, ep->cq->stream) == PDX_OK;
     *b = (ipc_batch_t){.rec_first = rec_first, .nrec = nrec, .nruns = nruns,
                        .run_first = run_first, .bytes = bytes, .posted_ns = pdx_now_ns(),
-                       .event = b->event, .failed = st != PDX_OK};
+                       .event = b->event, .failed = !waits};
     ep->b_tail++;
 }
 
@@ -253,8 +293,8 @@ void ipc_ep_flush(ipc_ep_t *ep)
     if (n == 0)
         return;
     ep->open_n = 0;
-    if (ep->failed != PDX_OK)
-        st = ep->failed; /* in error: nothing more goes to the GPU */
+    if (ep_failed(ep) != PDX_OK)
+        st = ep_failed(ep); /* in error: nothing more goes to the GPU */
     if (st == PDX_OK && !b->event)
         st = pdx_hip_event_create(&b->event);
     if (st == PDX_OK && n <= FEW_RUNS && ep->open_big == n) {
@@ -267,6 +307,7 @@ void ipc_ep_flush(ipc_ep_t *ep)
     if (st == PDX_OK)
         st = pdx_hip_event_record(b->event, cq->stream);
     push_batch(ep, b, st, ep->open_rec, n, ep->open_run, n, ep->open_bytes);
+    cq->launches++;
 }
 
 /* n copies into the open batch, their runs at ring position at. */
@@ -315,6 +356,8 @@ static pdx_status_t post_inner(ipc_ep_t *ep, const pdx_tp_write_t *wr, uint32_t 
     if (st != PDX_OK)
         return st;
     add_recs(ep, wr, n, REC_INNER);
+    for (uint32_t i = 0; i < n; i++)
+        inq_push(ep, ep->rec_tail + i);
     ep->rec_tail += n;
     return PDX_OK;
 }
@@ -340,7 +383,7 @@ pdx_status_t ipc_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_t
 
     if (!ep->direct)
         return post_through(ep, wr, n);
-    if (ep->failed != PDX_OK)
+    if (ep_failed(ep) != PDX_OK)
         return PDX_ERR_PEER;
     if (n == 0)
         return PDX_OK;
@@ -407,7 +450,7 @@ pdx_status_t ipc_post_pages(pdx_tp_ep_t *pep, const pdx_tp_pages_t *p)
 
     if (!ep->direct)
         return PDX_ERR_UNSUPPORTED;
-    if (ep->failed != PDX_OK)
+    if (ep_failed(ep) != PDX_OK)
         return PDX_ERR_PEER;
     if (!p || !p->bufs || !p->src || !p->dst || !p->nbufs || !p->npages || !bpp)
         return PDX_ERR_INVALID;
@@ -459,6 +502,7 @@ pdx_status_t ipc_post_pages(pdx_tp_ep_t *pep, const pdx_tp_pages_t *p)
     memcpy(hl, p->src, p->npages * sizeof(uint32_t));
     memcpy(hl + p->npages, p->dst, p->npages * sizeof(uint32_t));
     *rec_at(ep, ep->rec_tail) = (ipc_rec_t){.wr_id = p->wr_id, .kind = REC_COPY,
+                                            .opcode = PDX_TP_OP_WRITE,
                                             .signaled = p->flags & PDX_TP_SIGNALED};
     b = &ep->batches[ep->b_tail % ep->depth];
     if (!b->event)
@@ -478,6 +522,7 @@ pdx_status_t ipc_post_pages(pdx_tp_ep_t *pep, const pdx_tp_pages_t *p)
         st = pdx_hip_event_record(b->event, ep->cq->stream);
     push_batch(ep, b, st, ep->rec_tail, 1, at, (uint32_t)slots,
                (uint64_t)p->nbufs * p->npages * bpp);
+    ep->cq->launches++;
     ep->rec_tail++;
     ep->run_tail = at + slots;
     return PDX_OK;
@@ -491,7 +536,7 @@ pdx_status_t ipc_post_send(pdx_tp_ep_t *pep, uint64_t wr_id, const void *data, u
 
     if (!ep->direct)
         return ep->cq->tp->in_ops->post_send(ep->in, wr_id, data, len, flags);
-    if (ep->failed != PDX_OK)
+    if (ep_failed(ep) != PDX_OK)
         return PDX_ERR_PEER;
     if (len > PDX_TP_SEND_MAX || (len && !data)) {
         pdx_error("ipc: SEND of %u bytes (at most %d, inline)", len, PDX_TP_SEND_MAX);
@@ -500,8 +545,8 @@ pdx_status_t ipc_post_send(pdx_tp_ep_t *pep, uint64_t wr_id, const void *data, u
     if (ep->rec_tail - ep->rec_head >= ep->depth)
         return PDX_ERR_AGAIN;
     rec = rec_at(ep, ep->rec_tail++);
-    *rec = (ipc_rec_t){.wr_id = wr_id, .kind = REC_SEND, .signaled = flags & PDX_TP_SIGNALED,
-                       .len = len};
+    *rec = (ipc_rec_t){.wr_id = wr_id, .kind = REC_SEND, .opcode = PDX_TP_OP_SEND,
+                       .signaled = flags & PDX_TP_SIGNALED, .len = len};
     if (len)
         memcpy(rec->data, data, len);
     ipc_ep_flush(ep);    /* the copies it follows go now */
@@ -513,22 +558,18 @@ pdx_status_t ipc_post_send(pdx_tp_ep_t *pep, uint64_t wr_id, const void *data, u
 
 void ipc_ep_inner_done(ipc_ep_t *ep, const pdx_tp_wc_t *wc)
 {
-    for (uint64_t i = ep->in_next; i < ep->rec_tail; i++) {
-        ipc_rec_t *rec = rec_at(ep, i);
+    /* in the inner endpoint's order: what it took before the completed WR
+     * is done too (an unsignaled WR completes only with a later one) */
+    while (ep->inq_head != ep->inq_tail) {
+        ipc_rec_t *rec = rec_at(ep, ep->inq[ep->inq_head++ % ep->depth]);
 
-        if (rec->kind == REC_COPY || rec->done)
-            continue;
-        if (rec->kind == REC_SEND && !rec->posted)
-            break; /* nothing after it reached the inner endpoint */
-        /* in order: what came before the completed WR is done too */
         rec->done = true;
         rec->status = wc->status;
         if (rec->wr_id == wc->wr_id)
-            break;
+            return;
     }
-    while (ep->in_next < ep->rec_tail && (rec_at(ep, ep->in_next)->kind == REC_COPY ||
-                                          rec_at(ep, ep->in_next)->done))
-        ep->in_next++;
+    pdx_debug("ipc: a completion of WR 0x%llx the endpoint does not hold",
+              (unsigned long long)wc->wr_id);
 }
 
 bool ipc_ep_copies_pending(const ipc_ep_t *ep)
@@ -560,10 +601,13 @@ void ipc_ep_progress(ipc_ep_t *ep)
             ipc_rec_t *rec = rec_at(ep, b->rec_first + i);
 
             rec->done = true;
-            rec->status = ep->failed;
+            rec->status = ep_failed(ep);
         }
         ep->run_head = b->run_first + b->nruns;
         ep->b_head++;
+        /* the next one's deadline runs from now: it waited behind this one */
+        if (ep->b_head != ep->b_tail)
+            ep->batches[ep->b_head % ep->depth].posted_ns = pdx_now_ns();
     }
     /* the GPU is done with this ep: what gathered meanwhile goes now */
     if (ep->b_head == ep->b_tail && ep->open_n)
@@ -579,9 +623,9 @@ void ipc_ep_progress(ipc_ep_t *ep)
         }
         if (rec->kind != REC_SEND || rec->posted || rec->done)
             continue;
-        if (ep->failed != PDX_OK) {
+        if (ep_failed(ep) != PDX_OK) {
             rec->done = true;
-            rec->status = ep->failed;
+            rec->status = ep_failed(ep);
             continue;
         }
         st = tp->in_ops->post_send(ep->in, rec->wr_id, rec->data, rec->len, PDX_TP_SIGNALED);
@@ -594,6 +638,7 @@ void ipc_ep_progress(ipc_ep_t *ep)
             continue;
         }
         rec->posted = true;
+        inq_push(ep, i);
     }
 }
 
@@ -609,11 +654,8 @@ int ipc_ep_emit(ipc_ep_t *ep, pdx_tp_wc_t *wc, int max)
         if (rec->signaled || rec->status != PDX_OK)
             wc[out++] = (pdx_tp_wc_t){.wr_id = rec->wr_id, .ep = (pdx_tp_ep_t *)ep,
                                       .status = rec->status,
-                                      .opcode = rec->kind == REC_SEND ? PDX_TP_OP_SEND
-                                                                      : PDX_TP_OP_WRITE};
+                                      .opcode = (pdx_tp_opcode_t)rec->opcode};
         ep->rec_head++;
     }
-    if (ep->in_next < ep->rec_head)
-        ep->in_next = ep->rec_head;
     return out;
 }

@@ -70,6 +70,7 @@ enum { REC_COPY = 1, REC_INNER, REC_SEND };
 typedef struct ipc_rec {
     uint64_t     wr_id;
     uint8_t      kind;
+    uint8_t      opcode;     /* pdx_tp_opcode_t of its completion */
     bool         signaled;   /* the caller asked for a completion */
     bool         done;
     bool         posted;     /* SEND: handed to the inner endpoint */
@@ -96,13 +97,19 @@ typedef struct ipc_ep {
     pdx_tp_ep_t   *in;
     bool           direct;
     uint32_t       depth;     /* sq_depth: records, batches, runs / 2 */
-    pdx_status_t   failed;    /* PDX_OK while healthy */
+    /* PDX_OK while healthy; set once (any thread may fail the ep), error
+     * written before error_set */
+    _Atomic int    failed;
+    _Atomic bool   error_set;
     char           error[IPC_ERR_MAX];
     bool           late;      /* the copy deadline passed (said once) */
     /* records: [rec_head, rec_tail), absolute counters modulo depth */
     ipc_rec_t     *recs;
     uint64_t       rec_head, rec_tail;
-    uint64_t       in_next;   /* the oldest inner record not yet completed */
+    /* records handed to the inner endpoint, in that order (its completions
+     * come in it): [inq_head, inq_tail) modulo depth */
+    uint64_t      *inq;
+    uint64_t       inq_head, inq_tail;
     /* batches of copies: [b_head, b_tail) modulo depth */
     ipc_batch_t   *batches;
     uint64_t       b_head, b_tail;
@@ -131,6 +138,9 @@ struct ipc_cq {
     int                epfd, wake_fd;
     void              *stream;     /* created with the first direct ep */
     _Atomic uint32_t   callbacks;  /* host callbacks enqueued and not yet run */
+    uint64_t           launches;   /* batches launched on the stream */
+    uint64_t           cb_launches; /* ... when the last callback was enqueued */
+    uint32_t           next_ep;    /* direct ep that completes first next poll */
     /* the map and the direct list: the control thread adds endpoints while
      * the shard polls */
     pthread_mutex_t    lock;

@@ -81,7 +81,13 @@ static pdx_status_t wrap_mr(ipc_tp_t *tp, pdx_tp_mr_t *in, void *base, size_t le
     mr->in = in;
     mr->base = base;
     mr->len = len;
-    mr->device = access & PDX_TP_ACCESS_DEVICE;
+    /* GPU memory, however the engine registered it (staged for tcp,
+     * dmabuf or a peer-memory client for rdma) */
+    {
+        pdx_hip_ptr_t p;
+
+        mr->device = pdx_hip_classify(base, len, &p) == PDX_OK && p.kind == PDX_HIP_MEM_DEVICE;
+    }
     /* a region a peer may write or read: its handle, for peers of this host */
     if (mr->device && (access & (PDX_TP_ACCESS_REMOTE_WRITE | PDX_TP_ACCESS_REMOTE_READ))) {
         pdx_status_t st = pdx_hip_ipc_export(base, len, &mr->handle);

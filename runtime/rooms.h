@@ -108,6 +108,8 @@ typedef struct pdx_room_ext {
     uint32_t         seq;              /* chunks sent */
     uint32_t         dest_at;          /* destination being planned */
     bool             planning;         /* plan below is live */
+    bool             paged;            /* its groups go as page copies (ipc), those
+                                        * before plan.group posted */
     pdx_plan_t       plan;
     pdx_pages_t      plan_src[PDX_LAYOUT_MAX_GROUPS];
     pdx_pages_t      plan_dst[PDX_LAYOUT_MAX_GROUPS];

@@ -620,6 +620,9 @@ static int run_loopback(cli_t *c, const pdx_config_t *cfg)
                "prefill SUCCESS p50 %.1f us, p99 %.1f us\n", pf.done, pf.failed,
                c->o.gpu < 0 ? "first pdx_send" : "first GPU write", (double)pf.lat_p50_ns / 1e3,
                (double)pf.lat_p99_ns / 1e3);
+        if (pf.stats.bytes_direct)
+            printf(" prefill copies : %" PRIu64 " of %" PRIu64 " bytes sent by GPU copies (ipc: a "
+                   "peer of this host)\n", pf.stats.bytes_direct, pf.stats.bytes_sent);
         if (pf_rc >= 0)
             printf(" exit status    : decode %d, prefill %d\n", rc, pf_rc);
         else

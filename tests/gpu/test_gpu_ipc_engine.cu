@@ -326,7 +326,8 @@ static void test_page_maps(const char *transport, uint32_t tokens, uint32_t room
         for (uint32_t k = 0; k < INFLIGHT; k++) {
             CHECK(send_room(&pf, first + r0 + k, src[k], n[k], 1 + (int)(k % 3), NULL),
                   "send %llu", (unsigned long long)(first + r0 + k));
-            chunks += 1 + k % 3;
+            /* chunks of at least one page (send_room's split) */
+            chunks += n[k] / (1 + k % 3) ? 1 + k % 3 : 1;
         }
         for (uint32_t k = 0; k < INFLIGHT; k++) {
             uint64_t room = first + r0 + k;
@@ -799,13 +800,13 @@ static int cmp_u64(const void *a, const void *b)
 }
 
 static void bench(const char *name, uint32_t layers, uint32_t bpl, uint64_t bpp, uint32_t pages,
-                  uint32_t npages)
+                  uint32_t npages, uint32_t flight)
 {
-    enum { ROOMS = 32, LAT = 40, FLIGHT = 4 };
+    enum { ROOMS = 32, LAT = 40 };
     side_t pf, dc;
     uint32_t peer;
     uint32_t *src = (uint32_t *)malloc(pages * sizeof(uint32_t));
-    uint32_t *dst = (uint32_t *)malloc((size_t)FLIGHT * pages * sizeof(uint32_t));
+    uint32_t *dst = (uint32_t *)malloc((size_t)flight * pages * sizeof(uint32_t));
     const uint64_t room_bytes = (uint64_t)layers * bpl * pages * bpp;
     uint64_t lat[LAT], t0, ns;
     unsigned rs = 7;
@@ -847,24 +848,24 @@ static void bench(const char *name, uint32_t layers, uint32_t bpl, uint64_t bpp,
     CUDA_OK(cudaStreamSynchronize(s));
     naive = (double)room_bytes / ((now_ns() - t0) / 1e9) / 1e9;
 
-    /* throughput: FLIGHT rooms at a time, disjoint destinations */
+    /* throughput: flight rooms at a time, disjoint destinations */
     t0 = now_ns();
-    for (uint32_t r = 0; r < ROOMS; r += FLIGHT) {
-        for (uint32_t k = 0; k < FLIGHT; k++) {
+    for (uint32_t r = 0; r < ROOMS; r += flight) {
+        for (uint32_t k = 0; k < flight; k++) {
             pdx_pages_t d = {dst + k * pages, pages};
 
-            pick(dst + k * pages, pages, k * (npages / FLIGHT), npages / FLIGHT, &rs);
+            pick(dst + k * pages, pages, k * (npages / flight), npages / flight, &rs);
             pdx_expect(dc.e, peer, 100 + r + k, dc.layout, &d, NULL, 1, 60000);
         }
-        for (uint32_t k = 0; k < FLIGHT; k++) {
+        for (uint32_t k = 0; k < flight; k++) {
             pick(src, pages, 0, npages, &rs);
             send_room(&pf, 100 + r + k, src, pages, 1, NULL);
         }
-        for (uint32_t k = 0; k < FLIGHT; k++) {
+        for (uint32_t k = 0; k < flight; k++) {
             ok += wait_done(dc.e, 100 + r + k, 60000) == PDX_ROOM_SUCCESS;
             wait_done(pf.e, 100 + r + k, 60000);
         }
-        for (uint32_t k = 0; k < FLIGHT; k++) {
+        for (uint32_t k = 0; k < flight; k++) {
             release_room(dc.e, 100 + r + k);
             release_room(pf.e, 100 + r + k);
         }
@@ -898,7 +899,7 @@ static void bench(const char *name, uint32_t layers, uint32_t bpl, uint64_t bpp,
            layers * bpl, (unsigned long long)bpp, room_bytes / 1e6, pages * layers * bpl);
     printf("  one contiguous copy %.0f GB/s; one copy per page %.1f GB/s\n", contiguous, naive);
     printf("  ipc engine %.0f GB/s (%d rooms, %d in flight): %.2f of contiguous, %.0fx per-page\n",
-           engine, ROOMS, FLIGHT, engine / contiguous, engine / naive);
+           engine, ROOMS, flight, engine / contiguous, engine / naive);
     printf("  latency per room (pdx_send -> decode SUCCESS): p50 %.0f us, p99 %.0f us "
            "(contiguous copy of the room alone: %.0f us)\n", lat[LAT / 2] / 1e3,
            lat[LAT * 99 / 100] / 1e3, room_bytes / contiguous / 1e3);
@@ -921,9 +922,11 @@ int main(int argc, char **argv)
     progress("setup");
     CUDA_OK(cudaSetDevice(0));
     if (argc == 2 && strcmp(argv[1], "--bench") == 0) {
-        bench("DeepSeek-R1 (61 layers x 576 B/token, page 64)", 61, 1, 64 * 576, 64, 1024);
-        bench("Llama-3-70B TP8 (80 layers, K and V, 256 B/token, page 16)", 80, 2, 16 * 256, 256,
-              2048);
+        for (uint32_t f = 4; f <= 16; f *= 4) {
+            bench("DeepSeek-R1 (61 layers x 576 B/token, page 64)", 61, 1, 64 * 576, 64, 1024, f);
+            bench("Llama-3-70B TP8 (80 layers, K and V, 256 B/token, page 16)", 80, 2, 16 * 256,
+                  256, 4096, f);
+        }
     } else {
         test_page_maps("auto", 1, 96, 10000);
         test_page_maps("ipc", 16, 96, 20000);
