@@ -107,6 +107,8 @@ pdx_status_t ipc_ep_create(pdx_tp_t *ptp, pdx_tp_cq_t *pcq, const pdx_tp_ep_attr
         ep->batches = calloc(ep->depth, sizeof(*ep->batches));
         ep->inq = calloc(ep->depth, sizeof(*ep->inq));
         st = ep->recs && ep->batches && ep->inq ? PDX_OK : PDX_ERR_NOMEM;
+        if (st == PDX_OK) /* the engine's GPU, whichever thread makes the ep */
+            st = pdx_hip_set_device(tp->gpu);
         if (st == PDX_OK)
             st = ipc_cq_stream(cq);
         if (st == PDX_OK)
@@ -570,6 +572,11 @@ void ipc_ep_inner_done(ipc_ep_t *ep, const pdx_tp_wc_t *wc)
     }
     pdx_debug("ipc: a completion of WR 0x%llx the endpoint does not hold",
               (unsigned long long)wc->wr_id);
+}
+
+uint64_t ipc_ep_oldest_ns(const ipc_ep_t *ep)
+{
+    return ep->b_head != ep->b_tail ? ep->batches[ep->b_head % ep->depth].posted_ns : UINT64_MAX;
 }
 
 bool ipc_ep_copies_pending(const ipc_ep_t *ep)

@@ -173,6 +173,8 @@ void         ipc_ep_inner_done(ipc_ep_t *ep, const pdx_tp_wc_t *wc);
 void         ipc_ep_progress(ipc_ep_t *ep);
 int          ipc_ep_emit(ipc_ep_t *ep, pdx_tp_wc_t *wc, int max);
 bool         ipc_ep_copies_pending(const ipc_ep_t *ep);
+/* When the ep's oldest batch in flight was launched (UINT64_MAX: none). */
+uint64_t     ipc_ep_oldest_ns(const ipc_ep_t *ep);
 void         ipc_ep_flush(ipc_ep_t *ep);
 
 /* cq.c */
