@@ -529,24 +529,6 @@ pdx_status_t pdx_wire_encode_ready(void *buf, size_t cap, size_t *size_p)
     return pdx_wire_encode_frame(PDX_WIRE_READY, put_nothing, NULL, NULL, buf, cap, size_p);
 }
 
-static void put_export(pdx_wire_wr_t *w, const void *arg, const void *extra)
-{
-    const pdx_wire_export_t *m = arg;
-
-    (void)extra;
-    pdx_wire_wr_u32(w, m->mem);
-    pdx_wire_wr_u32(w, m->len);
-    pdx_wire_wr_bytes(w, m->bytes, m->len);
-}
-
-pdx_status_t pdx_wire_encode_export(const pdx_wire_export_t *m, void *buf, size_t cap,
-                                    size_t *size_p)
-{
-    if (!m || m->len == 0 || m->len > PDX_TP_EXPORT_MAX)
-        return PDX_ERR_INVALID;
-    return pdx_wire_encode_frame(PDX_WIRE_EXPORT, put_export, m, NULL, buf, cap, size_p);
-}
-
 static void put_bye(pdx_wire_wr_t *w, const void *arg, const void *extra)
 {
     (void)extra;
@@ -686,15 +668,7 @@ pdx_status_t pdx_wire_decode(const void *buf, size_t len, pdx_wire_msg_t *msg_p,
         st = get_auth(&r, &msg.u.auth, why);
         break;
     case PDX_WIRE_EXPORT:
-        msg.u.export.mem = pdx_wire_rd_u32(&r);
-        msg.u.export.len = pdx_wire_rd_u32(&r);
-        if (msg.u.export.len == 0 || msg.u.export.len > PDX_TP_EXPORT_MAX ||
-            msg.u.export.len != pdx_wire_rd_left(&r)) {
-            *why = "EXPORT length outside 1..PDX_TP_EXPORT_MAX or unlike its body";
-            st = PDX_ERR_PROTO;
-            break;
-        }
-        pdx_wire_rd_bytes(&r, msg.u.export.bytes, msg.u.export.len);
+        st = pdx_wire_get_export(&r, &msg.u.export, why);
         break;
     case PDX_WIRE_SEALED:
         *why = "a SEALED frame is opened, not decoded";

@@ -165,5 +165,6 @@ pdx_status_t pdx_wire_encode_frame(pdx_wire_type_t type, pdx_wire_body_fn *body,
 pdx_status_t pdx_wire_get_mem(pdx_wire_rd_t *r, pdx_wire_mem_t *m, const char **why);
 pdx_status_t pdx_wire_get_layout(pdx_wire_rd_t *r, pdx_wire_layout_t *m, const char **why);
 pdx_status_t pdx_wire_get_room(pdx_wire_rd_t *r, pdx_wire_room_t *m, const char **why);
+pdx_status_t pdx_wire_get_export(pdx_wire_rd_t *r, pdx_wire_export_t *m, const char **why);
 
 #endif

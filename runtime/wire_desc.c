@@ -1,8 +1,8 @@
 /*
  * wire_desc: the descriptor messages of the control channel: MEM (regions a
- * peer may write), LAYOUT (where an engine's KV pages live) and ROOM (the
- * destination pages of one request). Frames and the other messages are in
- * wire.c.
+ * peer may write), EXPORT (what a direct peer opens one of them with),
+ * LAYOUT (where an engine's KV pages live) and ROOM (the destination pages
+ * of one request). Frames and the other messages are in wire.c.
  *
  * LAYOUT decodes with the checks of pdx_layout_from_desc() (layout.c) plus
  * the invariants of a pdx_layout_t, so plan.c may trust a peer's layout as
@@ -157,6 +157,38 @@ pdx_status_t pdx_wire_get_mem(pdx_wire_rd_t *r, pdx_wire_mem_t *m, const char **
 err:
     free(e);
     return PDX_ERR_PROTO;
+}
+
+/* ------------------------------------------------------------------ EXPORT */
+
+static void put_export(pdx_wire_wr_t *w, const void *arg, const void *extra)
+{
+    const pdx_wire_export_t *m = arg;
+
+    (void)extra;
+    pdx_wire_wr_u32(w, m->mem);
+    pdx_wire_wr_u32(w, m->len);
+    pdx_wire_wr_bytes(w, m->bytes, m->len);
+}
+
+pdx_status_t pdx_wire_encode_export(const pdx_wire_export_t *m, void *buf, size_t cap,
+                                    size_t *size_p)
+{
+    if (!m || m->len == 0 || m->len > PDX_TP_EXPORT_MAX)
+        return PDX_ERR_INVALID;
+    return pdx_wire_encode_frame(PDX_WIRE_EXPORT, put_export, m, NULL, buf, cap, size_p);
+}
+
+pdx_status_t pdx_wire_get_export(pdx_wire_rd_t *r, pdx_wire_export_t *m, const char **why)
+{
+    m->mem = pdx_wire_rd_u32(r);
+    m->len = pdx_wire_rd_u32(r);
+    if (m->len == 0 || m->len > PDX_TP_EXPORT_MAX || m->len != pdx_wire_rd_left(r)) {
+        *why = "EXPORT length outside 1..PDX_TP_EXPORT_MAX or unlike its body";
+        return PDX_ERR_PROTO;
+    }
+    pdx_wire_rd_bytes(r, m->bytes, m->len);
+    return PDX_OK;
 }
 
 /* ------------------------------------------------------------------ LAYOUT */
