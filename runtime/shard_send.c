@@ -26,7 +26,7 @@
  * write. Decode counts LAST notifies per sender, so its SUCCESS follows the
  * data of every endpoint (RC order: a SEND lands after the WRITEs before it).
  */
-#include "shard_loop.h"
+#include "shard_send.h"
 #include "peer.h"
 #include "rooms.h"
 #include "verify.h"
@@ -37,27 +37,7 @@
 
 #include "log.h"
 
-typedef enum step {
-    STEP_DONE,    /* this step is finished: go on */
-    STEP_WAIT,    /* blocked (gate, metadata, credits, budget): come back */
-    STEP_FAILED,  /* the room failed: drop its chunks */
-} step_t;
-
-/* The room's chunk being worked on and what it needs, for one visit. */
-typedef struct send_ctx {
-    pdx_shard_loop_t *L;
-    pdx_room_obj_t   *obj;
-    pdx_room_ext_t   *ext;
-    pdx_ring_cell_t  *cell;
-    const pdx_chunk_t *chunk;
-    uint32_t          budget;   /* WRs it may still post this pass */
-    uint64_t          direct;   /* bytes of the WRs built last that are GPU copies */
-} send_ctx_t;
-
-static step_t room_fail(send_ctx_t *c, pdx_status_t status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static step_t room_fail(send_ctx_t *c, pdx_status_t status, const char *fmt, ...)
+step_t pdx_send_fail(send_ctx_t *c, pdx_status_t status, const char *fmt, ...)
 {
     char msg[PDX_ERRMSG_MAX];
     va_list ap;
@@ -77,35 +57,29 @@ static step_t no_deps(send_ctx_t *c, const pdx_peer_t *peer)
     int state = atomic_load_explicit(&peer->state, memory_order_acquire);
 
     if (state == PDX_PEER_FAILED)
-        return room_fail(c, PDX_ERR_PEER, "peer %s failed: %s", peer->addr, peer->err);
+        return pdx_send_fail(c, PDX_ERR_PEER, "peer %s failed: %s", peer->addr, peer->err);
     if (peer->id < PDX_MAX_PEERS && c->L->idx_pending[peer->id])
         return STEP_WAIT; /* pdx_dep_connect() wakes the shard */
     if (pdx_shard_peer_resetting(c->L, peer))
         return STEP_WAIT; /* the reconnect wakes the shard */
     if (state == PDX_PEER_READY)
-        return room_fail(c, PDX_ERR_PEER, "no usable data endpoint to peer %s on shard %u",
+        return pdx_send_fail(c, PDX_ERR_PEER, "no usable data endpoint to peer %s on shard %u",
                          peer->addr, c->L->s->index);
     return STEP_WAIT;
 }
 
 /* -------------------------------------------------------------- posting */
 
-/* The room of the context, as its WRs' wr_ids name it (dep.h). */
-static inline uint32_t wr_room(const send_ctx_t *c)
-{
-    return (uint32_t)(c->obj - c->L->e->rooms.objs) + 1;
-}
-
 /* A post was refused: the room fails; a dead endpoint also fails its peer. */
-static step_t post_refused(send_ctx_t *c, pdx_dep_t *dep, pdx_status_t status, const char *what)
+step_t pdx_send_refused(send_ctx_t *c, pdx_dep_t *dep, pdx_status_t status, const char *what)
 {
     pdx_engine_t *e = c->L->e;
     const char *why = e->ops->ep_error(dep->ep);
 
     if (status == PDX_ERR_AGAIN)
-        return room_fail(c, PDX_ERR_STATE, "%s to %s: the send queue refused a slot the shard "
+        return pdx_send_fail(c, PDX_ERR_STATE, "%s to %s: the send queue refused a slot the shard "
                          "counted free", what, dep->peer->addr);
-    room_fail(c, status, "%s to %s failed: %s", what, dep->peer->addr,
+    pdx_send_fail(c, status, "%s to %s failed: %s", what, dep->peer->addr,
               why[0] ? why : pdx_status_str(status));
     if (status == PDX_ERR_PEER) /* after the room took the precise message */
         pdx_shard_dep_broken(dep, status, why[0] ? why : "endpoint in error");
@@ -198,29 +172,30 @@ static bool build_writes(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
 err_unknown:
     if (r->src_offset > src_len || r->len > src_len - r->src_offset)
         goto err_src; /* the source is checked first */
-    room_fail(c, PDX_ERR_RANGE, "memory %u of peer %s is unknown (on its NIC %u)", r->dst_mem,
+    pdx_send_fail(c, PDX_ERR_RANGE, "memory %u of peer %s is unknown (on its NIC %u)", r->dst_mem,
               peer->addr, dep->rnic);
     return false;
 err_src:
-    room_fail(c, PDX_ERR_RANGE, "%llu bytes at offset %llu are outside local memory %u",
+    pdx_send_fail(c, PDX_ERR_RANGE, "%llu bytes at offset %llu are outside local memory %u",
               (unsigned long long)r->len, (unsigned long long)r->src_offset, r->src_mem);
     return false;
 err_piece:
-    room_fail(c, PDX_ERR_STATE, "%llu bytes at offset %llu cross a piece of memory %u of peer "
+    pdx_send_fail(c, PDX_ERR_STATE, "%llu bytes at offset %llu cross a piece of memory %u of peer "
               "%s (registered in pieces of %llu bytes)", (unsigned long long)r->len,
               (unsigned long long)r->dst_offset, r->dst_mem, peer->addr,
               (unsigned long long)dst->piece);
     return false;
 err_dst:
-    room_fail(c, PDX_ERR_RANGE, "%llu bytes at offset %llu are outside memory %u of "
+    pdx_send_fail(c, PDX_ERR_RANGE, "%llu bytes at offset %llu are outside memory %u of "
               "peer %s (%llu bytes)", (unsigned long long)r->len,
               (unsigned long long)r->dst_offset, r->dst_mem, peer->addr,
               (unsigned long long)dst_len);
     return false;
 }
 
-/* n WRs of L->wrs went out on dep: the room's counters. */
-static void count_posted(send_ctx_t *c, pdx_dep_t *dep, uint32_t n, uint64_t bytes)
+/* n WRs of L->wrs went out on dep: the room's counters; direct of their
+ * bytes were GPU copies. */
+void pdx_send_count(send_ctx_t *c, pdx_dep_t *dep, uint32_t n, uint64_t bytes, uint64_t direct)
 {
     pdx_shard_loop_t *L = c->L;
 
@@ -236,6 +211,11 @@ static void count_posted(send_ctx_t *c, pdx_dep_t *dep, uint32_t n, uint64_t byt
     atomic_store_explicit(&L->s->stats.bytes_sent,
                           atomic_load_explicit(&L->s->stats.bytes_sent, memory_order_relaxed) +
                               bytes, memory_order_relaxed);
+    if (direct)
+        atomic_store_explicit(&L->s->stats.bytes_direct,
+                              atomic_load_explicit(&L->s->stats.bytes_direct,
+                                                   memory_order_relaxed) + direct,
+                              memory_order_relaxed);
     c->ext->wrs += n;
     c->budget = n < c->budget ? c->budget - n : 0;
     L->progress = true;
@@ -249,14 +229,8 @@ static pdx_status_t post_writes(send_ctx_t *c, pdx_dep_t *dep, uint32_t n, uint6
     PDX_MARKER_PUSH_ROOM("pdx post", c->chunk->room);
     status = c->L->e->ops->post_write(dep->ep, c->L->wrs, n);
     PDX_MARKER_POP();
-    if (status == PDX_OK) {
-        count_posted(c, dep, n, bytes);
-        if (c->direct)
-            atomic_store_explicit(&c->L->s->stats.bytes_direct,
-                                  atomic_load_explicit(&c->L->s->stats.bytes_direct,
-                                                       memory_order_relaxed) + c->direct,
-                                  memory_order_relaxed);
-    }
+    if (status == PDX_OK)
+        pdx_send_count(c, dep, n, bytes, c->direct);
     return status;
 }
 
@@ -279,7 +253,7 @@ static pdx_status_t post_reads(send_ctx_t *c, pdx_dep_t *dep, uint32_t n)
     }
     PDX_MARKER_POP();
     if (i)
-        count_posted(c, dep, i, bytes);
+        pdx_send_count(c, dep, i, bytes, 0);
     return status;
 }
 
@@ -321,7 +295,7 @@ static step_t post_data(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **deps,
                                                              : post_writes(c, dep, k, bytes);
         if (status != PDX_OK) {
             ext->plan = saved;
-            return post_refused(c, dep, status, ext->xfer && ext->xfer->op == PDX_XFER_READ
+            return pdx_send_refused(c, dep, status, ext->xfer && ext->xfer->op == PDX_XFER_READ
                                                     ? "reading" : "writing the chunk");
         }
         ext->rr++;
@@ -395,7 +369,7 @@ static step_t aux_check(send_ctx_t *c, const pdx_dest_t *dest, uint32_t *n_p)
     if (!(ch->flags & PDX_SEND_LAST) || !ch->has_aux || !dest->has_aux)
         return STEP_DONE;
     if (a->len != dest->aux.len)
-        return room_fail(c, PDX_ERR_INVALID, "aux is %llu bytes, decode's slot at %s %llu",
+        return pdx_send_fail(c, PDX_ERR_INVALID, "aux is %llu bytes, decode's slot at %s %llu",
                          (unsigned long long)a->len, dest->peer->addr,
                          (unsigned long long)dest->aux.len);
     for (uint64_t off = 0; off < a->len; n++) {
@@ -403,7 +377,7 @@ static step_t aux_check(send_ctx_t *c, const pdx_dest_t *dest, uint32_t *n_p)
         const uint64_t len = PDX_MIN(pdx_plan_run_cap(max, piece, so, d), a->len - off);
 
         if (n == PDX_SHARD_BATCH)
-            return room_fail(c, PDX_ERR_INVALID, "aux of %llu bytes needs more than %u writes "
+            return pdx_send_fail(c, PDX_ERR_INVALID, "aux of %llu bytes needs more than %u writes "
                              "of PDX_MAX_MSG_SIZE", (unsigned long long)a->len, PDX_SHARD_BATCH);
         c->L->runs[n] = (pdx_run_t){.src_mem = a->mem, .dst_mem = dest->aux.mem,
                                     .src_offset = so, .dst_offset = d, .len = len};
@@ -424,7 +398,7 @@ static step_t post_aux(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep, ui
         return STEP_FAILED;
     status = post_writes(c, dep, n, bytes);
     if (status != PDX_OK)
-        return post_refused(c, dep, status, "writing aux");
+        return pdx_send_refused(c, dep, status, "writing aux");
     return STEP_DONE;
 }
 
@@ -452,7 +426,7 @@ static step_t finish_dest(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **dep
             if (!dep_can_notify(d, 0))
                 continue;
             status = post_notify(c, d, 0, ext->wrs, dest, 0);
-            return status == PDX_OK ? STEP_DONE : post_refused(c, d, status, "notifying");
+            return status == PDX_OK ? STEP_DONE : pdx_send_refused(c, d, status, "notifying");
         }
         return STEP_WAIT; /* CREDIT messages or completions wake the shard */
     }
@@ -462,7 +436,7 @@ static step_t finish_dest(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **dep
         return r;
     aux_dep = deps[ext->rr % n];
     if (pieces + 1 > aux_dep->sq_depth)
-        return room_fail(c, PDX_ERR_INVALID, "aux of %llu bytes needs %u writes, more than "
+        return pdx_send_fail(c, PDX_ERR_INVALID, "aux of %llu bytes needs %u writes, more than "
                          "PDX_SQ_DEPTH=%u leaves", (unsigned long long)c->chunk->aux.len, pieces,
                          aux_dep->sq_depth);
     for (uint32_t i = 0; i < n; i++)
@@ -475,7 +449,7 @@ static step_t finish_dest(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **dep
 
         status = pdx_verify_aux(c->L->e, a->mem, a->offset, a->len, &sum, err, sizeof(err));
         if (status != PDX_OK)
-            return room_fail(c, status, "checksum of the aux bytes: %s", err);
+            return pdx_send_fail(c, status, "checksum of the aux bytes: %s", err);
     }
     if (pieces) {
         r = post_aux(c, dest, aux_dep, pieces);
@@ -486,7 +460,7 @@ static step_t finish_dest(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **dep
         status = post_notify(c, deps[i], PDX_WIRE_NOTIFY_LAST |
                              (pieces && dest->verify ? PDX_WIRE_NOTIFY_AUX : 0), n, dest, sum);
         if (status != PDX_OK)
-            return post_refused(c, deps[i], status, "notifying the last chunk");
+            return pdx_send_refused(c, deps[i], status, "notifying the last chunk");
     }
     return STEP_DONE;
 }
@@ -511,7 +485,7 @@ static step_t plan_sum(send_ctx_t *c, pdx_dest_t *dest, const pdx_layout_t *dst)
     pdx_status_t status;
 
     if (dest->sum_layers && (dest->layer_begin != begin || dest->layer_end != end))
-        return room_fail(c, PDX_ERR_INVALID, "PDX_VERIFY: a chunk covers layers [%u, %u) of "
+        return pdx_send_fail(c, PDX_ERR_INVALID, "PDX_VERIFY: a chunk covers layers [%u, %u) of "
                          "decode's layout at %s, the chunks before it [%u, %u)", begin, end,
                          dest->peer->addr, dest->layer_begin, dest->layer_end);
     dest->layer_begin = begin;
@@ -519,7 +493,7 @@ static step_t plan_sum(send_ctx_t *c, pdx_dest_t *dest, const pdx_layout_t *dst)
     dest->sum_layers = true;
     status = pdx_verify_plan(c->L->e, plan, &dest->sum, err, sizeof(err));
     if (status != PDX_OK)
-        return room_fail(c, status, "checksum of the chunk for %s: %s", dest->peer->addr, err);
+        return pdx_send_fail(c, status, "checksum of the chunk for %s: %s", dest->peer->addr, err);
     return STEP_DONE;
 }
 
@@ -551,14 +525,14 @@ static step_t plan_dest(send_ctx_t *c, pdx_dest_t *dest)
         return STEP_DONE;
     }
     if (!src)
-        return room_fail(c, PDX_ERR_NOT_FOUND, "layout %u unknown", ch->layout);
+        return pdx_send_fail(c, PDX_ERR_NOT_FOUND, "layout %u unknown", ch->layout);
     if (dest->layout < PDX_MAX_LAYOUTS)
         dst = atomic_load_explicit(&dest->peer->layouts[dest->layout], memory_order_acquire);
     if (!dst)
-        return room_fail(c, PDX_ERR_NOT_FOUND, "peer %s layout %u unknown", dest->peer->addr,
+        return pdx_send_fail(c, PDX_ERR_NOT_FOUND, "peer %s layout %u unknown", dest->peer->addr,
                          dest->layout);
     if (ch->ngroups != src->ngroups || dest->ngroups != src->ngroups)
-        return room_fail(c, PDX_ERR_INVALID, "the chunk has %u page lists, layout %u %u groups, "
+        return pdx_send_fail(c, PDX_ERR_INVALID, "the chunk has %u page lists, layout %u %u groups, "
                          "decode's page lists at %s %u", ch->ngroups, ch->layout, src->ngroups,
                          dest->peer->addr, dest->ngroups);
 
@@ -569,11 +543,11 @@ static step_t plan_dest(send_ctx_t *c, pdx_dest_t *dest)
         if (group_skipped(src, g, last)) {
             ext->plan_dst[g] = (pdx_pages_t){NULL, 0}; /* not read */
         } else if (at > have || want > have - at) {
-            return room_fail(c, PDX_ERR_RANGE, "group %u: the chunk needs %u more pages after "
+            return pdx_send_fail(c, PDX_ERR_RANGE, "group %u: the chunk needs %u more pages after "
                              "%u, decode at %s expects %u", g, want, at, dest->peer->addr, have);
         } else if (last && at + want < have) {
             /* A LAST notify would report SUCCESS over pages never written. */
-            return room_fail(c, PDX_ERR_RANGE, "sent %u of the %u pages decode expected for "
+            return pdx_send_fail(c, PDX_ERR_RANGE, "sent %u of the %u pages decode expected for "
                              "group %u", at + want, have, g);
         } else {
             ext->plan_dst[g] = (pdx_pages_t){dest->pages + off + at, want};
@@ -583,7 +557,7 @@ static step_t plan_dest(send_ctx_t *c, pdx_dest_t *dest)
     status = pdx_plan_init(&ext->plan, src, dst, ext->plan_src, ext->plan_dst,
                            e->cfg.max_msg_size, last ? PDX_PLAN_STATE : 0, err, sizeof(err));
     if (status != PDX_OK)
-        return room_fail(c, status, "to %s: %s", dest->peer->addr, err);
+        return pdx_send_fail(c, status, "to %s: %s", dest->peer->addr, err);
     if (dest->verify && plan_sum(c, dest, dst) != STEP_DONE)
         return STEP_FAILED;
     ext->plan.piece = plan_piece(e, dest->peer);
@@ -594,120 +568,6 @@ static step_t plan_dest(send_ctx_t *c, pdx_dest_t *dest)
 }
 
 /* --------------------------------------------------------------- chunks */
-
-/*
- * A chunk to a direct peer (ipc) as one page-copies WR per group: the GPU
- * makes the addresses from the page lists, so the chunk costs the host a
- * few tables instead of a WR per run. Taken only for a chunk not started
- * whose every planned group has GPU regions here and opened regions there,
- * one page size per group and each page inside its regions; else its runs
- * go as WRITEs, which say what is wrong. The first pass checks, the second
- * posts, a group per WR on one dep; a WR the transport refuses for now
- * (its tables do not fit) is posted again from that group on.
- */
-static step_t post_pages(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **deps, uint32_t n)
-{
-    pdx_shard_loop_t *L = c->L;
-    pdx_engine_t *e = L->e;
-    pdx_room_ext_t *ext = c->ext;
-    pdx_plan_t *plan = &ext->plan;
-    const pdx_peer_t *peer = dest->peer;
-    pdx_dep_t *dep = NULL;
-    uint32_t groups = 0, first;
-
-    if (ext->paged && plan->group >= plan->ngroups)
-        return STEP_DONE; /* every group went */
-    if (!ext->paged && (!peer->direct || ext->xfer || ext->wrs || plan->group || plan->layer ||
-                        plan->part || plan->page || plan->page_done || !plan->ngroups))
-        return STEP_DONE; /* runs */
-    first = ext->paged ? plan->group : 0; /* the groups before it went */
-    for (uint32_t g = first; g < plan->ngroups; g++)
-        groups += (plan->planned >> g & 1) && plan->src_pages[g].npages;
-    for (uint32_t i = 0; i < n && !dep; i++) {
-        pdx_dep_t *d = deps[(ext->rr + i) % n];
-
-        if (pdx_dep_room(d, pdx_dep_reserve(d)) >= groups)
-            dep = d;
-    }
-    /* every page of every pair inside both regions, before anything goes */
-    for (int pass = 0; pass < 2; pass++) {
-        for (uint32_t g = first; g < plan->ngroups; g++) {
-            const pdx_pages_t *sp = &plan->src_pages[g], *dp = &plan->dst_pages[g];
-            const pdx_group_t *sg = &plan->src->groups[g], *dg = &plan->dst->groups[g];
-            uint32_t pairs = pdx_plan_pairs(plan, g, L->pair_src, L->pair_dst);
-            uint64_t smax = 0, dmax = 0, bytes = 0;
-            pdx_tp_pages_t p;
-            pdx_status_t status;
-
-            if (pass == 1)
-                plan->group = g; /* resumed here after a refusal */
-            if (!pairs || !sp->npages)
-                continue;
-            for (uint32_t i = 0; i < sp->npages; i++) {
-                smax = PDX_MAX(smax, (uint64_t)sp->pages[i]);
-                dmax = PDX_MAX(dmax, (uint64_t)dp->pages[i]);
-            }
-            if ((uint64_t)pairs * 16 + (uint64_t)sp->npages * 8 > PDX_TP_PAGES_BYTES) {
-                ext->paged = false; /* runs from the plan's cursor: group `first` */
-                return STEP_DONE;
-            }
-            for (uint32_t k = 0; k < pairs; k++) {
-                const pdx_buffer_t *sb = &sg->buffers[L->pair_src[k]];
-                const pdx_buffer_t *db = &dg->buffers[L->pair_dst[k]];
-                const uint64_t bpp = sb->bytes_per_page;
-                const pdx_mem_t *m = sb->mem < PDX_MAX_MEMS ? &e->mems[sb->mem] : NULL;
-                const pdx_remote_mem_t *rm = db->mem < PDX_MAX_MEMS ? &peer->mems[db->mem]
-                                                                     : NULL;
-                const uint32_t nic = dep ? dep->nic : 0, rnic = dep ? dep->rnic : 0;
-                const pdx_tp_rmr_t *rmr;
-
-                if (bpp != sg->buffers[L->pair_src[0]].bytes_per_page || !m || !m->used ||
-                    !m->reg || !m->reg->gpu || !m->mr[nic] || !rm ||
-                    !(rmr = atomic_load_explicit(&rm->rmr, memory_order_acquire)) ||
-                    !(atomic_load_explicit(&rm->valid, memory_order_acquire) >> rnic & 1) ||
-                    sb->offset > m->len || (smax + 1) > (m->len - sb->offset) / bpp ||
-                    db->offset > rm->rkey[rnic].len ||
-                    (dmax + 1) > (rm->rkey[rnic].len - db->offset) / bpp) {
-                    /* runs from the plan's cursor (group `first`), which check
-                     * each one and say why */
-                    ext->paged = false;
-                    return STEP_DONE;
-                }
-                if (pass == 0)
-                    continue;
-                L->s->page_bufs[k] = (pdx_tp_page_buf_t){
-                    .mr = m->mr[nic], .offset = m->mr_off + sb->offset, .rmr = rmr,
-                    .remote_addr = rm->rkey[rnic].addr + db->offset};
-                bytes += (uint64_t)sp->npages * bpp;
-            }
-            if (pass == 0)
-                continue;
-            p = (pdx_tp_pages_t){.wr_id = pdx_wr_id_send(dep, wr_room(c), dep->posted),
-                                 .flags = PDX_TP_SIGNALED, .nbufs = pairs,
-                                 .bufs = L->s->page_bufs,
-                                 .bytes_per_page = sg->buffers[L->pair_src[0]].bytes_per_page,
-                                 .npages = sp->npages, .src = sp->pages, .dst = dp->pages};
-            PDX_MARKER_PUSH_ROOM("pdx post", c->chunk->room);
-            status = e->ops->post_pages(dep->ep, &p);
-            PDX_MARKER_POP();
-            if (status == PDX_ERR_AGAIN) /* its tables do not fit yet: copies free them */
-                return STEP_WAIT;
-            if (status != PDX_OK)
-                return post_refused(c, dep, status, "copying the chunk's pages");
-            count_posted(c, dep, 1, bytes);
-            atomic_store_explicit(&L->s->stats.bytes_direct,
-                                  atomic_load_explicit(&L->s->stats.bytes_direct,
-                                                       memory_order_relaxed) + bytes,
-                                  memory_order_relaxed);
-        }
-        if (pass == 0 && !dep)
-            return STEP_WAIT; /* it goes as pages: completions free a dep */
-        ext->paged = true; /* from here on, pages or nothing */
-    }
-    plan->group = plan->ngroups; /* the plan is done: no run left */
-    ext->rr++;
-    return STEP_DONE;
-}
 
 /* The head chunk for one destination: plan, data, finish, cursors. */
 static step_t send_dest(send_ctx_t *c, pdx_dest_t *dest)
@@ -722,7 +582,7 @@ static step_t send_dest(send_ctx_t *c, pdx_dest_t *dest)
         return no_deps(c, dest->peer);
     if (!ext->planning && (r = plan_dest(c, dest)) != STEP_DONE)
         return r;
-    if (c->L->s->page_bufs && (r = post_pages(c, dest, deps, n)) != STEP_DONE)
+    if (c->L->s->page_bufs && (r = pdx_send_pages(c, dest, deps, n)) != STEP_DONE)
         return r;
     if ((r = post_data(c, dest, deps, n)) != STEP_DONE)
         return r;
@@ -753,7 +613,7 @@ static step_t gate_check(send_ctx_t *c)
         c->L->gated = true;
         return STEP_WAIT;
     }
-    return room_fail(c, st, "%s", err);
+    return pdx_send_fail(c, st, "%s", err);
 }
 
 static step_t send_chunk(send_ctx_t *c)
@@ -765,7 +625,7 @@ static step_t send_chunk(send_ctx_t *c)
     if (ext->dest_at == 0 && !ext->planning) {
         /* A fresh chunk: metadata, then the gate, before anything of it. */
         if (ext->last_sent)
-            return room_fail(c, PDX_ERR_STATE, "a chunk after the last one");
+            return pdx_send_fail(c, PDX_ERR_STATE, "a chunk after the last one");
         ndests = atomic_load_explicit(&ext->ndests, memory_order_acquire);
         if (pdx_room_state(c->obj) == PDX_ROOM_BOOTSTRAPPING || PDX_DESTS_COUNT(ndests) == 0)
             return STEP_WAIT; /* the ROOM message wakes the shard */
