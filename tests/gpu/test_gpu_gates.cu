@@ -34,61 +34,12 @@
 
 #include "pdx/pdx.h"
 
+#include "cu_check.h"
+
 /* hip/: the event-query fault the gate error test injects */
 extern "C" void pdx_hip_fault_event_set(void *event);
 
-static int passed, failed;
-static volatile const char *phase = "start";
-static volatile uint64_t phase_room;
-
-/* A test that hangs says where, then fails. */
-static void on_alarm(int sig)
-{
-    (void)sig;
-    printf("FAIL: no progress for 60 s in %s (room %llu)\n", phase,
-           (unsigned long long)phase_room);
-    printf("%d passed, %d failed\n", passed, failed + 1);
-    _exit(1);
-}
-
-static void progress(const char *what, uint64_t room)
-{
-    phase = what;
-    phase_room = room;
-    alarm(60);
-}
-
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (cond) {                                                                       \
-            passed++;                                                                     \
-        } else {                                                                          \
-            failed++;                                                                     \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            printf(__VA_ARGS__);                                                          \
-            printf("\n");                                                                 \
-        }                                                                                 \
-    } while (0)
-
-#define CUDA_OK(call)                                                                     \
-    do {                                                                                  \
-        cudaError_t err_ = (call);                                                        \
-        if (err_ != cudaSuccess) {                                                        \
-            printf("FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #call,                     \
-                   cudaGetErrorName(err_));                                               \
-            exit(2);                                                                      \
-        }                                                                                 \
-    } while (0)
-
 enum { LAYERS = 4, NPAGES = 256, BPP = 4096, PAGES = 32 };
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 __host__ __device__ static uint64_t pattern(uint64_t room, uint32_t layer, uint32_t pos, uint64_t w)
 {
@@ -197,23 +148,6 @@ static void side_close(side_t *s)
         cudaFreeHost(s->pool);
     else
         free(s->pool);
-}
-
-static pdx_room_state_t wait_done(pdx_engine_t *e, uint64_t room, int ms)
-{
-    uint64_t end = now_ns() + (uint64_t)ms * 1000000ull;
-    pdx_room_state_t st;
-
-    while ((st = pdx_poll(e, room)) != PDX_ROOM_SUCCESS && st != PDX_ROOM_FAILED &&
-           now_ns() < end)
-        usleep(100);
-    return st;
-}
-
-static void release_room(pdx_engine_t *e, uint64_t room)
-{
-    for (int i = 0; i < 5000 && pdx_release(e, room) == PDX_INPROGRESS; i++)
-        usleep(1000);
 }
 
 /* Distinct random pages. */
@@ -687,8 +621,7 @@ int main(void)
     side_t pf, dc;
     uint32_t peer;
 
-    setvbuf(stdout, NULL, _IONBF, 0);
-    signal(SIGALRM, on_alarm);
+    cu_check_init();
     progress("setup", 0);
     CUDA_OK(cudaSetDevice(0));
     CUDA_OK(cudaHostAlloc((void **)&stale_flag, sizeof(*stale_flag), cudaHostAllocMapped));

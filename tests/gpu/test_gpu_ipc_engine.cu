@@ -42,6 +42,8 @@
 
 #include "pdx/pdx.h"
 
+#include "cu_check.h"
+
 extern char **environ;
 
 /* hip/: the IPC table's counters */
@@ -50,53 +52,6 @@ typedef struct pdx_hip_ipc_stats {
     uint32_t allocations, references;
 } pdx_hip_ipc_stats_t;
 extern "C" void pdx_hip_ipc_stats(pdx_hip_ipc_stats_t *stats_p);
-
-static int passed, failed;
-static const char *phase = "start";
-
-static void on_alarm(int sig)
-{
-    (void)sig;
-    printf("FAIL: no progress for 120 s in %s\n", phase);
-    printf("%d passed, %d failed\n", passed, failed + 1);
-    _exit(1);
-}
-
-static void progress(const char *what)
-{
-    phase = what;
-    alarm(120);
-}
-
-#define CHECK(cond, ...)                                                                  \
-    do {                                                                                  \
-        if (cond) {                                                                       \
-            passed++;                                                                     \
-        } else {                                                                          \
-            failed++;                                                                     \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                   \
-            printf(__VA_ARGS__);                                                          \
-            printf("\n");                                                                 \
-        }                                                                                 \
-    } while (0)
-
-#define CUDA_OK(call)                                                                     \
-    do {                                                                                  \
-        cudaError_t err_ = (call);                                                        \
-        if (err_ != cudaSuccess) {                                                        \
-            printf("FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #call,                     \
-                   cudaGetErrorName(err_));                                               \
-            exit(2);                                                                      \
-        }                                                                                 \
-    } while (0)
-
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 __host__ __device__ static uint64_t mix(uint64_t z)
 {
@@ -237,23 +192,6 @@ static uint64_t bad_bytes(const side_t *d, const uint32_t *src, const uint32_t *
     return host * 8;
 }
 
-static pdx_room_state_t wait_done(pdx_engine_t *e, uint64_t room, int ms)
-{
-    uint64_t end = now_ns() + (uint64_t)ms * 1000000ull;
-    pdx_room_state_t st;
-
-    while ((st = pdx_poll(e, room)) != PDX_ROOM_SUCCESS && st != PDX_ROOM_FAILED &&
-           now_ns() < end)
-        usleep(50);
-    return st;
-}
-
-static void release_room(pdx_engine_t *e, uint64_t room)
-{
-    for (int i = 0; i < 10000 && pdx_release(e, room) == PDX_INPROGRESS; i++)
-        usleep(1000);
-}
-
 /* n distinct pages from [base, base + range). */
 static void pick(uint32_t *out, uint32_t n, uint32_t base, uint32_t range, unsigned *seed)
 {
@@ -305,7 +243,7 @@ static void test_page_maps(const char *transport, uint32_t tokens, uint32_t room
     int ok = 0;
     pdx_stats_t st;
 
-    progress("random page maps");
+    progress("random page maps", 0);
     side_open(&pf, transport, LAYERS, 1, NPAGES, (uint64_t)tokens * TOKEN_BYTES, "20000");
     side_open(&dc, transport, LAYERS, 1, NPAGES, (uint64_t)tokens * TOKEN_BYTES, "20000");
     fill(&pf, seed);
@@ -377,7 +315,7 @@ static void test_xfer(void)
     uint64_t bad, end;
     char err[256] = "";
 
-    progress("one-sided transfers");
+    progress("one-sided transfers", 0);
     side_open(&pf, "ipc", XL8, 1, NP, bpp, "10000");
     side_open(&dc, "ipc", XL8, 1, NP, bpp, "10000");
     fill(&pf, seed);
@@ -529,7 +467,7 @@ static void test_gates(void)
     char err[256] = "";
     int ok;
 
-    progress("gates");
+    progress("gates", 0);
     CUDA_OK(cudaHostAlloc((void **)&flag, sizeof(*flag), cudaHostAllocMapped));
     CUDA_OK(cudaMalloc((void **)&gpages, 2 * GPAGES * sizeof(uint32_t)));
     CUDA_OK(cudaMalloc((void **)&gbad, sizeof(*gbad)));
@@ -556,7 +494,7 @@ static void test_gates(void)
            ok, (unsigned long long)stale);
 
     /* a gate that never opens: its room fails at the deadline, others go on */
-    progress("gate that never opens");
+    progress("gate that never opens", 0);
     *(volatile uint64_t *)flag = 0;
     CUDA_OK(cudaMemcpy(gpages, pages, sizeof(pages), cudaMemcpyHostToDevice));
     CHECK(pdx_expect(dc.e, peer, 5000, dc.layout, &l, NULL, 1, 10000) == PDX_OK, "expect");
@@ -741,7 +679,7 @@ static void test_two_processes(void)
     int ok, bad, other, rc;
     pid_t pid;
 
-    progress("two processes");
+    progress("two processes", 0);
     side_open(&pf, "ipc", XL, 1, XNP, XBPP, "10000");
     fill(&pf, seed);
 
@@ -760,7 +698,7 @@ static void test_two_processes(void)
            (unsigned long long)st.bytes_sent);
 
     /* a child killed while copies are in flight */
-    progress("killed peer");
+    progress("killed peer", 0);
     pid = spawn_child(pdx_engine_address(pf.e), 1001, 64, seed);
     send_rooms(&pf, 1001, 64, &ok, &bad, &other, pid, &kill_ns);
     rc = wait_child(pid);
@@ -781,7 +719,7 @@ static void test_two_processes(void)
            (unsigned long long)is.runtime_closes);
 
     /* the same prefill engine serves the next one */
-    progress("after the kill");
+    progress("after the kill", 0);
     pid = spawn_child(pdx_engine_address(pf.e), 2001, 32, seed);
     send_rooms(&pf, 2001, 32, &ok, &bad, &other, 0, &kill_ns);
     rc = wait_child(pid);
@@ -817,7 +755,7 @@ static void bench(const char *name, uint32_t layers, uint32_t bpl, uint64_t bpp,
     int ok = 0;
     uint8_t *a, *b;
 
-    progress(name);
+    progress(name, 0);
     side_open(&pf, "ipc", layers, bpl, npages, bpp, "60000");
     side_open(&dc, "ipc", layers, bpl, npages, bpp, "60000");
     fill(&pf, 1);
@@ -914,12 +852,11 @@ static void bench(const char *name, uint32_t layers, uint32_t bpl, uint64_t bpp,
 
 int main(int argc, char **argv)
 {
-    setvbuf(stdout, NULL, _IONBF, 0);
+    cu_check_init();
     if (argc == 6 && strcmp(argv[1], "--decode-child") == 0)
         return decode_child(argv[2], strtoull(argv[3], NULL, 10),
                             (uint32_t)strtoul(argv[4], NULL, 10), strtoull(argv[5], NULL, 10));
-    signal(SIGALRM, on_alarm);
-    progress("setup");
+    progress("setup", 0);
     CUDA_OK(cudaSetDevice(0));
     if (argc == 2 && strcmp(argv[1], "--bench") == 0) {
         for (uint32_t f = 4; f <= 16; f *= 4) {
