@@ -22,7 +22,6 @@
  * Usage: bench_ipc [-n iterations] (default 20; (c) runs a fifth of them).
  */
 #include <errno.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,13 +29,12 @@
 #include <unistd.h>
 
 #include "hip/hip_api.h"
+#include "spawn_self.h"
 
 #define MiB (1024ull * 1024)
 #define GiB (1024ull * MiB)
 #define POOL GiB
 #define REQUESTS 16
-
-extern char **environ;
 
 static uint64_t rng_state = 0x2545f4914f6cdd1dull;
 
@@ -349,30 +347,20 @@ static int prefill(uint32_t iters)
 static int decode(const char *iters)
 {
     char *argv[] = {"/proc/self/exe", "--prefill", "-n", (char *)iters, NULL};
-    posix_spawn_file_actions_t fa;
     pdx_hip_ipc_handle_t h;
     void *pool = NULL;
-    int fds[2], rc, status = -1;
+    int rc, status = -1;
     pid_t pid;
 
     if (pdx_hip_set_device(0) != PDX_OK || pdx_hip_device_alloc(POOL, &pool) != PDX_OK ||
         !check_hip(hipMemset(pool, 0, POOL), "hipMemset") ||
-        pdx_hip_ipc_export(pool, POOL, &h) != PDX_OK || pipe(fds) != 0)
+        pdx_hip_ipc_export(pool, POOL, &h) != PDX_OK)
         return 1;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[0], 0);
-    posix_spawn_file_actions_addclose(&fa, fds[1]);
-    rc = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[0]);
+    rc = spawn_self(argv, &h, sizeof(h), &pid);
     if (rc != 0) {
-        fprintf(stderr, "bench_ipc: posix_spawn: %s\n", strerror(rc));
-        close(fds[1]);
+        fprintf(stderr, "bench_ipc: the prefill process with the handle: %s\n", strerror(rc));
         return 1;
     }
-    if (write(fds[1], &h, sizeof(h)) != (ssize_t)sizeof(h))
-        fprintf(stderr, "bench_ipc: writing the handle: %s\n", strerror(errno));
-    close(fds[1]);
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
         ;
     pdx_hip_device_free(pool);

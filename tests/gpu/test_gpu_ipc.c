@@ -9,7 +9,6 @@
  * handing it handles on a pipe.
  */
 #include <errno.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +18,7 @@
 
 #include "hip/hip_api.h"
 #include "gpu_check.h"
+#include "spawn_self.h"
 
 #define MiB (1024ull * 1024)
 
@@ -397,17 +397,14 @@ out:
     return failed > 100 ? 100 : failed;
 }
 
-extern char **environ;
-
 static void test_ipc_two_processes(void)
 {
     pdx_hip_ipc_handle_t h[3];
     char *argv[] = {"/proc/self/exe", "--ipc-child", NULL};
-    posix_spawn_file_actions_t fa;
     unsigned char *back = malloc(IPC_ALLOC);
     void *dev = NULL, *gone = NULL;
     uint64_t bad1 = 0, bad2 = 0, bad0 = 0, first0 = 0, last0 = 0;
-    int fds[2] = {-1, -1}, status = -1, rc;
+    int status = -1, rc;
     pid_t pid = -1;
 
     printf("-- (f) IPC handles across two processes on GPU 0\n");
@@ -421,17 +418,8 @@ static void test_ipc_two_processes(void)
     CHECK(pdx_hip_ipc_export(gone, MiB, &h[2]) == PDX_OK, "export a range to free");
     CHECK(hipFree(gone) == hipSuccess, "hipFree");
     CHECK(hipDeviceSynchronize() == hipSuccess, "sync");
-    CHECK(pipe(fds) == 0, "pipe");
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, fds[0], 0);
-    posix_spawn_file_actions_addclose(&fa, fds[1]);
-    rc = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[0]);
-    CHECK(rc == 0, "posix_spawn: %s", strerror(rc));
-    if (rc == 0)
-        CHECK(write(fds[1], h, sizeof(h)) == (ssize_t)sizeof(h), "handles to the child");
-    close(fds[1]);
+    rc = spawn_self(argv, h, sizeof(h), &pid);
+    CHECK(rc == 0, "the child with the handles: %s", strerror(rc));
     if (rc != 0)
         goto out;
     while (waitpid(pid, &status, 0) < 0 && errno == EINTR)
