@@ -125,6 +125,35 @@ static pdx_status_t send_room_msg(pdx_peer_t *peer, const pdx_wire_room_t *m,
     return st;
 }
 
+/*
+ * The room's metadata could not be sent (its peer went, or its control
+ * connection is full): the peer knows nothing of the room. A room this call
+ * made goes again, so its id is free for the next pdx_expect; failed first
+ * under its lock, so a pdx_expect of another thread that finds it meanwhile
+ * refuses it rather than joins it. A room an earlier pdx_expect made (for
+ * another peer) fails, and is released as usual.
+ */
+static pdx_status_t expect_unsent(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_room_t room,
+                                  const pdx_peer_t *peer, bool created, pdx_status_t st)
+{
+    pdx_room_ext_t *ext = pdx_room_ext(e, obj);
+    bool drop = false;
+
+    pthread_mutex_lock(&ext->lock);
+    if (created && pdx_rooms_live(obj, room) && ext->npeers == 1)
+        drop = pdx_room_fail(obj, st, "its metadata could not be sent to %s", peer->addr);
+    pthread_mutex_unlock(&ext->lock);
+    if (!drop) {
+        pdx_rooms_fail_id(e, obj, room, st, "could not send the room's metadata to %s: %s",
+                          peer->addr, pdx_status_str(st));
+        return st;
+    }
+    pdx_error("pdx_expect: room %llu: its metadata could not be sent to %s: %s",
+              (unsigned long long)room, peer->addr, pdx_status_str(st));
+    pdx_rooms_remove(e, obj, room);
+    return st;
+}
+
 pdx_status_t pdx_expect(pdx_engine_t *e, uint32_t peer_id, pdx_room_t room, uint32_t layout_id,
                         const pdx_pages_t *dst, const pdx_region_t *aux, uint32_t nsenders,
                         int timeout_ms)
@@ -252,11 +281,8 @@ static pdx_status_t expect_held(pdx_engine_t *e, pdx_peer_t *peer, pdx_room_t ro
     if (e->cfg.verify != PDX_VERIFY_OFF)
         m.flags |= PDX_WIRE_ROOM_VERIFY;
     st = send_room_msg(peer, &m, dst, total);
-    if (st != PDX_OK) {
-        pdx_rooms_fail_id(e, obj, room, st, "could not send the room's metadata to %s: %s",
-                          peer->addr, pdx_status_str(st));
-        return st;
-    }
+    if (st != PDX_OK)
+        return expect_unsent(e, obj, room, peer, created, st);
     /* The peer may have gone after our READY check, its walk over the rooms
      * (pdx_rooms_peer_gone, which marks it gone first) passing this one
      * before it named the peer: then the room learns it here, and the sweep

@@ -9,7 +9,9 @@
  *   deadline, with a message naming the peer;
  * - either side stopped (SIGSTOP): the other fails the room once the peer
  *   is silent for 5 heartbeats, serves the bystander, and the stopped side,
- *   continued (SIGCONT), ends its room FAILED and exits cleanly.
+ *   continued (SIGCONT), ends its room FAILED and exits cleanly;
+ * - a pdx_expect whose metadata cannot be sent (the stopped prefill's
+ *   control connection full) makes no room: its id is expected again later.
  * Each time to the terminal state is printed.
  */
 #include <criterion/criterion.h>
@@ -169,8 +171,8 @@ static void decode_child_half_sent(const char *listen, uint64_t room, char *addr
 }
 
 /* A prefill child connected to eng, which expects the child's room and
- * has its first chunk. */
-static void prefill_child_half_sent(uint64_t room)
+ * has its first chunk; the child's peer id. */
+static uint32_t prefill_child_half_sent(uint64_t room)
 {
     uint32_t pages[CHURN_ROOM_PAGES], peer;
     pdx_pages_t p = {pages, CHURN_ROOM_PAGES};
@@ -185,6 +187,7 @@ static void prefill_child_half_sent(uint64_t room)
     cr_assert_str_eq(line, "ready");
     while (pdx_poll(eng, room) != PDX_ROOM_TRANSFERRING)
         cr_assert(pdx_now_ns() < until, "the first chunk never came");
+    return peer;
 }
 
 static double ms_since(uint64_t t0)
@@ -259,7 +262,7 @@ static void stopped(bool decode_child, uint64_t room)
     if (decode_child)
         decode_child_half_sent("127.0.0.1:0", room, addr, sizeof(addr));
     else
-        prefill_child_half_sent(room);
+        (void)prefill_child_half_sent(room);
     kill(child, SIGSTOP);
     t0 = pdx_now_ns();
     bystander_room(room + 100, decode_child);
@@ -284,4 +287,47 @@ Test(kill, a_stopped_decode, .fini = fini, .timeout = 60)
 Test(kill, a_stopped_prefill, .fini = fini, .timeout = 60)
 {
     stopped(false, 6);
+}
+
+/*
+ * A stopped prefill reads nothing: rooms of many pages fill its control
+ * connection until pdx_expect is PDX_ERR_AGAIN. That call makes no room
+ * (nothing to release, the id free), and once the peer is gone a new
+ * prefill is served under the same id.
+ */
+Test(kill, an_expect_that_cannot_be_sent_makes_no_room, .fini = fini, .timeout = 60)
+{
+    static uint32_t many[PDX_MAX_ROOM_PAGES];
+    pdx_pages_t p = {many, PDX_MAX_ROOM_PAGES};
+    pdx_status_t st = PDX_OK;
+    uint32_t peer;
+    uint64_t room = 1000;
+
+    open_engines();
+    setenv("PDX_HEARTBEAT_MS", "2000", 1); /* silent for 10 s before it is gone */
+    pdx_engine_destroy(eng);
+    cr_assert_eq(churn_open(pool, "2", "127.0.0.1:0", &eng, &layout), PDX_OK);
+    for (uint32_t i = 0; i < PDX_MAX_ROOM_PAGES; i++)
+        many[i] = i % CHURN_PAGES;
+    peer = prefill_child_half_sent(7);
+    kill(child, SIGSTOP);
+    /* 2 MiB per ROOM: the socket's buffers and the 8 MiB queue fill */
+    for (; room < 1064 && (st = pdx_expect(eng, peer, room, layout, &p, NULL, 1, 20000)) == PDX_OK;
+         room++)
+        ;
+    cr_assert_eq(st, PDX_ERR_AGAIN, "room %llu: %s", (unsigned long long)room,
+                 pdx_status_str(st));
+    cr_expect_eq(pdx_poll(eng, room), PDX_ROOM_NONE, "the refused expect left a room");
+    cr_expect_eq(pdx_release(eng, room), PDX_ERR_NOT_FOUND);
+    kill(child, SIGKILL);
+    reap(5000);
+    for (uint64_t r = 1000; r < room; r++) {
+        cr_expect_eq(wait_end(eng, r, 15000), PDX_ROOM_FAILED, "room %llu", (unsigned long long)r);
+        release(eng, r);
+    }
+    wait_end(eng, 7, 15000);
+    release(eng, 7);
+    (void)prefill_child_half_sent(room); /* the id is free: expected and under way */
+    kill(child, SIGKILL);
+    reap(5000);
 }

@@ -476,7 +476,11 @@ typedef struct pdx_region {
  * Call once per prefill peer: again for the same peer, or for a room that
  * ended and is not released, is PDX_ERR_EXISTS. At most PDX_MAX_ROOM_PAGES
  * page indices over all groups and PDX_MAX_SENDERS senders
- * (PDX_ERR_INVALID beyond).
+ * (PDX_ERR_INVALID beyond). On an error the room is not made: nothing to
+ * release, and the id may be expected again (PDX_ERR_PEER: the peer is
+ * gone; PDX_ERR_AGAIN: its control connection is full). Only a room an
+ * earlier pdx_expect made for another peer stays, FAILED when this one's
+ * metadata could not be sent, and is released as usual.
  */
 PDX_API pdx_status_t pdx_expect(pdx_engine_t *engine, uint32_t peer, pdx_room_t room,
                                 uint32_t layout, const pdx_pages_t *dst, const pdx_region_t *aux,
