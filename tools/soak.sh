@@ -18,6 +18,7 @@ dir=$(mktemp -d)
 dpid=
 cleanup() { [ -n "$dpid" ] && kill -9 "$dpid" 2>/dev/null; rm -rf "$dir"; }
 trap cleanup EXIT
+export PDX_LISTEN=127.0.0.1:0 # the prefill processes too: everything stays on loopback
 
 # Rooms per peer: what one peer moves in about PERIOD seconds, measured.
 "$bench" --loopback --requests 400 "${flags[@]}" --json >"$dir/probe" 2>/dev/null
