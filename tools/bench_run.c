@@ -160,10 +160,12 @@ static void decode_start(bench_side_t *s, bench_slot_t *sl, pdx_room_t room)
     }
 }
 
-/* A chunk that could not be queued: the room ends there. */
+/* A chunk that could not be queued: the room ends there. A first chunk's
+ * room may be in the table all the same (made by the call, or by decode's
+ * metadata): released like any other. */
 static void chunk_failed(bench_side_t *s, bench_slot_t *sl, uint32_t c)
 {
-    if (c == 0) {
+    if (c == 0 && pdx_poll(s->e, sl->room) == PDX_ROOM_NONE) {
         slot_drop(s, sl);
     } else {
         pdx_abort(s->e, sl->room);
