@@ -22,9 +22,10 @@
  *
  * --bench: DeepSeek-R1 (61 layers x 576 B per token, page 64) and
  * Llama-3-70B TP8 (80 layers, K and V, 256 B per token each, page 16)
- * rooms of 4096 tokens with random page maps over the ipc transport: GB/s
- * against one contiguous device-to-device copy of the same bytes and one
- * copy per page (measured in the same run), and per-room latency p50/p99.
+ * rooms of 4096 tokens with random page maps over the ipc transport, 2, 8
+ * and 32 rooms kept in flight: GB/s against one contiguous device-to-device
+ * copy of the same bytes and one copy per page (measured in the same run),
+ * and per-room latency p50/p99.
  *
  * Output ends with "N passed, N failed"; exit status 1 on any failure.
  */
@@ -740,7 +741,7 @@ static int cmp_u64(const void *a, const void *b)
 static void bench(const char *name, uint32_t layers, uint32_t bpl, uint64_t bpp, uint32_t pages,
                   uint32_t npages, uint32_t flight)
 {
-    enum { ROOMS = 32, LAT = 40 };
+    enum { ROOMS = 256, LAT = 40 };
     side_t pf, dc;
     uint32_t peer;
     uint32_t *src = (uint32_t *)malloc(pages * sizeof(uint32_t));
@@ -786,29 +787,63 @@ static void bench(const char *name, uint32_t layers, uint32_t bpl, uint64_t bpp,
     CUDA_OK(cudaStreamSynchronize(s));
     naive = (double)room_bytes / ((now_ns() - t0) / 1e9) / 1e9;
 
-    /* throughput: flight rooms at a time, disjoint destinations */
-    t0 = now_ns();
-    for (uint32_t r = 0; r < ROOMS; r += flight) {
-        for (uint32_t k = 0; k < flight; k++) {
-            pdx_pages_t d = {dst + k * pages, pages};
+    /* warm-up, not timed: the first launches and registrations */
+    for (uint64_t room = 90; room < 94; room++) {
+        pdx_pages_t d = {dst, pages};
 
-            pick(dst + k * pages, pages, k * (npages / flight), npages / flight, &rs);
-            pdx_expect(dc.e, peer, 100 + r + k, dc.layout, &d, NULL, 1, 60000);
-        }
-        for (uint32_t k = 0; k < flight; k++) {
-            pick(src, pages, 0, npages, &rs);
-            send_room(&pf, 100 + r + k, src, pages, 1, NULL);
-        }
-        for (uint32_t k = 0; k < flight; k++) {
-            ok += wait_done(dc.e, 100 + r + k, 60000) == PDX_ROOM_SUCCESS;
-            wait_done(pf.e, 100 + r + k, 60000);
-        }
-        for (uint32_t k = 0; k < flight; k++) {
-            release_room(dc.e, 100 + r + k);
-            release_room(pf.e, 100 + r + k);
-        }
+        pdx_expect(dc.e, peer, room, dc.layout, &d, NULL, 1, 60000);
+        send_room(&pf, room, src, pages, 1, NULL);
+        ok += wait_done(dc.e, room, 60000) == PDX_ROOM_SUCCESS;
+        wait_done(pf.e, room, 60000);
+        release_room(dc.e, room);
+        release_room(pf.e, room);
     }
-    ns = now_ns() - t0;
+
+    /* throughput: a window of `flight` rooms, each slot with its own
+     * destination pages; a room that ends is released and the slot's next
+     * room starts at once (expected, then sent) */
+    {
+        uint64_t *slot = (uint64_t *)calloc(flight, sizeof(uint64_t));
+        uint64_t next = 100;
+        uint32_t done = 0;
+
+        t0 = now_ns();
+        for (;;) {
+            bool idle = true;
+
+            for (uint32_t k = 0; k < flight; k++) {
+                pdx_room_state_t d = slot[k] ? pdx_poll(dc.e, slot[k]) : PDX_ROOM_NONE;
+                pdx_room_state_t p = slot[k] ? pdx_poll(pf.e, slot[k]) : PDX_ROOM_NONE;
+
+                if (slot[k] && (d == PDX_ROOM_SUCCESS || d == PDX_ROOM_FAILED) &&
+                    (p == PDX_ROOM_SUCCESS || p == PDX_ROOM_FAILED)) {
+                    ok += d == PDX_ROOM_SUCCESS;
+                    release_room(dc.e, slot[k]);
+                    release_room(pf.e, slot[k]);
+                    slot[k] = 0;
+                    done++;
+                }
+                if (!slot[k] && next < 100 + ROOMS) {
+                    pdx_pages_t dd = {dst + k * pages, pages};
+                    pdx_pages_t ss = {src, pages};
+
+                    pick(dst + k * pages, pages, k * (npages / flight), npages / flight, &rs);
+                    pick(src, pages, 0, npages, &rs);
+                    slot[k] = next++;
+                    pdx_expect(dc.e, peer, slot[k], dc.layout, &dd, NULL, 1, 60000);
+                    while (pdx_send(pf.e, slot[k], pf.layout, &ss, NULL, NULL, PDX_SEND_LAST) ==
+                           PDX_ERR_AGAIN)
+                        ;
+                }
+                idle &= !slot[k];
+            }
+            if (idle || now_ns() - t0 > 60000000000ull)
+                break;
+        }
+        ns = now_ns() - t0;
+        CHECK(done == ROOMS, "%s: %u of %d rooms ended", name, done, ROOMS);
+        free(slot);
+    }
     engine = (double)ROOMS * room_bytes / (ns / 1e9) / 1e9;
 
     /* latency: one room at a time, pdx_send to decode's SUCCESS */
@@ -832,11 +867,12 @@ static void bench(const char *name, uint32_t layers, uint32_t bpl, uint64_t bpp,
         release_room(pf.e, room);
     }
     qsort(lat, LAT, sizeof(lat[0]), cmp_u64);
-    CHECK(ok == ROOMS + LAT, "%s: %d/%d rooms", name, ok, ROOMS + LAT);
+    CHECK(ok == 4 + ROOMS + LAT, "%s: %d/%d rooms", name, ok, 4 + ROOMS + LAT);
     printf("%s: %u pages x %u buffers x %llu B = %.1f MB per room (%u runs)\n", name, pages,
            layers * bpl, (unsigned long long)bpp, room_bytes / 1e6, pages * layers * bpl);
     printf("  one contiguous copy %.0f GB/s; one copy per page %.1f GB/s\n", contiguous, naive);
-    printf("  ipc engine %.0f GB/s (%d rooms, %d in flight): %.2f of contiguous, %.0fx per-page\n",
+    printf("  ipc engine %.0f GB/s (%d rooms, %u kept in flight): %.2f of contiguous, %.0fx "
+           "per-page\n",
            engine, ROOMS, flight, engine / contiguous, engine / naive);
     printf("  latency per room (pdx_send -> decode SUCCESS): p50 %.0f us, p99 %.0f us "
            "(contiguous copy of the room alone: %.0f us)\n", lat[LAT / 2] / 1e3,
@@ -859,10 +895,11 @@ int main(int argc, char **argv)
     progress("setup", 0);
     CUDA_OK(cudaSetDevice(0));
     if (argc == 2 && strcmp(argv[1], "--bench") == 0) {
-        for (uint32_t f = 4; f <= 16; f *= 4) {
-            bench("DeepSeek-R1 (61 layers x 576 B/token, page 64)", 61, 1, 64 * 576, 64, 1024, f);
+        for (uint32_t f = 2; f <= 32; f *= 4) {
+            bench("DeepSeek-R1 (61 layers x 576 B/token, page 64)", 61, 1, 64 * 576, 64,
+                  64 * 32, f);
             bench("Llama-3-70B TP8 (80 layers, K and V, 256 B/token, page 16)", 80, 2, 16 * 256,
-                  256, 4096, f);
+                  256, 256 * 32, f);
         }
     } else {
         test_page_maps("auto", 1, 96, 10000);
