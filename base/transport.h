@@ -31,6 +31,7 @@
 
 #include <sched.h>
 
+#include <stdatomic.h>
 #include <stdbool.h>
 
 typedef struct pdx_tp    pdx_tp_t;    /* one per NIC of an engine: device context */
@@ -85,6 +86,11 @@ typedef struct pdx_tp_params {
      * index) it copies with. */
     const pdx_transport_ops_t *inner;
     int         gpu;
+    /* ipc: the bits of a wr_id that name its group (the caller's room): a
+     * gated copy given up fails the SENDs of its group posted after it on
+     * its endpoint, which are not delivered (the caller gets its notify
+     * credit back), and no other WR. 0: a give-up fails the endpoint. */
+    uint64_t    wr_group_mask;
 } pdx_tp_params_t;
 
 /* A transport's open: copy the params' log tag into its tp header. */
@@ -169,6 +175,30 @@ typedef struct pdx_tp_page_buf {
     uint64_t            remote_addr;
 } pdx_tp_page_buf_t;
 
+/*
+ * A gate the copies of a page-copies WR wait for on the GPU: the event's
+ * last record (taken when the WR is posted), or a pinned host word reaching
+ * value. Past deadline_ns (pdx_now_ns) with the gate still closed, or once
+ * *abandon holds abandon_if (the caller gave up its room; checked whenever
+ * the CQ is polled), the copies are given up: the WR completes with
+ * PDX_ERR_TIMEOUT or PDX_ERR_ABORTED and nothing of it is ever written,
+ * whenever the gate opens; SENDs of its group after it fail the same way
+ * (pdx_tp_params_t.wr_group_mask). A transport that cannot take one more gate now
+ * answers PDX_ERR_FULL: the caller waits for the gate and posts the WR
+ * without it.
+ */
+enum { PDX_TP_GATE_EVENT = 1, PDX_TP_GATE_WORD = 2 };
+
+typedef struct pdx_tp_gate {
+    uint32_t               kind;     /* PDX_TP_GATE_EVENT or PDX_TP_GATE_WORD */
+    void                  *event;    /* a recorded hipEvent_t */
+    volatile uint64_t     *word;     /* pinned host memory, never lowered */
+    uint64_t               value;
+    uint64_t               deadline_ns;
+    const _Atomic int32_t *abandon;  /* NULL: none */
+    int32_t                abandon_if;
+} pdx_tp_gate_t;
+
 typedef struct pdx_tp_pages {
     uint64_t                 wr_id;
     uint32_t                 flags;          /* PDX_TP_SIGNALED */
@@ -178,6 +208,7 @@ typedef struct pdx_tp_pages {
     uint32_t                 npages;
     const uint32_t          *src;
     const uint32_t          *dst;
+    const pdx_tp_gate_t     *gate;           /* NULL: the pages are final */
 } pdx_tp_pages_t;
 
 typedef enum pdx_tp_opcode {
@@ -306,7 +337,8 @@ struct pdx_transport_ops {
     void         (*rmr_close)(pdx_tp_rmr_t *rmr);
     /* One page-copies WR (pdx_tp_pages_t) on a direct ep: PDX_ERR_AGAIN,
      * PDX_ERR_PEER as post_write; PDX_ERR_RANGE (nothing posted) for a page
-     * outside its region; PDX_ERR_UNSUPPORTED on an ep that is not direct. */
+     * outside its region; PDX_ERR_UNSUPPORTED on an ep that is not direct;
+     * PDX_ERR_FULL (nothing posted) when it cannot take pages->gate now. */
     pdx_status_t (*post_pages)(pdx_tp_ep_t *ep, const pdx_tp_pages_t *pages);
 };
 

@@ -169,7 +169,7 @@ pdx_status_t pdx_hip_copy_async(void *stream, pdx_hip_copy_dir_t dir, void *dst,
     hipMemcpyKind kind;
     hipError_t err;
 
-    if (!stream || !dst || !src || len == 0 || !done) {
+    if (!stream || !dst || !src || len == 0) {
         pdx_error("hip: copy_async: bad arguments (stream %p, dst %p, src %p, %zu bytes, "
                   "event %p)", stream, dst, src, len, done);
         return PDX_ERR_INVALID;
@@ -185,6 +185,8 @@ pdx_status_t pdx_hip_copy_async(void *stream, pdx_hip_copy_dir_t dir, void *dst,
     if (err != hipSuccess)
         return hipx_fail(err, "hipMemcpyAsync", dir == PDX_HIP_H2D ? "host to device"
                                                                    : "device to host");
+    if (!done)
+        return PDX_OK;
     err = hipEventRecord((hipEvent_t)done, (hipStream_t)stream);
     if (err != hipSuccess)
         return hipx_fail(err, "hipEventRecord", "after a copy");

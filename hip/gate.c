@@ -151,7 +151,6 @@ pdx_status_t pdx_hip_word_alloc(pdx_hip_words_t *pool, volatile uint64_t **word_
 
                 if (m != start)
                     atomic_store_explicit(&pool->hint, m, memory_order_relaxed);
-                *w = 0;
                 *word_p = w;
                 return PDX_OK;
             }

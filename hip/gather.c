@@ -262,10 +262,12 @@ pdx_status_t pdx_hip_gather_async(void *stream, const pdx_hip_run_t *runs, uint3
 
 pdx_status_t pdx_hip_pages_async(void *stream, const pdx_hip_page_buf_t *bufs,
                                  const uint32_t *src, const uint32_t *dst, uint32_t nbufs,
-                                 uint32_t npages, uint64_t bytes_per_page)
+                                 uint32_t npages, uint64_t bytes_per_page,
+                                 const volatile uint64_t *skip)
 {
     uint32_t blocks, slices, workers;
-    void *params[8] = {&bufs, &src, &dst, &nbufs, &npages, &bytes_per_page, &slices, &workers};
+    void *params[9] = {&bufs,   &src,    &dst,     &nbufs, &npages, &bytes_per_page,
+                       &slices, &workers, &skip};
     gather_fn_t fn;
     pdx_status_t st;
 
@@ -302,10 +304,11 @@ pdx_status_t pdx_hip_gather_async(void *stream, const pdx_hip_run_t *runs, uint3
 
 pdx_status_t pdx_hip_pages_async(void *stream, const pdx_hip_page_buf_t *bufs,
                                  const uint32_t *src, const uint32_t *dst, uint32_t nbufs,
-                                 uint32_t npages, uint64_t bytes_per_page)
+                                 uint32_t npages, uint64_t bytes_per_page,
+                                 const volatile uint64_t *skip)
 {
     (void)stream; (void)bufs; (void)src; (void)dst; (void)nbufs; (void)npages;
-    (void)bytes_per_page;
+    (void)bytes_per_page; (void)skip;
     pdx_error("hip: pages: this build has no gather kernel: " GATHER_COMPILER " was not found "
               "at build time");
     return PDX_ERR_UNSUPPORTED;

@@ -13,10 +13,12 @@
  * dst agree modulo 16, else the widest size they agree on; the bytes before
  * the first aligned word and after the last are copied one by one.
  *
- * pdx_pages(bufs, src, dst, nbufs, npages, bpp, slices, item_workers): the
- * same copies over items (buffer b, list position i): bpp bytes from
+ * pdx_pages(bufs, src, dst, nbufs, npages, bpp, slices, item_workers, skip):
+ * the same copies over items (buffer b, list position i): bpp bytes from
  * bufs[b].src + src[i] * bpp to bufs[b].dst + dst[i] * bpp, the addresses
- * made on the GPU from page lists, not listed run by run.
+ * made on the GPU from page lists, not listed run by run. A block whose
+ * first thread reads a nonzero *skip (a device word; NULL: none) copies
+ * nothing.
  */
 #include <stdint.h>
 
@@ -145,14 +147,25 @@ struct pdx_page_buf {
     uint64_t dst;
 };
 
+
 extern "C" __global__ void PDX_BOUNDS
 pdx_pages(const struct pdx_page_buf *bufs, const uint32_t *src, const uint32_t *dst,
-          uint32_t nbufs, uint32_t npages, uint64_t bpp, uint32_t slices, uint32_t item_workers)
+          uint32_t nbufs, uint32_t npages, uint64_t bpp, uint32_t slices, uint32_t item_workers,
+          const uint64_t *skip)
 {
     uint32_t worker = (blockIdx.x * blockDim.x + threadIdx.x) / PDX_LANES;
     uint32_t lane = threadIdx.x % PDX_LANES;
     uint64_t items = (uint64_t)nbufs * npages;
 
+    if (skip) { /* one read per block, before any thread reads a table */
+        __shared__ int skipped;
+
+        if (threadIdx.x == 0)
+            skipped = *(volatile const uint64_t *)skip != 0;
+        __syncthreads();
+        if (skipped)
+            return;
+    }
     if (worker >= item_workers * slices)
         return;
     for (uint64_t it = worker / slices; it < items; it += item_workers) {

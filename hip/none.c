@@ -349,8 +349,10 @@ pdx_status_t pdx_hip_stream_callback(void *stream, void (*fn)(void *), void *arg
 
 pdx_status_t pdx_hip_pages_async(void *stream, const pdx_hip_page_buf_t *bufs,
                                  const uint32_t *src, const uint32_t *dst, uint32_t nbufs,
-                                 uint32_t npages, uint64_t bytes_per_page)
+                                 uint32_t npages, uint64_t bytes_per_page,
+                                 const volatile uint64_t *skip)
 {
+    (void)skip;
     (void)stream;
     (void)bufs;
     (void)src;

@@ -160,7 +160,9 @@ typedef struct pdx_hip_words pdx_hip_words_t;
 pdx_status_t pdx_hip_words_create(uint32_t count, pdx_hip_words_t **pool_p);
 /* Every word must be free and no stream may still write one. */
 void pdx_hip_words_destroy(pdx_hip_words_t *pool);
-/* A word set to 0. PDX_ERR_FULL (not logged) when all are in use. */
+/* A word as its last user left it (0 from a new pool): the runtime's values
+ * of a word only grow, so a stream still waiting for an old value is never
+ * set back by a new user. PDX_ERR_FULL (not logged) when all are in use. */
 pdx_status_t pdx_hip_word_alloc(pdx_hip_words_t *pool, volatile uint64_t **word_p);
 /* Only once no stream will write the word any more (it reached its value). */
 void pdx_hip_word_free(pdx_hip_words_t *pool, volatile uint64_t *word);
@@ -218,7 +220,7 @@ typedef enum pdx_hip_copy_dir {
 
 /*
  * Enqueue a copy of len bytes on stream and record done (an event from
- * pdx_hip_event_create) after it; pdx_hip_event_query(done) tells when it
+ * pdx_hip_event_create; NULL: none) after it; pdx_hip_event_query(done) tells when it
  * finished. Never waits for the copy. The host side must be pinned memory
  * (pdx_hip_host_alloc) for the copy to be asynchronous. An error from the
  * event record leaves the copy enqueued: synchronize or destroy the stream
@@ -387,7 +389,11 @@ pdx_status_t pdx_hip_gather_async(void *stream, const pdx_hip_run_t *runs, uint3
  * made by the kernel (one launch, no run list). bufs, src and dst are in
  * device memory of the current device and stay unchanged until an event
  * after it completed; destinations must not overlap. Same kernel module,
- * words and grid as pdx_hip_gather_async.
+ * words and grid as pdx_hip_gather_async. skip: NULL, or a word in device
+ * memory the kernel reads when it starts: nonzero, it copies nothing (a
+ * copy queued behind a wait the host gave up on: the host's word is copied
+ * there on the same stream first; thousands of blocks reading one host
+ * word over PCIe take milliseconds).
  */
 typedef struct pdx_hip_page_buf {
     uint64_t src; /* page 0 of the buffer, both sides */
@@ -396,7 +402,8 @@ typedef struct pdx_hip_page_buf {
 
 pdx_status_t pdx_hip_pages_async(void *stream, const pdx_hip_page_buf_t *bufs,
                                  const uint32_t *src, const uint32_t *dst, uint32_t nbufs,
-                                 uint32_t npages, uint64_t bytes_per_page);
+                                 uint32_t npages, uint64_t bytes_per_page,
+                                 const volatile uint64_t *skip);
 
 /*
  * Enqueue on stream a copy of nruns runs from host memory (runs_host, pinned

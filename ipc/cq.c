@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <unistd.h>
 
 #include "epoll.h"
@@ -143,6 +144,8 @@ pdx_status_t ipc_cq_stream(ipc_cq_t *cq)
         return PDX_OK;
     st = pdx_hip_set_device(cq->tp->gpu);
     if (st == PDX_OK)
+        st = pdx_hip_stream_create(&cq->up_stream);
+    if (st == PDX_OK)
         st = pdx_hip_stream_create(&cq->stream);
     return st;
 }
@@ -158,7 +161,7 @@ pdx_status_t ipc_cq_create(pdx_tp_t *ptp, uint32_t depth, pdx_tp_cq_t **cq_p)
     cq->tp = tp;
     cq->depth = depth;
     pthread_mutex_init(&cq->lock, NULL);
-    cq->epfd = cq->wake_fd = -1;
+    cq->epfd = cq->wake_fd = cq->timer_fd = -1;
     cq->scratch_cap = SCRATCH;
     cq->scratch = calloc(SCRATCH, sizeof(*cq->scratch));
     if (!cq->scratch) {
@@ -173,16 +176,24 @@ pdx_status_t ipc_cq_create(pdx_tp_t *ptp, uint32_t depth, pdx_tp_cq_t **cq_p)
     }
     cq->epfd = epoll_create1(EPOLL_CLOEXEC);
     cq->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-    if (cq->epfd < 0 || cq->wake_fd < 0) {
-        pdx_error("ipc: CQ: %s: %s", cq->epfd < 0 ? "epoll_create1" : "eventfd", strerror(errno));
+    cq->timer_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (cq->epfd < 0 || cq->wake_fd < 0 || cq->timer_fd < 0) {
+        pdx_error("ipc: CQ: %s: %s", cq->epfd < 0 ? "epoll_create1" : cq->wake_fd < 0 ? "eventfd"
+                                                                    : "timerfd_create",
+                  strerror(errno));
         st = PDX_ERR_IO;
     }
+    if (st == PDX_OK)
+        st = ipc_gates_init(cq);
     if (st == PDX_OK)
         st = pdx_epoll_ctl(cq->epfd, EPOLL_CTL_ADD, tp->in_ops->cq_fd(cq->in), EPOLLIN,
                            (epoll_data_t){.u32 = 0}, "ipc CQ");
     if (st == PDX_OK)
         st = pdx_epoll_ctl(cq->epfd, EPOLL_CTL_ADD, cq->wake_fd, EPOLLIN,
                            (epoll_data_t){.u32 = 1}, "ipc CQ");
+    if (st == PDX_OK) /* a gated copy's deadline */
+        st = pdx_epoll_ctl(cq->epfd, EPOLL_CTL_ADD, cq->timer_fd, EPOLLIN,
+                           (epoll_data_t){.u32 = 2}, "ipc CQ");
     if (st != PDX_OK) {
         ipc_cq_destroy((pdx_tp_cq_t *)cq);
         return st;
@@ -211,13 +222,17 @@ void ipc_cq_destroy(pdx_tp_cq_t *pcq)
             return;
         }
     }
+    ipc_gates_destroy(cq);
     pdx_hip_stream_destroy(cq->stream);
+    pdx_hip_stream_destroy(cq->up_stream);
     if (cq->in)
         cq->tp->in_ops->cq_destroy(cq->in);
     if (cq->epfd >= 0)
         close(cq->epfd);
     if (cq->wake_fd >= 0)
         close(cq->wake_fd);
+    if (cq->timer_fd >= 0)
+        close(cq->timer_fd);
     free(cq->map);
     free(cq->direct);
     free(cq->scratch);
@@ -278,16 +293,31 @@ pdx_status_t ipc_cq_arm(pdx_tp_cq_t *pcq)
 {
     ipc_cq_t *cq = cq_of(pcq);
     pdx_status_t st = cq->tp->in_ops->cq_arm(cq->in);
-    uint64_t oldest = UINT64_MAX;
-    bool copies = false;
+    uint64_t oldest = UINT64_MAX, expiry = UINT64_MAX;
+    bool copies = false, own = false;
 
     pthread_mutex_lock(&cq->lock);
     for (uint32_t i = 0; i < cq->ndirect; i++) {
         ipc_ep_flush(cq->direct[i]); /* nothing waits in the open batch while we sleep */
         copies = copies || ipc_ep_copies_pending(cq->direct[i]);
+        own = own || ipc_ep_stream_pending(cq->direct[i]);
         oldest = PDX_MIN(oldest, ipc_ep_oldest_ns(cq->direct[i]));
+        expiry = PDX_MIN(expiry, ipc_ep_expiry(cq->direct[i]));
     }
+    if (st == PDX_OK)
+        st = ipc_gates_arm(cq);
     pthread_mutex_unlock(&cq->lock);
+    if (st == PDX_OK && expiry != UINT64_MAX) {
+        /* wake up when a gated copy is to be given up (1 ns after: not 0,
+         * which disarms) */
+        struct itimerspec at = {.it_value = {.tv_sec = (time_t)((expiry + 1) / 1000000000u),
+                                             .tv_nsec = (long)((expiry + 1) % 1000000000u)}};
+
+        if (timerfd_settime(cq->timer_fd, TFD_TIMER_ABSTIME, &at, NULL) != 0) {
+            pdx_error("ipc: CQ: timerfd_settime: %s", strerror(errno));
+            st = PDX_ERR_IO;
+        }
+    }
     if (st == PDX_OK && copies && oldest != UINT64_MAX &&
         pdx_now_ns() - oldest < POLL_COPIES_NS) {
         uint64_t one = 1;
@@ -300,7 +330,7 @@ pdx_status_t ipc_cq_arm(pdx_tp_cq_t *pcq)
     /* Copies in flight: a callback after them makes the fd readable. One
      * enqueued after the last launch covers them all (it runs once every
      * copy before it finished); a launch since then needs another. */
-    if (st == PDX_OK && copies &&
+    if (st == PDX_OK && own &&
         (cq->cb_launches != cq->launches ||
          !atomic_load_explicit(&cq->callbacks, memory_order_acquire))) {
         atomic_fetch_add_explicit(&cq->callbacks, 1, memory_order_acq_rel);
@@ -326,6 +356,8 @@ void ipc_cq_ack(pdx_tp_cq_t *pcq)
 
     if (read(cq->wake_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         pdx_error("ipc: CQ eventfd read: %s", strerror(errno));
+    if (read(cq->timer_fd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        pdx_error("ipc: CQ timerfd read: %s", strerror(errno));
     if (poll(&p, 1, 0) > 0 && (p.revents & POLLIN))
         cq->tp->in_ops->cq_ack(cq->in);
 }

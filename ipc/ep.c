@@ -63,8 +63,10 @@ static void inq_push(ipc_ep_t *ep, uint64_t rec)
 static void free_direct(ipc_ep_t *ep)
 {
     if (ep->batches)
-        for (uint32_t i = 0; i < ep->depth; i++)
+        for (uint32_t i = 0; i < ep->depth; i++) {
             pdx_hip_event_destroy(ep->batches[i].event);
+            pdx_hip_event_destroy(ep->batches[i].up_event);
+        }
     pdx_hip_host_free(ep->runs_host);
     pdx_hip_device_free(ep->runs_dev);
     free(ep->batches);
@@ -87,6 +89,7 @@ pdx_status_t ipc_ep_create(pdx_tp_t *ptp, pdx_tp_cq_t *pcq, const pdx_tp_ep_attr
         return PDX_ERR_NOMEM;
     ep->cq = cq;
     ep->direct = attr->direct;
+    ep->expiry = UINT64_MAX;
     ep->depth = attr->sq_depth;
     ep->scratch = calloc(ep->depth, sizeof(*ep->scratch));
     if (!ep->scratch) {
@@ -182,6 +185,7 @@ void ipc_ep_destroy(pdx_tp_ep_t *pep)
     if (ep->direct) {
         uint64_t deadline = pdx_deadline_ns(tp->timeout_ms);
 
+        ipc_ep_gates(ep, true); /* nothing waits for a gate any more */
         for (uint64_t i = ep->b_head; i != ep->b_tail && copies_done; i++) {
             const ipc_batch_t *b = &ep->batches[i % ep->depth];
 
@@ -263,7 +267,8 @@ static void add_recs(ipc_ep_t *ep, const pdx_tp_write_t *wr, uint32_t n, uint8_t
 /* The batch b enqueued (st PDX_OK) or not: it completes in its turn, a
  * failed one with the ep's error (the first failure puts the ep in error). */
 static void push_batch(ipc_ep_t *ep, ipc_batch_t *b, pdx_status_t st, uint64_t rec_first,
-                       uint32_t nrec, uint64_t run_first, uint32_t nruns, uint64_t bytes)
+                       uint32_t nrec, uint64_t run_first, uint32_t nruns, uint64_t bytes,
+                       void *stream)
 {
     bool waits = st == PDX_OK;
 
@@ -273,10 +278,10 @@ static void push_batch(ipc_ep_t *ep, ipc_batch_t *b, pdx_status_t st, uint64_t r
     /* part of it may be on the stream: an event after it, where one can
      * still be recorded, says when nothing of it runs any more */
     if (!waits && b->event && st != ep_failed(ep))
-        waits = pdx_hip_event_record(b->event, ep->cq->stream) == PDX_OK;
+        waits = pdx_hip_event_record(b->event, stream) == PDX_OK;
     *b = (ipc_batch_t){.rec_first = rec_first, .nrec = nrec, .nruns = nruns,
                        .run_first = run_first, .bytes = bytes, .posted_ns = pdx_now_ns(),
-                       .event = b->event, .failed = !waits};
+                       .event = b->event, .up_event = b->up_event, .failed = !waits};
     ep->b_tail++;
 }
 
@@ -308,7 +313,7 @@ void ipc_ep_flush(ipc_ep_t *ep)
     }
     if (st == PDX_OK)
         st = pdx_hip_event_record(b->event, cq->stream);
-    push_batch(ep, b, st, ep->open_rec, n, ep->open_run, n, ep->open_bytes);
+    push_batch(ep, b, st, ep->open_rec, n, ep->open_run, n, ep->open_bytes, cq->stream);
     cq->launches++;
 }
 
@@ -448,6 +453,10 @@ pdx_status_t ipc_post_pages(pdx_tp_ep_t *pep, const pdx_tp_pages_t *p)
     uint32_t *hl;
     uint8_t *dev;
     ipc_batch_t *b;
+    ipc_gate_t *g = NULL;
+    const uint64_t *skip = NULL;
+    uint32_t slot = 0;
+    void *stream;
     pdx_status_t st = PDX_OK;
 
     if (!ep->direct)
@@ -489,6 +498,8 @@ pdx_status_t ipc_post_pages(pdx_tp_ep_t *pep, const pdx_tp_pages_t *p)
         at += ep->nruns_cap - at % ep->nruns_cap;
     if (at + slots - ep->run_head > ep->nruns_cap || ep->b_tail - ep->b_head + 2 > ep->depth)
         return PDX_ERR_AGAIN;
+    if (p->gate && (st = ipc_gate_take(ep->cq, p->gate, &g, &slot)) != PDX_OK)
+        return st;
     ipc_ep_flush(ep); /* what came before goes first */
     hb = (pdx_hip_page_buf_t *)(void *)(ep->runs_host + at % ep->nruns_cap);
     dev = (uint8_t *)(ep->runs_dev + at % ep->nruns_cap);
@@ -509,22 +520,51 @@ pdx_status_t ipc_post_pages(pdx_tp_ep_t *pep, const pdx_tp_pages_t *p)
     b = &ep->batches[ep->b_tail % ep->depth];
     if (!b->event)
         st = pdx_hip_event_create(&b->event);
+    if (st == PDX_OK && g && !b->up_event)
+        st = pdx_hip_event_create(&b->up_event);
+    /* gated: the tables go up on a stream that never waits, the copies
+     * wait on the gate's stream for them and for the gate */
+    stream = g ? ep->cq->up_stream : ep->cq->stream;
     if (st == PDX_OK)
-        st = pdx_hip_runs_upload_async(ep->cq->stream, (pdx_hip_run_t *)(void *)dev,
+        st = pdx_hip_runs_upload_async(stream, (pdx_hip_run_t *)(void *)dev,
                                        ep->runs_host + at % ep->nruns_cap, (uint32_t)slots);
+    if (st == PDX_OK && g) {
+        st = pdx_hip_event_record(b->up_event, stream);
+        stream = g->stream;
+        if (st == PDX_OK)
+            st = pdx_hip_stream_wait_event(stream, b->up_event);
+    }
+    if (st == PDX_OK && g)
+        st = ipc_gate_skip(g, slot, &skip);
     if (st == PDX_OK) {
         const size_t lists = p->nbufs * sizeof(pdx_hip_page_buf_t);
 
-        st = pdx_hip_pages_async(ep->cq->stream, (const pdx_hip_page_buf_t *)(void *)dev,
+        st = pdx_hip_pages_async(stream, (const pdx_hip_page_buf_t *)(void *)dev,
                                  (const uint32_t *)(void *)(dev + lists),
                                  (const uint32_t *)(void *)(dev + lists) + p->npages, p->nbufs,
-                                 p->npages, bpp);
+                                 p->npages, bpp, skip);
     }
     if (st == PDX_OK)
-        st = pdx_hip_event_record(b->event, ep->cq->stream);
+        st = pdx_hip_event_record(b->event, stream);
     push_batch(ep, b, st, ep->rec_tail, 1, at, (uint32_t)slots,
-               (uint64_t)p->nbufs * p->npages * bpp);
-    ep->cq->launches++;
+               (uint64_t)p->nbufs * p->npages * bpp, stream);
+    if (g) {
+        /* behind the gate, even when not enqueued: giving it up is how a
+         * gate stream learns none of its copies is left */
+        b->gate = g;
+        b->slot = slot;
+        b->seq = g->seq;
+        b->deadline_ns = p->gate->deadline_ns;
+        b->abandon = p->gate->abandon;
+        b->abandon_if = p->gate->abandon_if;
+        b->waiting = true;
+        ep->waiting++;
+        ep->gated++;
+        ep->expiry = PDX_MIN(ep->expiry, b->deadline_ns);
+        ipc_gates_launched(g);
+    } else {
+        ep->cq->launches++;
+    }
     ep->rec_tail++;
     ep->run_tail = at + slots;
     return PDX_OK;
@@ -584,15 +624,114 @@ bool ipc_ep_copies_pending(const ipc_ep_t *ep)
     return ep->b_head != ep->b_tail || ep->open_n;
 }
 
+bool ipc_ep_stream_pending(const ipc_ep_t *ep)
+{
+    return ep->b_tail - ep->b_head > ep->gated || ep->open_n;
+}
+
+/* A gated batch: open (its copy deadline runs from now), still closed, or
+ * given up (its deadline passed, its room abandoned, or give_up). */
+static void batch_gate(ipc_ep_t *ep, ipc_batch_t *b, uint64_t now, bool give_up)
+{
+    bool abandoned;
+
+    if (ipc_gate_passed(b->gate, b->seq)) {
+        b->waiting = false;
+        b->posted_ns = now;
+        ep->waiting--;
+        return;
+    }
+    abandoned = b->abandon && atomic_load_explicit(b->abandon, memory_order_acquire) ==
+                                  b->abandon_if;
+    if (!give_up && !abandoned && now <= b->deadline_ns) {
+        ep->expiry = PDX_MIN(ep->expiry, b->deadline_ns);
+        return;
+    }
+    b->waiting = false;
+    ep->waiting--;
+    b->status = ep_failed(ep) != PDX_OK ? ep_failed(ep)
+                : abandoned                 ? PDX_ERR_ABORTED
+                                            : PDX_ERR_TIMEOUT;
+    if (ipc_gate_give_up(ep->cq, b->gate, b->slot, b->seq, b->status)) {
+        /* never runs; its event is recorded behind the wait: a new one */
+        pdx_hip_event_destroy(b->event);
+        b->event = NULL;
+        b->failed = true;
+    }
+}
+
+void ipc_ep_gates(ipc_ep_t *ep, bool give_up)
+{
+    uint64_t now = pdx_now_ns();
+
+    give_up = give_up || ep_failed(ep) != PDX_OK;
+    if (!ep->waiting)
+        return; /* else each: one may be abandoned before any deadline */
+    ep->expiry = UINT64_MAX;
+    for (uint64_t i = ep->b_head, left = ep->waiting; i != ep->b_tail && left; i++) {
+        ipc_batch_t *b = &ep->batches[i % ep->depth];
+
+        if (b->waiting) {
+            left--;
+            batch_gate(ep, b, now, give_up);
+        }
+    }
+}
+
+uint64_t ipc_ep_expiry(const ipc_ep_t *ep)
+{
+    return ep->waiting ? ep->expiry : UINT64_MAX;
+}
+
+/* A copy of wr_id's group was given up: its SENDs posted so far must not
+ * reach the peer (a notify of pages never written). */
+static void group_dead(ipc_ep_t *ep, uint64_t wr_id, pdx_status_t why)
+{
+    const uint64_t mask = ep->cq->tp->group_mask;
+
+    for (uint32_t i = 0; i < ep->ndead;)
+        if (ep->dead[i].until <= ep->rec_head) /* past it: forget it */
+            ep->dead[i] = ep->dead[--ep->ndead];
+        else
+            i++;
+    if (!mask || ep->ndead == IPC_DEAD_GROUPS) {
+        fail_ep(ep, why, "a GPU copy was given up (%s) and %s", pdx_status_str(why),
+                mask ? "too many were at once" : "its SENDs cannot be told apart");
+        return;
+    }
+    ep->dead[ep->ndead++] = (ipc_dead_t){.group = wr_id & mask, .until = ep->rec_tail};
+}
+
+/* Whether the SEND record i is of a group whose copy was given up. */
+static pdx_status_t send_dead(const ipc_ep_t *ep, uint64_t i)
+{
+    const uint64_t group = rec_at(ep, i)->wr_id & ep->cq->tp->group_mask;
+
+    for (uint32_t k = 0; k < ep->ndead; k++)
+        if (ep->dead[k].group == group && i < ep->dead[k].until)
+            return PDX_ERR_ABORTED;
+    return PDX_OK;
+}
+
 /* Batches whose event completed, in order; then SENDs no copy holds back. */
 void ipc_ep_progress(ipc_ep_t *ep)
 {
     ipc_tp_t *tp = ep->cq->tp;
 
+    ipc_ep_gates(ep, false);
     while (ep->b_head != ep->b_tail) {
         ipc_batch_t *b = &ep->batches[ep->b_head % ep->depth];
-        pdx_status_t st = b->failed ? PDX_OK : pdx_hip_event_query(b->event);
+        pdx_status_t st;
 
+        if (b->waiting) {
+            batch_gate(ep, b, pdx_now_ns(), false);
+            if (b->waiting)
+                break;
+        }
+        st = b->failed ? PDX_OK : pdx_hip_event_query(b->event);
+        /* a given-up copy's tables may still be going up */
+        if (st == PDX_OK && b->gate && b->up_event)
+            st = pdx_hip_event_query(b->up_event);
         if (st == PDX_INPROGRESS) {
             if (!ep->late && pdx_now_ns() - b->posted_ns > (uint64_t)tp->timeout_ms * 1000000u) {
                 ep->late = true;
@@ -608,9 +747,12 @@ void ipc_ep_progress(ipc_ep_t *ep)
             ipc_rec_t *rec = rec_at(ep, b->rec_first + i);
 
             rec->done = true;
-            rec->status = ep_failed(ep);
+            rec->status = ep_failed(ep) != PDX_OK ? ep_failed(ep) : b->status;
+            if (rec->status != PDX_OK && ep_failed(ep) == PDX_OK)
+                group_dead(ep, rec->wr_id, rec->status);
         }
         ep->run_head = b->run_first + b->nruns;
+        ep->gated -= b->gate != NULL;
         ep->b_head++;
         /* the next one's deadline runs from now: it waited behind this one */
         if (ep->b_head != ep->b_tail)
@@ -630,9 +772,9 @@ void ipc_ep_progress(ipc_ep_t *ep)
         }
         if (rec->kind != REC_SEND || rec->posted || rec->done)
             continue;
-        if (ep_failed(ep) != PDX_OK) {
+        if (ep_failed(ep) != PDX_OK || (ep->ndead && send_dead(ep, i) != PDX_OK)) {
             rec->done = true;
-            rec->status = ep_failed(ep);
+            rec->status = ep_failed(ep) != PDX_OK ? ep_failed(ep) : PDX_ERR_ABORTED;
             continue;
         }
         st = tp->in_ops->post_send(ep->in, rec->wr_id, rec->data, rec->len, PDX_TP_SIGNALED);

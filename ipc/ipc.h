@@ -24,9 +24,14 @@
  * opens it once (rmr_open, pdx_hip_ipc_open counts opens per allocation)
  * and closes it when it forgets the peer.
  *
- * The CQ's file descriptor is an epoll set of the inner CQ's and an
- * eventfd that a host callback on the stream writes when the shard arms the
- * CQ while copies are in flight.
+ * Gates (gate.c): a page-copies WR may carry its chunk's gate; its copy
+ * then waits for the gate on the GPU, on one of the CQ's gate streams, and
+ * is given up (completes with PDX_ERR_TIMEOUT, never writes) when the gate
+ * is still closed at its deadline or when the endpoint fails.
+ *
+ * The CQ's file descriptor is an epoll set of the inner CQ's, an eventfd
+ * that host callbacks on the streams write when the shard arms the CQ while
+ * copies are in flight, and a timer for the next gated copy's deadline.
  */
 #ifndef PDX_IPC_H
 #define PDX_IPC_H
@@ -45,6 +50,7 @@ typedef struct ipc_tp {
     pdx_tp_t                  *in;
     int                        gpu;
     uint32_t                   timeout_ms;  /* copies in flight this long: ep in error */
+    uint64_t                   group_mask;  /* pdx_tp_params_t.wr_group_mask */
 } ipc_tp_t;
 
 typedef struct ipc_mr {
@@ -79,18 +85,62 @@ typedef struct ipc_rec {
     uint8_t      data[PDX_TP_SEND_MAX];
 } ipc_rec_t;
 
+#define IPC_GATES      8    /* gates waited for on the GPU at once, per CQ */
+#define IPC_DEAD_GROUPS 64  /* groups with a given-up copy, per ep, at once */
+#define IPC_GATE_SLOTS 255  /* copies behind one gate's wait */
+
+/* A gate stream (gate.c): one gate waited for at a time. */
+typedef struct ipc_gate {
+    void                    *stream;    /* NULL: made on first use */
+    volatile uint64_t       *words;     /* pinned: [0] = seq once the wait passed,
+                                         * [1 + k] copy k's skip word */
+    uint64_t                *skips;     /* device memory: [1 + k] copied from words[1 + k]
+                                         * after the wait, read by copy k's kernel */
+    uint64_t                 seq;
+    uint32_t                 kind;      /* the gate of the last wait */
+    void                    *event;
+    const volatile uint64_t *word;
+    uint64_t                 value;
+    uint32_t                 used;      /* skip words handed out behind it */
+    uint32_t                 live;      /* ... of copies not given up */
+    uint64_t                 launches, cb_launches;
+} ipc_gate_t;
+
+/* A gate stream set aside: its words, and an event after its work. */
+typedef struct ipc_aside {
+    void *words;
+    void *skips;
+    void *done;
+} ipc_aside_t;
+
+typedef struct ipc_waker ipc_waker_t;
+
 typedef struct ipc_batch {
     uint64_t rec_first;      /* its records */
     uint32_t nrec;
     uint32_t nruns;
     uint64_t run_first;      /* its runs in the ep's run ring */
     uint64_t bytes;
-    uint64_t posted_ns;
+    uint64_t posted_ns;      /* gated: from when its gate opened */
     void    *event;          /* recorded after the copies */
+    void    *up_event;       /* gated: recorded after its tables went up */
     bool     failed;         /* never enqueued: done, with the ep's error */
+    bool     waiting;        /* behind a gate not yet seen open */
+    pdx_status_t status;     /* its own failure (a gate given up) */
+    ipc_gate_t *gate;        /* NULL: not gated */
+    uint32_t slot;
+    uint64_t seq;            /* the gate stream's wait it is behind */
+    uint64_t deadline_ns;
+    const _Atomic int32_t *abandon;
+    int32_t  abandon_if;
 } ipc_batch_t;
 
 typedef struct ipc_cq ipc_cq_t;
+
+/* A group whose copy was given up: its SEND records before until fail. */
+typedef struct ipc_dead {
+    uint64_t group, until;
+} ipc_dead_t;
 
 typedef struct ipc_ep {
     ipc_cq_t      *cq;
@@ -123,6 +173,13 @@ typedef struct ipc_ep {
     uint64_t       open_rec, open_run, open_bytes;
     uint32_t       open_n, open_big;
     uint32_t       index;     /* in cq->direct */
+    /* groups of given-up copies: their SENDs among the records before
+     * `until` fail, not delivered */
+    ipc_dead_t     dead[IPC_DEAD_GROUPS];
+    uint32_t       ndead;
+    uint32_t       gated;     /* batches in flight on gate streams */
+    uint32_t       waiting;   /* ... of them behind a gate not yet seen open */
+    uint64_t       expiry;    /* the earliest of their deadlines */
     pdx_tp_write_t *scratch;  /* an inner batch: its regions, the last WR signaled */
 } ipc_ep_t;
 
@@ -135,8 +192,13 @@ struct ipc_cq {
     ipc_tp_t          *tp;
     pdx_tp_cq_t       *in;
     uint32_t           depth;
-    int                epfd, wake_fd;
+    int                epfd, wake_fd, timer_fd;
     void              *stream;     /* created with the first direct ep */
+    void              *up_stream;  /* gated copies' tables */
+    ipc_gate_t         gates[IPC_GATES];
+    ipc_aside_t       *aside;
+    uint32_t           naside, aside_cap;
+    ipc_waker_t       *waker;
     _Atomic uint32_t   callbacks;  /* host callbacks enqueued and not yet run */
     uint64_t           launches;   /* batches launched on the stream */
     uint64_t           cb_launches; /* ... when the last callback was enqueued */
@@ -173,9 +235,34 @@ void         ipc_ep_inner_done(ipc_ep_t *ep, const pdx_tp_wc_t *wc);
 void         ipc_ep_progress(ipc_ep_t *ep);
 int          ipc_ep_emit(ipc_ep_t *ep, pdx_tp_wc_t *wc, int max);
 bool         ipc_ep_copies_pending(const ipc_ep_t *ep);
+/* Copies in flight, or to launch, on the CQ's own stream. */
+bool         ipc_ep_stream_pending(const ipc_ep_t *ep);
 /* When the ep's oldest batch in flight was launched (UINT64_MAX: none). */
 uint64_t     ipc_ep_oldest_ns(const ipc_ep_t *ep);
 void         ipc_ep_flush(ipc_ep_t *ep);
+/* Gated batches: those open seen, those past their deadline or abandoned
+ * (or all, with give_up, or when the ep failed) given up. */
+void         ipc_ep_gates(ipc_ep_t *ep, bool give_up);
+/* The earliest deadline of its gated batches (UINT64_MAX: none). */
+uint64_t     ipc_ep_expiry(const ipc_ep_t *ep);
+
+/* gate.c */
+pdx_status_t ipc_gates_init(ipc_cq_t *cq);
+void         ipc_gates_destroy(ipc_cq_t *cq);
+/* A gate stream waiting for t, and a skip word in it (*g_p NULL: t is
+ * open); PDX_ERR_FULL when none is free or t cannot be waited for. */
+pdx_status_t ipc_gate_take(ipc_cq_t *cq, const pdx_tp_gate_t *t, ipc_gate_t **g_p,
+                           uint32_t *slot_p);
+bool         ipc_gate_passed(const ipc_gate_t *g, uint64_t seq);
+/* Enqueue on g's stream the copy of the slot's skip word to the device,
+ * and give the device word the kernel reads. */
+pdx_status_t ipc_gate_skip(ipc_gate_t *g, uint32_t slot, const uint64_t **dev_p);
+/* Give the copy up: true when it never runs, false when it runs (or ran). */
+bool         ipc_gate_give_up(ipc_cq_t *cq, ipc_gate_t *g, uint32_t slot, uint64_t seq,
+                              pdx_status_t why);
+void         ipc_gates_launched(ipc_gate_t *g);
+/* Host callbacks after the gate streams' latest copies. */
+pdx_status_t ipc_gates_arm(ipc_cq_t *cq);
 
 /* cq.c */
 pdx_status_t ipc_cq_create(pdx_tp_t *tp, uint32_t depth, pdx_tp_cq_t **cq_p);

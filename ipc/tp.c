@@ -34,6 +34,7 @@ pdx_status_t pdx_ipc_wrap(const pdx_transport_ops_t *inner, pdx_tp_t *inner_tp,
     tp->in = inner_tp;
     tp->gpu = params->gpu;
     tp->timeout_ms = params->progress_timeout_ms ? params->progress_timeout_ms : 10000;
+    tp->group_mask = params->wr_group_mask;
     *tp_p = &tp->hdr;
     return PDX_OK;
 }

@@ -122,6 +122,9 @@ static const pdx_config_row_t config_table[] = {
     ROW_WORD("PDX_CPU_AFFINITY", "auto", "CPUs of the shard workers and tcp's progress threads: "
              "auto (the GPU's local cores), off, or a CPU list such as 0-15,32-47",
              CPU_AFFINITY, cpu_affinity, parse_affinity, NULL),
+    ROW_WORD("PDX_GPU_GATES", "auto", "Page copies to engines of this host (ipc) wait for "
+             "their chunk's gate on the GPU (auto), or the shard waits for every gate (off)",
+             GPU_GATES, gpu_gates, parse_mode, "auto|off"),
 };
 
 const pdx_config_row_t *pdx_config_table(size_t *nrows_p)

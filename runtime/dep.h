@@ -60,6 +60,9 @@ struct pdx_dep {
     uint32_t            sq_depth;
     uint64_t            posted;        /* WRs posted so far (next seq) */
     uint64_t            completed;     /* WRs known complete */
+    uint64_t            gated_to;      /* posted after its last WR that waits for a gate
+                                        * on the GPU: such a WR is in flight while
+                                        * completed < gated_to */
     uint32_t            reposted;      /* receives reposted, not yet credited */
     /* notify credits: receives the peer has posted for us */
     _Atomic int32_t     credits;

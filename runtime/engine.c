@@ -9,6 +9,7 @@
  * transport closed.
  */
 #include "engine.h"
+#include "dep.h"
 #include "peer.h"
 #include "rooms.h"
 #include "verify.h"
@@ -323,7 +324,8 @@ pdx_status_t pdx_engine_create(const pdx_config_t *cfg, pdx_engine_t **engine_p)
     params = (pdx_tp_params_t){.host = e->bind_host, .advertise = e->host,
                                .progress_timeout_ms = e->cfg.transfer_timeout_ms,
                                .max_msg_size = e->cfg.max_msg_size, .config = &e->cfg,
-                               .log_id = e->sender_id, .log_engine = e->address};
+                               .log_id = e->sender_id, .log_engine = e->address,
+                               .wr_group_mask = PDX_WR_ROOM_MASK << PDX_WR_ROOM_SHIFT};
     params.nic_order = nic_order;
     params.cpus = e->bind ? &e->cpus : NULL;
     st = open_transport(e, &params);
@@ -554,6 +556,7 @@ pdx_status_t pdx_engine_stats(pdx_engine_t *e, pdx_stats_t *stats_p)
 
         s.bytes_sent += atomic_load_explicit(&st->bytes_sent, memory_order_relaxed);
         s.bytes_direct += atomic_load_explicit(&st->bytes_direct, memory_order_relaxed);
+        s.gates_on_gpu += atomic_load_explicit(&st->gates_on_gpu, memory_order_relaxed);
         s.writes_posted += atomic_load_explicit(&st->writes_posted, memory_order_relaxed);
         s.chunks_sent += atomic_load_explicit(&st->chunks_sent, memory_order_relaxed);
         s.notifies_sent += atomic_load_explicit(&st->notifies_sent, memory_order_relaxed);

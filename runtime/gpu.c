@@ -238,7 +238,7 @@ pdx_status_t pdx_gpu_gate_arm(pdx_engine_t *e, void *stream, pdx_gate_t *gate_p)
     if (st != PDX_OK)
         return st;
     state = word_state(e, word);
-    /* the word starts at 0; this gate opens at a value of its own */
+    /* the word holds its last value; this gate opens at the next one */
     gen = atomic_fetch_add(&e->gpu.word_gen[state - e->gpu.word_state], 1) + 1;
     st = pdx_hip_stream_write_word(stream, word, gen);
     if (st != PDX_OK) {
@@ -333,15 +333,25 @@ static bool word_reached(volatile uint64_t *word, uint64_t value)
     return __atomic_load_n(word, __ATOMIC_ACQUIRE) >= value;
 }
 
+bool pdx_gpu_gate_on_device(pdx_engine_t *e, const pdx_gate_t *gate)
+{
+    if (e->gpu.device < 0 || e->cfg.gpu_gates == PDX_MODE_OFF)
+        return false;
+    return (gate->kind == PDX_GATE_EVENT && gate->event) ||
+           (gate->kind == PDX_GATE_WORD && word_state(e, gate->word));
+}
+
 void pdx_gpu_gate_done(pdx_engine_t *e, const pdx_gate_t *gate)
 {
     if (gate->kind == PDX_GATE_WORD)
         pdx_gpu_word_done(e, (volatile uint64_t *)(uintptr_t)gate->word, gate->value);
 }
 
-pdx_status_t pdx_gpu_stream_wait(pdx_engine_t *e, void *stream, volatile uint64_t **word_p)
+pdx_status_t pdx_gpu_stream_wait(pdx_engine_t *e, void *stream, volatile uint64_t **word_p,
+                                 uint64_t *base_p)
 {
     volatile uint64_t *word;
+    uint64_t base;
     pdx_status_t st;
 
     if (e->gpu.device < 0) {
@@ -355,21 +365,26 @@ pdx_status_t pdx_gpu_stream_wait(pdx_engine_t *e, void *stream, volatile uint64_
     }
     if (st != PDX_OK)
         return st;
-    st = pdx_hip_stream_wait_word(stream, word, 1);
+    /* the word holds base, its last value: the stream waits for base + 1
+     * (the room ended) and writes base + 2 (it passed) */
+    base = atomic_fetch_add(&e->gpu.word_gen[word_state(e, word) - e->gpu.word_state], 2);
+    st = pdx_hip_stream_wait_word(stream, word, base + 1);
     if (st != PDX_OK) {
+        atomic_fetch_sub(&e->gpu.word_gen[word_state(e, word) - e->gpu.word_state], 2);
         pdx_hip_word_free(e->gpu.words, word);
         return st;
     }
     atomic_fetch_add_explicit(&e->gpu.armed, 1, memory_order_relaxed);
     atomic_store(word_state(e, word), WORD_HELD);
-    st = pdx_hip_stream_write_word(stream, word, 2);
+    st = pdx_hip_stream_write_word(stream, word, base + 2);
     if (st != PDX_OK) {
         /* The wait is queued and nothing will say when the stream passed it:
          * let it pass now; the word stays out of the pool. */
-        __atomic_store_n(word, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(word, base + 1, __ATOMIC_RELEASE);
         return st;
     }
     *word_p = word;
+    *base_p = base;
     return PDX_OK;
 }
 

@@ -68,11 +68,16 @@ pdx_status_t pdx_gpu_gate_check(const pdx_engine_t *e, const pdx_gate_t *gate);
 /* Shard: PDX_OK when the gate is open, PDX_INPROGRESS while closed, else
  * why it never will be (err holds the runtime's message). */
 pdx_status_t pdx_gpu_gate_poll(const pdx_gate_t *gate, char *err, size_t len);
+/* Whether a page copy may wait for gate on the GPU: an event, or a word of
+ * pdx_gate_arm() (a pool word only grows, so a wait for its value never
+ * misses it); not a caller's host flag. */
+bool pdx_gpu_gate_on_device(pdx_engine_t *e, const pdx_gate_t *gate);
 /* The gate's chunk is done with it (opened, or its room ended). */
 void pdx_gpu_gate_done(pdx_engine_t *e, const pdx_gate_t *gate);
 /* Enqueue on stream a wait until a fresh word reaches 1, then a write of 2
  * to it (the stream passed): pdx_room_stream_wait. */
-pdx_status_t pdx_gpu_stream_wait(pdx_engine_t *e, void *stream, volatile uint64_t **word_p);
+pdx_status_t pdx_gpu_stream_wait(pdx_engine_t *e, void *stream, volatile uint64_t **word_p,
+                                 uint64_t *base_p);
 /* A pool word nobody will raise any more goes back once it reached value. */
 void pdx_gpu_word_done(pdx_engine_t *e, volatile uint64_t *word, uint64_t value);
 /* Control thread: return orphaned words the streams have written. */

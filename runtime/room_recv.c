@@ -317,9 +317,12 @@ pdx_status_t pdx_room_stream_wait(pdx_engine_t *e, pdx_room_t room, void *hip_st
     } else if (ext->end_word) {
         st = PDX_ERR_EXISTS;
     } else {
-        st = pdx_gpu_stream_wait(e, hip_stream, &word);
+        uint64_t base = 0;
+
+        st = pdx_gpu_stream_wait(e, hip_stream, &word, &base);
         if (st == PDX_OK) {
             ext->end_word = word;
+            ext->end_base = base;
             if (pdx_rooms_terminal(pdx_room_state(obj)))
                 pdx_rooms_end_signal_locked(ext);
         }

@@ -18,11 +18,11 @@
 
 void pdx_rooms_end_signal_locked(pdx_room_ext_t *ext)
 {
-    uint64_t zero = 0;
+    uint64_t base = ext->end_base;
 
-    /* 0 -> 1 only: a stream that passed already wrote 2 */
+    /* base -> base + 1 only: a stream that passed already wrote base + 2 */
     if (ext->end_word)
-        __atomic_compare_exchange_n(ext->end_word, &zero, 1, false, __ATOMIC_RELEASE,
+        __atomic_compare_exchange_n(ext->end_word, &base, base + 1, false, __ATOMIC_RELEASE,
                                     __ATOMIC_RELAXED);
 }
 
@@ -295,6 +295,7 @@ pdx_status_t pdx_rooms_remove(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id)
     pdx_peer_t *to[PDX_MAX_DESTS];
     pdx_room_obj_t *got = obj;
     volatile uint64_t *end_word;
+    uint64_t end_done = 0;
     pdx_xfer_job_t *xfer;
     uint32_t acks, left;
     int32_t aux;
@@ -309,11 +310,12 @@ pdx_status_t pdx_rooms_remove(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id)
     aux = atomic_load(&ext->app) ? ext->aux_mem : -1;
     pdx_rooms_end_signal_locked(ext); /* a stream still waiting goes on */
     end_word = ext->end_word;
+    end_done = ext->end_base + 2;
     xfer = ext->xfer;
     ext_reset(ext);
     pthread_mutex_unlock(&ext->lock);
     if (end_word)
-        pdx_gpu_word_done(e, end_word, 2); /* back to the pool once the stream passed */
+        pdx_gpu_word_done(e, end_word, end_done); /* back to the pool once the stream passed */
     /* The ABORT_ACKs this room owes go out before its slot can be reused; a
      * peer whose control connection is full cannot be told: fail it. */
     left = pdx_rooms_send_acks(id, acks, to);

@@ -88,8 +88,10 @@ typedef struct pdx_room_ext {
     _Atomic uint32_t fenced;           /* decode: nothing more can land */
     _Atomic bool     decode;           /* expected here (receiver); set once */
     _Atomic uint32_t flush;            /* decode: PDX_FLUSH_* before SUCCESS */
-    volatile uint64_t *end_word;       /* decode: pdx_room_stream_wait's word: 1 once the
-                                        * room ended, 2 once the stream passed (ext->lock) */
+    volatile uint64_t *end_word;       /* decode: pdx_room_stream_wait's word: end_base + 1
+                                        * once the room ended, + 2 once the stream passed
+                                        * (ext->lock) */
+    uint64_t         end_base;
     pdx_peer_t *_Atomic gone_peer;     /* decode: a sender gone, the room fails once
                                         * what it sent before is polled */
     _Atomic uint32_t last_queued;      /* prefill: pdx_send had PDX_SEND_LAST */
@@ -110,6 +112,8 @@ typedef struct pdx_room_ext {
     bool             planning;         /* plan below is live */
     bool             paged;            /* its groups go as page copies (ipc), those
                                         * before plan.group posted */
+    bool             gpu_gate;         /* the head chunk's gate is still closed: its
+                                        * page copies wait for it on the GPU */
     pdx_plan_t       plan;
     pdx_pages_t      plan_src[PDX_LAYOUT_MAX_GROUPS];
     pdx_pages_t      plan_dst[PDX_LAYOUT_MAX_GROUPS];

@@ -320,7 +320,7 @@ pdx_status_t pdx_shard_add_dep(pdx_shard_t *s, pdx_dep_t *dep)
     dep->shard = s;
     dep->slot = slot;
     dep->sq_depth = attr.sq_depth;
-    dep->posted = dep->completed = 0;
+    dep->posted = dep->completed = dep->gated_to = 0;
     dep->reposted = 0;
     dep->ep = NULL;
     dep->rx_mr = NULL;

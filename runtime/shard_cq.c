@@ -85,9 +85,13 @@ static void on_send(pdx_shard_loop_t *L, pdx_dep_t *dep, const pdx_tp_wc_t *wc)
                        dep->peer->addr, why[0] ? why : pdx_status_str(wc->status));
     retire(e, room, end, end + 1);
     dep->completed = end + 1;
-    /* An endpoint still healthy refused only that WR (tcp: out of range). */
+    /* An endpoint still healthy refused only that WR (tcp: out of range;
+     * ipc: a notify behind a copy given up, never delivered: its credit
+     * comes back). */
     if (why[0])
         pdx_shard_dep_broken(dep, wc->status, why);
+    else if (wc->opcode == PDX_TP_OP_SEND && wc->status == PDX_ERR_ABORTED)
+        atomic_fetch_add_explicit(&dep->credits, 1, memory_order_relaxed);
 }
 
 /*

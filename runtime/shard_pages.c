@@ -14,7 +14,10 @@
  * one page size per group and each page inside its regions; else its runs
  * go as WRITEs, which say what is wrong. The first pass checks, the second
  * posts, a group per WR on one dep; a WR the transport refuses for now
- * (its tables do not fit) is posted again from that group on.
+ * (its tables do not fit) is posted again from that group on. A chunk
+ * whose gate is still closed (ext->gpu_gate) passes it with each WR, so
+ * the copies wait for it on the GPU; where the transport has no room for
+ * one more gate, the host waits for it instead.
  */
 step_t pdx_send_pages(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **deps, uint32_t n)
 {
@@ -23,8 +26,18 @@ step_t pdx_send_pages(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **deps, u
     pdx_room_ext_t *ext = c->ext;
     pdx_plan_t *plan = &ext->plan;
     const pdx_peer_t *peer = dest->peer;
+    const pdx_gate_t *gate = &c->chunk->gate;
     pdx_dep_t *dep = NULL;
     uint32_t groups = 0, first;
+    pdx_tp_gate_t tgate = {
+        .kind = gate->kind == PDX_GATE_EVENT ? PDX_TP_GATE_EVENT : PDX_TP_GATE_WORD,
+        .event = gate->event, .word = (volatile uint64_t *)(uintptr_t)gate->word,
+        .value = gate->value,
+        .deadline_ns = atomic_load_explicit(&ext->xfer_deadline_ns, memory_order_relaxed),
+        .abandon = &c->obj->state, .abandon_if = PDX_ROOM_FAILED};
+
+    if (!tgate.deadline_ns)
+        tgate.deadline_ns = pdx_deadline_ns(e->cfg.transfer_timeout_ms);
 
     if (ext->paged && plan->group >= plan->ngroups)
         return STEP_DONE; /* every group went */
@@ -34,12 +47,17 @@ step_t pdx_send_pages(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **deps, u
     first = ext->paged ? plan->group : 0; /* the groups before it went */
     for (uint32_t g = first; g < plan->ngroups; g++)
         groups += (plan->planned >> g & 1) && plan->src_pages[g].npages;
-    for (uint32_t i = 0; i < n && !dep; i++) {
-        pdx_dep_t *d = deps[(ext->rr + i) % n];
+    /* Completions leave an endpoint in order: a chunk whose gate is open
+     * prefers an endpoint with no copy waiting for a gate before it, a gated
+     * chunk one that has such copies already. */
+    for (int pass = 0; pass < 2 && !dep; pass++)
+        for (uint32_t i = 0; i < n && !dep; i++) {
+            pdx_dep_t *d = deps[(ext->rr + i) % n];
 
-        if (pdx_dep_room(d, pdx_dep_reserve(d)) >= groups)
-            dep = d;
-    }
+            if ((pass == 1 || (d->completed < d->gated_to) == ext->gpu_gate) &&
+                pdx_dep_room(d, pdx_dep_reserve(d)) >= groups)
+                dep = d;
+        }
     /* every page of every pair inside both regions, before anything goes */
     for (int pass = 0; pass < 2; pass++) {
         for (uint32_t g = first; g < plan->ngroups; g++) {
@@ -97,15 +115,32 @@ step_t pdx_send_pages(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **deps, u
                                  .flags = PDX_TP_SIGNALED, .nbufs = pairs,
                                  .bufs = L->s->page_bufs,
                                  .bytes_per_page = sg->buffers[L->pair_src[0]].bytes_per_page,
-                                 .npages = sp->npages, .src = sp->pages, .dst = dp->pages};
+                                 .npages = sp->npages, .src = sp->pages, .dst = dp->pages,
+                                 .gate = ext->gpu_gate ? &tgate : NULL};
             PDX_MARKER_PUSH_ROOM("pdx post", c->chunk->room);
             status = e->ops->post_pages(dep->ep, &p);
             PDX_MARKER_POP();
+            if (status == PDX_ERR_FULL) {
+                /* no gate stream free: the host waits for this gate */
+                step_t r = pdx_send_gate_host(c);
+
+                if (r != STEP_DONE)
+                    return r;
+                p.gate = NULL;
+                status = e->ops->post_pages(dep->ep, &p);
+            }
             if (status == PDX_ERR_AGAIN) /* its tables do not fit yet: copies free them */
                 return STEP_WAIT;
             if (status != PDX_OK)
                 return pdx_send_refused(c, dep, status, "copying the chunk's pages");
             pdx_send_count(c, dep, 1, bytes, bytes);
+            if (p.gate) {
+                dep->gated_to = dep->posted;
+                atomic_store_explicit(&L->s->stats.gates_on_gpu,
+                                      atomic_load_explicit(&L->s->stats.gates_on_gpu,
+                                                           memory_order_relaxed) + 1,
+                                      memory_order_relaxed);
+            }
         }
         if (pass == 0 && !dep)
             return STEP_WAIT; /* it goes as pages: completions free a dep */

@@ -584,6 +584,8 @@ static step_t send_dest(send_ctx_t *c, pdx_dest_t *dest)
         return r;
     if (c->L->s->page_bufs && (r = pdx_send_pages(c, dest, deps, n)) != STEP_DONE)
         return r;
+    if (ext->gpu_gate && !ext->paged && (r = pdx_send_gate_host(c)) != STEP_DONE)
+        return r; /* runs never wait on the GPU */
     if ((r = post_data(c, dest, deps, n)) != STEP_DONE)
         return r;
     if ((r = finish_dest(c, dest, deps, n)) != STEP_DONE)
@@ -596,13 +598,26 @@ static step_t send_dest(send_ctx_t *c, pdx_dest_t *dest)
     return STEP_DONE;
 }
 
-/* Gate of the head chunk: DONE when open. */
-static step_t gate_check(send_ctx_t *c)
+/* A closed gate whose chunk may go ahead, its page copies waiting for it
+ * on the GPU: every destination a direct peer that sums nothing (a sum is
+ * taken of the bytes as they are when planned), not a one-sided transfer,
+ * and a gate the GPU can wait for. */
+static bool gate_on_gpu(send_ctx_t *c, uint32_t ndests)
 {
-    char err[PDX_ERRMSG_MAX] = "";
-    pdx_status_t st = pdx_gpu_gate_poll(&c->chunk->gate, err, sizeof(err));
+    if (c->ext->xfer || !c->L->s->page_bufs || !pdx_gpu_gate_on_device(c->L->e, &c->chunk->gate))
+        return false;
+    for (uint32_t i = 0; i < ndests; i++)
+        if (!c->ext->dests[i].peer->direct || c->ext->dests[i].verify)
+            return false;
+    return true;
+}
 
+/* A poll of the head chunk's gate: DONE when open, WAIT while closed (the
+ * shard sleeps bounded), else the room fails. */
+static step_t gate_polled(send_ctx_t *c, pdx_status_t st, const char *err)
+{
     if (PDX_LIKELY(st == PDX_OK)) {
+        c->ext->gpu_gate = false;
         if (c->chunk->gate.kind != PDX_GATE_NONE) {
             PDX_MARKER_PUSH_ROOM("pdx gate open", c->chunk->room);
             PDX_MARKER_POP();
@@ -614,6 +629,25 @@ static step_t gate_check(send_ctx_t *c)
         return STEP_WAIT;
     }
     return pdx_send_fail(c, st, "%s", err);
+}
+
+/* Gate of the head chunk: DONE when open, or when it is left to the GPU. */
+static step_t gate_check(send_ctx_t *c, uint32_t ndests)
+{
+    char err[PDX_ERRMSG_MAX] = "";
+    pdx_status_t st = pdx_gpu_gate_poll(&c->chunk->gate, err, sizeof(err));
+
+    c->ext->gpu_gate = st == PDX_INPROGRESS && gate_on_gpu(c, ndests);
+    return c->ext->gpu_gate ? STEP_DONE : gate_polled(c, st, err);
+}
+
+/* A chunk left to the GPU's gate that is about to go another way (runs, or
+ * a transport with no room for the gate): DONE once the gate opened. */
+step_t pdx_send_gate_host(send_ctx_t *c)
+{
+    char err[PDX_ERRMSG_MAX] = "";
+
+    return gate_polled(c, pdx_gpu_gate_poll(&c->chunk->gate, err, sizeof(err)), err);
 }
 
 static step_t send_chunk(send_ctx_t *c)
@@ -629,7 +663,7 @@ static step_t send_chunk(send_ctx_t *c)
         ndests = atomic_load_explicit(&ext->ndests, memory_order_acquire);
         if (pdx_room_state(c->obj) == PDX_ROOM_BOOTSTRAPPING || PDX_DESTS_COUNT(ndests) == 0)
             return STEP_WAIT; /* the ROOM message wakes the shard */
-        if ((r = gate_check(c)) != STEP_DONE)
+        if ((r = gate_check(c, PDX_DESTS_COUNT(ndests))) != STEP_DONE)
             return r;
         /* Before the first chunk: no destination joins from here on (a ROOM
          * message's CAS fails once CLOSED is set), so every destination gets
@@ -664,6 +698,7 @@ static void room_drop(pdx_shard_loop_t *L, pdx_room_ext_t *ext)
     }
     ext->head_cell = ext->tail_cell = PDX_SHARD_NONE;
     ext->planning = false;
+    ext->gpu_gate = false;
     ext->dest_at = 0;
     atomic_store_explicit(&ext->active, false, memory_order_release);
     /* Last touch: from here pdx_release may free the room. */
@@ -707,6 +742,7 @@ static bool send_room(pdx_shard_loop_t *L, pdx_room_obj_t *obj, pdx_room_ext_t *
         ext->seq++;
         if (last)
             ext->last_sent = true; /* the notifies just posted keep inflight > 0 */
+        ext->gpu_gate = false;
         pdx_gpu_gate_done(L->e, &c.chunk->gate);
         pdx_ring_done(&s->ring, c.cell);
         atomic_fetch_add_explicit(&s->stats.chunks_sent, 1, memory_order_relaxed);

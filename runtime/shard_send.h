@@ -41,6 +41,10 @@ step_t pdx_send_refused(send_ctx_t *c, pdx_dep_t *dep, pdx_status_t status, cons
  * their bytes were GPU copies. */
 void pdx_send_count(send_ctx_t *c, pdx_dep_t *dep, uint32_t n, uint64_t bytes, uint64_t direct);
 
+/* A chunk whose gate was left to the GPU goes another way: DONE once the
+ * gate opened (it then goes without it), WAIT while it is closed. */
+step_t pdx_send_gate_host(send_ctx_t *c);
+
 /* shard_pages.c: the planned chunk to dest as page copies when it can go
  * so (STEP_DONE also when it cannot: its runs follow). */
 step_t pdx_send_pages(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **deps, uint32_t n);

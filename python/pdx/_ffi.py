@@ -53,6 +53,7 @@ class Config(ctypes.Structure):
         ("verify", ctypes.c_int),
         ("advertise_addr", ctypes.c_char * NAME_MAX),
         ("cpu_affinity", ctypes.c_char * NAME_MAX),
+        ("gpu_gates", ctypes.c_int),
     ]
 
 
@@ -117,7 +118,7 @@ STATS_FIELDS = (
     "bytes_sent", "writes_posted", "chunks_sent", "notifies_sent", "notifies_received",
     "rooms_success", "rooms_failed", "send_again", "worker_wakeups", "ring_high_water",
     "registrations", "nics", "peers", "handshakes", "peers_retired", "handshakes_refused",
-    "auth_refused", "rooms_verified", "checksum_mismatches", "bytes_direct",
+    "auth_refused", "rooms_verified", "checksum_mismatches", "bytes_direct", "gates_on_gpu",
 )
 
 

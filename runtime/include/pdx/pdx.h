@@ -151,6 +151,7 @@ enum {
     PDX_CONFIG_FIELD_VERIFY              = 1ull << 32,
     PDX_CONFIG_FIELD_ADVERTISE_ADDR      = 1ull << 33,
     PDX_CONFIG_FIELD_CPU_AFFINITY        = 1ull << 34,
+    PDX_CONFIG_FIELD_GPU_GATES           = 1ull << 35,
 };
 
 /* PDX_VERIFY: decode checks each room's bytes against its senders' checksums. */
@@ -210,6 +211,7 @@ typedef struct pdx_config {
                                                 * "" = from PDX_LISTEN (a wildcard: the
                                                 * default route's interface) */
     char            cpu_affinity[PDX_NAME_MAX]; /* PDX_CPU_AFFINITY: auto, off or a CPU list */
+    pdx_mode_t      gpu_gates;                 /* PDX_GPU_GATES: auto, off */
 } pdx_config_t;
 
 /*
@@ -498,7 +500,11 @@ typedef enum pdx_gate_kind {
  * A gate holds a chunk back until the GPU finished writing its pages. HIP
  * reports a never-recorded event as complete: record it before pdx_send()
  * and keep it alive until the room leaves TRANSFERRING. A host flag is a
- * PDX_GATE_WORD on a word the caller raises once the pages are final.
+ * PDX_GATE_WORD on a word the caller raises once the pages are final. To
+ * engines of this host (the ipc transport) the page copies of a chunk whose
+ * event or pdx_gate_arm() gate is still closed are queued at once and wait
+ * for it on the GPU (PDX_GPU_GATES=auto); those of a room that fails or is
+ * aborted first are given up and never write.
  */
 typedef struct pdx_gate {
     pdx_gate_kind_t kind;
@@ -682,6 +688,8 @@ typedef struct pdx_stats {
     uint64_t checksum_mismatches; /* ... and those that did not (FAILED, PDX_ERR_CORRUPT) */
     uint64_t bytes_direct;    /* of bytes_sent, those copied by the GPU to peers of this
                                * host (the ipc transport) */
+    uint64_t gates_on_gpu;    /* page copies to such peers posted before their gate
+                               * opened, waiting for it on the GPU */
 } pdx_stats_t;
 
 PDX_API pdx_status_t pdx_engine_stats(pdx_engine_t *engine, pdx_stats_t *stats_p);

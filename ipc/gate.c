@@ -1,0 +1,313 @@
+/*
+ * ipc gates: page copies that wait on the GPU for the chunk's gate, with
+ * no host round trip between the gate opening and the copy (ipc.h).
+ *
+ * A CQ has IPC_GATES gate streams. A gate stream waits for one gate at a
+ * time: the wait (hipStreamWaitEvent on the event's last record, or
+ * hipStreamWaitValue64 on the word), then a write of the stream's own
+ * pinned word passed = seq, so the host learns the wait passed without
+ * asking the producer's event again (the caller may record it anew). The
+ * copies behind it (the same gate: a forward pass gating many rooms) each
+ * take a skip word of the stream's; their tables go up on the CQ's upload
+ * stream, which never waits, and the gate stream waits for that upload's
+ * event, copies the skip word to device memory (one DMA read of the host's
+ * word once the wait passed), then launches the kernel, which reads the
+ * device copy before any table.
+ *
+ * Giving a copy up (its deadline, its endpoint failed or destroyed): raise
+ * its skip word, then read passed. Still below seq: the wait has not
+ * passed, so the skip word is copied, if ever, after it was raised and the
+ * kernel copies nothing; the copy is done now. Passed: the kernel may be
+ * copying; its event says when it is done. A gate stream whose copies were
+ * all given up while its wait still holds is set aside: the stream is
+ * destroyed (the runtime frees it once its work ran) and its words are
+ * kept until an event recorded after that work completed (checked when the
+ * CQ is armed), so late work still reads a raised skip word; a wait that
+ * never passed keeps them for the life of the process. The gate's slot
+ * gets a new stream and new words on its next use.
+ *
+ * Host callbacks on gate streams wake the shard through an eventfd held
+ * by a counted waker: one that runs after the CQ is gone (a wait that
+ * passed late) writes a descriptor that is still its own.
+ */
+#include "ipc.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "log.h"
+#include "util.h"
+
+#define WORDS_BYTES ((1 + IPC_GATE_SLOTS) * sizeof(uint64_t))
+
+struct ipc_waker {
+    int              fd;
+    _Atomic uint32_t refs;
+};
+
+static void waker_put(ipc_waker_t *w)
+{
+    if (w && atomic_fetch_sub_explicit(&w->refs, 1, memory_order_acq_rel) == 1) {
+        close(w->fd);
+        free(w);
+    }
+}
+
+static void waker_run(void *arg)
+{
+    ipc_waker_t *w = arg;
+    uint64_t one = 1;
+
+    if (write(w->fd, &one, sizeof(one)) < 0) {
+        /* EAGAIN: the counter is full, the fd readable anyway */
+    }
+    waker_put(w);
+}
+
+pdx_status_t ipc_gates_init(ipc_cq_t *cq)
+{
+    ipc_waker_t *w = calloc(1, sizeof(*w));
+
+    if (!w)
+        return PDX_ERR_NOMEM;
+    w->fd = dup(cq->wake_fd);
+    if (w->fd < 0) {
+        pdx_error("ipc: CQ: dup of its eventfd: %s", strerror(errno));
+        free(w);
+        return PDX_ERR_IO;
+    }
+    atomic_init(&w->refs, 1);
+    cq->waker = w;
+    return PDX_OK;
+}
+
+bool ipc_gate_passed(const ipc_gate_t *g, uint64_t seq)
+{
+    return __atomic_load_n(&g->words[0], __ATOMIC_ACQUIRE) >= seq;
+}
+
+/* Set g's stream and words aside: its wait may not pass soon, or ever. */
+static void set_aside(ipc_cq_t *cq, ipc_gate_t *g, const char *why)
+{
+    ipc_aside_t *a;
+    void *done = NULL;
+
+    if (cq->naside == cq->aside_cap) {
+        uint32_t cap = cq->aside_cap ? cq->aside_cap * 2 : 4;
+
+        a = realloc(cq->aside, cap * sizeof(*a));
+        if (a) {
+            cq->aside = a;
+            cq->aside_cap = cap;
+        }
+    }
+    if (pdx_hip_event_create(&done) == PDX_OK &&
+        pdx_hip_event_record(done, g->stream) != PDX_OK) {
+        pdx_hip_event_destroy(done);
+        done = NULL;
+    }
+    if (cq->naside < cq->aside_cap)
+        cq->aside[cq->naside++] = (ipc_aside_t){.words = (void *)g->words, .skips = g->skips,
+                                                .done = done};
+    /* else: no memory to remember them by; the words stay allocated */
+    pdx_info("ipc: the copies waiting on the GPU for a gate still closed were given up (%s): "
+             "its stream is set aside until the gate opens", why);
+    pdx_hip_stream_destroy(g->stream);
+    g->stream = NULL;
+    g->words = NULL;
+    g->skips = NULL;
+}
+
+/* A new stream and words for gate slot g. */
+static pdx_status_t gate_make(ipc_gate_t *g)
+{
+    void *words = NULL, *skips = NULL;
+    pdx_status_t st = pdx_hip_host_alloc(WORDS_BYTES, &words);
+
+    if (st == PDX_OK)
+        st = pdx_hip_device_alloc(WORDS_BYTES, &skips);
+    if (st == PDX_OK)
+        st = pdx_hip_stream_create(&g->stream);
+    if (st != PDX_OK) {
+        pdx_hip_host_free(words);
+        pdx_hip_device_free(skips);
+        pdx_error("ipc: no stream for GPU gates: %s", pdx_hip_last_error());
+        return st;
+    }
+    g->words = words;
+    g->skips = skips;
+    memset(words, 0, WORDS_BYTES);
+    g->words[0] = g->seq; /* no wait outstanding */
+    return PDX_OK;
+}
+
+static bool same_gate(const ipc_gate_t *g, const pdx_tp_gate_t *t)
+{
+    return g->kind == t->kind &&
+           (t->kind == PDX_TP_GATE_EVENT ? g->event == t->event
+                                         : g->word == t->word && g->value == t->value);
+}
+
+/* Whether t is open now: PDX_OK, PDX_INPROGRESS, or an error (left to the
+ * caller's own check of the gate, which names it). */
+static pdx_status_t gate_state(const pdx_tp_gate_t *t)
+{
+    if (t->kind == PDX_TP_GATE_WORD)
+        return __atomic_load_n(t->word, __ATOMIC_ACQUIRE) >= t->value ? PDX_OK : PDX_INPROGRESS;
+    if (t->kind == PDX_TP_GATE_EVENT && t->event)
+        return pdx_hip_event_query(t->event);
+    return PDX_ERR_INVALID;
+}
+
+pdx_status_t ipc_gate_take(ipc_cq_t *cq, const pdx_tp_gate_t *t, ipc_gate_t **g_p,
+                           uint32_t *slot_p)
+{
+    ipc_gate_t *g = NULL, *idle = NULL;
+    pdx_status_t st = gate_state(t);
+
+    *g_p = NULL;
+    if (st == PDX_OK)
+        return PDX_OK; /* open: nothing to wait for */
+    if (st != PDX_INPROGRESS)
+        return PDX_ERR_FULL;
+    for (uint32_t i = 0; i < IPC_GATES && !g; i++) {
+        ipc_gate_t *c = &cq->gates[i];
+        bool waits = c->stream && !ipc_gate_passed(c, c->seq);
+
+        if (waits && same_gate(c, t) && c->used < IPC_GATE_SLOTS)
+            g = c;
+        else if (!waits && !idle)
+            idle = c;
+    }
+    if (!g) {
+        if (!idle)
+            return PDX_ERR_FULL;
+        g = idle;
+        if (!g->stream && (st = gate_make(g)) != PDX_OK)
+            return st;
+        st = t->kind == PDX_TP_GATE_EVENT
+                 ? pdx_hip_stream_wait_event(g->stream, t->event)
+                 : pdx_hip_stream_wait_word(g->stream, t->word, t->value);
+        if (st != PDX_OK)
+            return st; /* nothing enqueued */
+        st = pdx_hip_stream_write_word(g->stream, &g->words[0], g->seq + 1);
+        if (st != PDX_OK) {
+            /* a wait nothing will report passed: this stream is done */
+            g->seq++;
+            set_aside(cq, g, "its wait could not be followed");
+            return st;
+        }
+        g->seq++;
+        g->kind = t->kind;
+        g->event = t->event;
+        g->word = t->word;
+        g->value = t->value;
+        g->used = 0;
+        g->live = 0;
+    }
+    g->words[1 + g->used] = 0;
+    *slot_p = g->used++;
+    g->live++;
+    *g_p = g;
+    return PDX_OK;
+}
+
+pdx_status_t ipc_gate_skip(ipc_gate_t *g, uint32_t slot, const uint64_t **dev_p)
+{
+    *dev_p = g->skips + 1 + slot;
+    return pdx_hip_copy_async(g->stream, PDX_HIP_H2D, g->skips + 1 + slot,
+                              (const void *)&g->words[1 + slot], sizeof(uint64_t), NULL);
+}
+
+bool ipc_gate_give_up(ipc_cq_t *cq, ipc_gate_t *g, uint32_t slot, uint64_t seq,
+                      pdx_status_t why)
+{
+    __atomic_store_n(&g->words[1 + slot], 1, __ATOMIC_SEQ_CST);
+    atomic_thread_fence(memory_order_seq_cst);
+    if (ipc_gate_passed(g, seq))
+        return false; /* the kernel runs: its event says when it is done */
+    if (--g->live == 0)
+        set_aside(cq, g, why == PDX_ERR_TIMEOUT ? "their deadline passed"
+                         : why == PDX_ERR_ABORTED ? "their room failed"
+                                                  : "their endpoint failed or closed");
+    return true;
+}
+
+/* Free what was set aside and has run since (its wait passed, the copies
+ * behind it skipped). */
+static void reclaim(ipc_cq_t *cq)
+{
+    for (uint32_t i = 0; i < cq->naside;) {
+        ipc_aside_t *a = &cq->aside[i];
+
+        if (!a->done || pdx_hip_event_query(a->done) == PDX_INPROGRESS) {
+            i++;
+            continue;
+        }
+        pdx_hip_event_destroy(a->done);
+        pdx_hip_host_free(a->words);
+        pdx_hip_device_free(a->skips);
+        *a = cq->aside[--cq->naside];
+    }
+}
+
+void ipc_gates_launched(ipc_gate_t *g)
+{
+    g->launches++;
+}
+
+pdx_status_t ipc_gates_arm(ipc_cq_t *cq)
+{
+    if (cq->naside)
+        reclaim(cq);
+    for (uint32_t i = 0; i < IPC_GATES; i++) {
+        ipc_gate_t *g = &cq->gates[i];
+        pdx_status_t st;
+
+        if (!g->stream || g->cb_launches == g->launches)
+            continue;
+        atomic_fetch_add_explicit(&cq->waker->refs, 1, memory_order_relaxed);
+        st = pdx_hip_stream_callback(g->stream, waker_run, cq->waker);
+        if (st != PDX_OK) {
+            waker_put(cq->waker);
+            return st;
+        }
+        g->cb_launches = g->launches;
+    }
+    return PDX_OK;
+}
+
+void ipc_gates_destroy(ipc_cq_t *cq)
+{
+    uint32_t kept = 0;
+
+    for (uint32_t i = 0; i < IPC_GATES; i++) {
+        ipc_gate_t *g = &cq->gates[i];
+
+        if (!g->stream)
+            continue;
+        if (!ipc_gate_passed(g, g->seq)) {
+            g->live = 0;
+            set_aside(cq, g, "the engine is closing");
+            continue;
+        }
+        pdx_hip_stream_destroy(g->stream);
+        pdx_hip_host_free((void *)g->words);
+        pdx_hip_device_free(g->skips);
+    }
+    reclaim(cq);
+    for (uint32_t i = 0; i < cq->naside; i++) {
+        pdx_hip_event_destroy(cq->aside[i].done);
+        kept++;
+    }
+    if (kept) /* a late kernel still reads them */
+        pdx_warn("ipc: %u gate stream(s) still wait for a gate that never opened: their "
+                 "%zu bytes of words each stay allocated", kept, 2 * WORDS_BYTES);
+    free(cq->aside);
+    cq->aside = NULL;
+    cq->naside = cq->aside_cap = 0;
+    waker_put(cq->waker);
+    cq->waker = NULL;
+}
