@@ -146,6 +146,8 @@ pdx_status_t ipc_cq_stream(ipc_cq_t *cq)
     if (st == PDX_OK)
         st = pdx_hip_stream_create(&cq->up_stream);
     if (st == PDX_OK)
+        st = ipc_gates_alloc(cq);
+    if (st == PDX_OK)
         st = pdx_hip_stream_create(&cq->stream);
     return st;
 }

@@ -554,6 +554,7 @@ pdx_status_t ipc_post_pages(pdx_tp_ep_t *pep, const pdx_tp_pages_t *p)
         b->gate = g;
         b->slot = slot;
         b->seq = g->seq;
+        b->epoch = g->epoch;
         b->deadline_ns = p->gate->deadline_ns;
         b->abandon = p->gate->abandon;
         b->abandon_if = p->gate->abandon_if;
@@ -658,6 +659,9 @@ static void batch_gate(ipc_ep_t *ep, ipc_batch_t *b, uint64_t now, bool give_up)
         b->event = NULL;
         b->failed = true;
     }
+    pdx_debug("ipc: a copy of %llu bytes behind a gate given up (%s): %s",
+              (unsigned long long)b->bytes, pdx_status_str(b->status),
+              b->failed ? "it never runs" : "its wait passed, it ends with its kernel");
 }
 
 void ipc_ep_gates(ipc_ep_t *ep, bool give_up)
@@ -752,6 +756,8 @@ void ipc_ep_progress(ipc_ep_t *ep)
                 group_dead(ep, rec->wr_id, rec->status);
         }
         ep->run_head = b->run_first + b->nruns;
+        if (b->gate && !b->failed)
+            ipc_gate_done(b->gate, b->epoch); /* given up: counted then */
         ep->gated -= b->gate != NULL;
         ep->b_head++;
         /* the next one's deadline runs from now: it waited behind this one */

@@ -20,11 +20,15 @@
  * kernel copies nothing; the copy is done now. Passed: the kernel may be
  * copying; its event says when it is done. A gate stream whose copies were
  * all given up while its wait still holds is set aside: the stream is
- * destroyed (the runtime frees it once its work ran) and its words are
- * kept until an event recorded after that work completed (checked when the
- * CQ is armed), so late work still reads a raised skip word; a wait that
- * never passed keeps them for the life of the process. The gate's slot
- * gets a new stream and new words on its next use.
+ * destroyed (the runtime frees it once its work ran) and its slab of words
+ * is kept out of use until an event recorded after that work completed
+ * (checked when the CQ is armed), so late work still reads a raised skip
+ * word; a wait that never passes keeps its slab for the life of the
+ * process. The gate's slot gets a new stream and a free slab on its next
+ * use; with none free, gates go back to the shard. The slabs (IPC_SLABS of
+ * them) are allocated once with the CQ's streams: the runtime's
+ * allocations and frees wait for the whole device, so none is made on the
+ * shard's path.
  *
  * Host callbacks on gate streams wake the shard through an eventfd held
  * by a counted waker: one that runs after the CQ is gone (a wait that
@@ -91,54 +95,62 @@ bool ipc_gate_passed(const ipc_gate_t *g, uint64_t seq)
 /* Set g's stream and words aside: its wait may not pass soon, or ever. */
 static void set_aside(ipc_cq_t *cq, ipc_gate_t *g, const char *why)
 {
-    ipc_aside_t *a;
     void *done = NULL;
 
-    if (cq->naside == cq->aside_cap) {
-        uint32_t cap = cq->aside_cap ? cq->aside_cap * 2 : 4;
-
-        a = realloc(cq->aside, cap * sizeof(*a));
-        if (a) {
-            cq->aside = a;
-            cq->aside_cap = cap;
-        }
-    }
     if (pdx_hip_event_create(&done) == PDX_OK &&
         pdx_hip_event_record(done, g->stream) != PDX_OK) {
         pdx_hip_event_destroy(done);
         done = NULL;
     }
-    if (cq->naside < cq->aside_cap)
-        cq->aside[cq->naside++] = (ipc_aside_t){.words = (void *)g->words, .skips = g->skips,
-                                                .done = done};
-    /* else: no memory to remember them by; the words stay allocated */
+    /* room for every slab: set aside, a slab is out of the free mask */
+    cq->aside[cq->naside++] = (ipc_aside_t){.slab = g->slab, .done = done};
     pdx_info("ipc: the copies waiting on the GPU for a gate still closed were given up (%s): "
              "its stream is set aside until the gate opens", why);
     pdx_hip_stream_destroy(g->stream);
     g->stream = NULL;
     g->words = NULL;
     g->skips = NULL;
+    g->epoch++;
 }
 
-/* A new stream and words for gate slot g. */
-static pdx_status_t gate_make(ipc_gate_t *g)
+/* The CQ's gate words, made once with its streams (the runtime's allocations
+ * wait for the whole device: never on the shard's path). */
+pdx_status_t ipc_gates_alloc(ipc_cq_t *cq)
 {
-    void *words = NULL, *skips = NULL;
-    pdx_status_t st = pdx_hip_host_alloc(WORDS_BYTES, &words);
+    const size_t len = (size_t)IPC_SLABS * WORDS_BYTES;
+    pdx_status_t st = pdx_hip_host_alloc(len, &cq->slab_words);
 
     if (st == PDX_OK)
-        st = pdx_hip_device_alloc(WORDS_BYTES, &skips);
-    if (st == PDX_OK)
-        st = pdx_hip_stream_create(&g->stream);
+        st = pdx_hip_device_alloc(len, &cq->slab_skips);
     if (st != PDX_OK) {
-        pdx_hip_host_free(words);
-        pdx_hip_device_free(skips);
+        pdx_hip_host_free(cq->slab_words);
+        cq->slab_words = NULL;
+        pdx_error("ipc: no memory for GPU gates: %s", pdx_hip_last_error());
+        return st;
+    }
+    memset(cq->slab_words, 0, len);
+    cq->slab_free = (1u << IPC_SLABS) - 1;
+    return PDX_OK;
+}
+
+/* A new stream and a free slab of words for gate slot g. */
+static pdx_status_t gate_make(ipc_cq_t *cq, ipc_gate_t *g)
+{
+    uint32_t k;
+    pdx_status_t st;
+
+    if (!cq->slab_free)
+        return PDX_ERR_FULL; /* all set aside: the shard waits for gates itself */
+    k = (uint32_t)__builtin_ctz(cq->slab_free);
+    st = pdx_hip_stream_create(&g->stream);
+    if (st != PDX_OK) {
         pdx_error("ipc: no stream for GPU gates: %s", pdx_hip_last_error());
         return st;
     }
-    g->words = words;
-    g->skips = skips;
-    memset(words, 0, WORDS_BYTES);
+    cq->slab_free &= ~(1u << k);
+    g->slab = k;
+    g->words = (volatile uint64_t *)((uint8_t *)cq->slab_words + k * WORDS_BYTES);
+    g->skips = (uint64_t *)(void *)((uint8_t *)cq->slab_skips + k * WORDS_BYTES);
     g->words[0] = g->seq; /* no wait outstanding */
     return PDX_OK;
 }
@@ -185,27 +197,28 @@ pdx_status_t ipc_gate_take(ipc_cq_t *cq, const pdx_tp_gate_t *t, ipc_gate_t **g_
         if (!idle)
             return PDX_ERR_FULL;
         g = idle;
-        if (!g->stream && (st = gate_make(g)) != PDX_OK)
+        if (!g->stream && (st = gate_make(cq, g)) != PDX_OK)
             return st;
-        st = t->kind == PDX_TP_GATE_EVENT
-                 ? pdx_hip_stream_wait_event(g->stream, t->event)
-                 : pdx_hip_stream_wait_word(g->stream, t->word, t->value);
-        if (st != PDX_OK)
-            return st; /* nothing enqueued */
-        st = pdx_hip_stream_write_word(g->stream, &g->words[0], g->seq + 1);
-        if (st != PDX_OK) {
-            /* a wait nothing will report passed: this stream is done */
-            g->seq++;
-            set_aside(cq, g, "its wait could not be followed");
-            return st;
-        }
-        g->seq++;
         g->kind = t->kind;
         g->event = t->event;
         g->word = t->word;
         g->value = t->value;
         g->used = 0;
         g->live = 0;
+    }
+    /* a wait of its own even behind the same gate: an event's wait is for
+     * its record as of now, and the caller may have recorded it anew */
+    st = t->kind == PDX_TP_GATE_EVENT ? pdx_hip_stream_wait_event(g->stream, t->event)
+                                      : pdx_hip_stream_wait_word(g->stream, t->word, t->value);
+    if (st != PDX_OK)
+        return st; /* nothing enqueued */
+    st = pdx_hip_stream_write_word(g->stream, &g->words[0], g->seq + 1);
+    g->seq++;
+    if (st != PDX_OK) {
+        /* a wait nothing will report passed: this stream is done */
+        if (g->live == 0)
+            set_aside(cq, g, "its wait could not be followed");
+        return st;
     }
     g->words[1 + g->used] = 0;
     *slot_p = g->used++;
@@ -235,8 +248,8 @@ bool ipc_gate_give_up(ipc_cq_t *cq, ipc_gate_t *g, uint32_t slot, uint64_t seq,
     return true;
 }
 
-/* Free what was set aside and has run since (its wait passed, the copies
- * behind it skipped). */
+/* Take back the slabs set aside whose work has run since (the wait passed,
+ * the copies behind it skipped). */
 static void reclaim(ipc_cq_t *cq)
 {
     for (uint32_t i = 0; i < cq->naside;) {
@@ -247,8 +260,7 @@ static void reclaim(ipc_cq_t *cq)
             continue;
         }
         pdx_hip_event_destroy(a->done);
-        pdx_hip_host_free(a->words);
-        pdx_hip_device_free(a->skips);
+        cq->slab_free |= 1u << a->slab;
         *a = cq->aside[--cq->naside];
     }
 }
@@ -256,6 +268,12 @@ static void reclaim(ipc_cq_t *cq)
 void ipc_gates_launched(ipc_gate_t *g)
 {
     g->launches++;
+}
+
+void ipc_gate_done(ipc_gate_t *g, uint64_t epoch)
+{
+    if (g->epoch == epoch && g->live)
+        g->live--;
 }
 
 pdx_status_t ipc_gates_arm(ipc_cq_t *cq)
@@ -281,7 +299,7 @@ pdx_status_t ipc_gates_arm(ipc_cq_t *cq)
 
 void ipc_gates_destroy(ipc_cq_t *cq)
 {
-    uint32_t kept = 0;
+    uint32_t kept;
 
     for (uint32_t i = 0; i < IPC_GATES; i++) {
         ipc_gate_t *g = &cq->gates[i];
@@ -289,25 +307,26 @@ void ipc_gates_destroy(ipc_cq_t *cq)
         if (!g->stream)
             continue;
         if (!ipc_gate_passed(g, g->seq)) {
-            g->live = 0;
             set_aside(cq, g, "the engine is closing");
             continue;
         }
         pdx_hip_stream_destroy(g->stream);
-        pdx_hip_host_free((void *)g->words);
-        pdx_hip_device_free(g->skips);
+        cq->slab_free |= 1u << g->slab;
     }
     reclaim(cq);
-    for (uint32_t i = 0; i < cq->naside; i++) {
+    kept = cq->naside;
+    for (uint32_t i = 0; i < cq->naside; i++)
         pdx_hip_event_destroy(cq->aside[i].done);
-        kept++;
-    }
+    cq->naside = 0;
     if (kept) /* a late kernel still reads them */
-        pdx_warn("ipc: %u gate stream(s) still wait for a gate that never opened: their "
-                 "%zu bytes of words each stay allocated", kept, 2 * WORDS_BYTES);
-    free(cq->aside);
-    cq->aside = NULL;
-    cq->naside = cq->aside_cap = 0;
+        pdx_warn("ipc: %u gate stream(s) still wait for a gate that never opened: the CQ's "
+                 "%zu bytes of gate words stay allocated", kept,
+                 2 * (size_t)IPC_SLABS * WORDS_BYTES);
+    else if (cq->slab_words) {
+        pdx_hip_host_free(cq->slab_words);
+        pdx_hip_device_free(cq->slab_skips);
+    }
+    cq->slab_words = cq->slab_skips = NULL;
     waker_put(cq->waker);
     cq->waker = NULL;
 }

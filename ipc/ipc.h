@@ -101,16 +101,19 @@ typedef struct ipc_gate {
     void                    *event;
     const volatile uint64_t *word;
     uint64_t                 value;
+    uint32_t                 slab;      /* of cq->slab_words / slab_skips */
+    uint64_t                 epoch;     /* stream and slab made anew: + 1 */
     uint32_t                 used;      /* skip words handed out behind it */
-    uint32_t                 live;      /* ... of copies not given up */
+    uint32_t                 live;      /* ... of copies neither done nor given up */
     uint64_t                 launches, cb_launches;
 } ipc_gate_t;
 
-/* A gate stream set aside: its words, and an event after its work. */
+#define IPC_SLABS      16   /* slabs of gate words: IPC_GATES in use, the rest set aside */
+
+/* A gate stream set aside: its slab, and an event after its work. */
 typedef struct ipc_aside {
-    void *words;
-    void *skips;
-    void *done;
+    uint32_t slab;
+    void    *done;
 } ipc_aside_t;
 
 typedef struct ipc_waker ipc_waker_t;
@@ -130,6 +133,7 @@ typedef struct ipc_batch {
     ipc_gate_t *gate;        /* NULL: not gated */
     uint32_t slot;
     uint64_t seq;            /* the gate stream's wait it is behind */
+    uint64_t epoch;          /* the gate stream's, when posted */
     uint64_t deadline_ns;
     const _Atomic int32_t *abandon;
     int32_t  abandon_if;
@@ -196,8 +200,11 @@ struct ipc_cq {
     void              *stream;     /* created with the first direct ep */
     void              *up_stream;  /* gated copies' tables */
     ipc_gate_t         gates[IPC_GATES];
-    ipc_aside_t       *aside;
-    uint32_t           naside, aside_cap;
+    void              *slab_words; /* IPC_SLABS slabs: pinned host words, */
+    void              *slab_skips; /* ... and their device copies */
+    uint32_t           slab_free;  /* bit k: slab k is free */
+    ipc_aside_t        aside[IPC_SLABS];
+    uint32_t           naside;
     ipc_waker_t       *waker;
     _Atomic uint32_t   callbacks;  /* host callbacks enqueued and not yet run */
     uint64_t           launches;   /* batches launched on the stream */
@@ -248,6 +255,7 @@ uint64_t     ipc_ep_expiry(const ipc_ep_t *ep);
 
 /* gate.c */
 pdx_status_t ipc_gates_init(ipc_cq_t *cq);
+pdx_status_t ipc_gates_alloc(ipc_cq_t *cq);
 void         ipc_gates_destroy(ipc_cq_t *cq);
 /* A gate stream waiting for t, and a skip word in it (*g_p NULL: t is
  * open); PDX_ERR_FULL when none is free or t cannot be waited for. */
@@ -261,6 +269,8 @@ pdx_status_t ipc_gate_skip(ipc_gate_t *g, uint32_t slot, const uint64_t **dev_p)
 bool         ipc_gate_give_up(ipc_cq_t *cq, ipc_gate_t *g, uint32_t slot, uint64_t seq,
                               pdx_status_t why);
 void         ipc_gates_launched(ipc_gate_t *g);
+/* A copy behind g (posted in its epoch) finished. */
+void         ipc_gate_done(ipc_gate_t *g, uint64_t epoch);
 /* Host callbacks after the gate streams' latest copies. */
 pdx_status_t ipc_gates_arm(ipc_cq_t *cq);
 
