@@ -435,3 +435,20 @@ uint32_t pdx_plan_pairs(const pdx_plan_t *plan, uint32_t g, uint32_t *sb, uint32
         }
     return n;
 }
+
+void pdx_plan_layers(pdx_plan_t *plan, uint32_t begin, uint32_t end, bool unlayered)
+{
+    const uint32_t first = plan->src->layer_begin + plan->src_layer0;
+    uint32_t lo = PDX_MAX(begin, first), hi = PDX_MIN(end, first + plan->nlayers);
+
+    if (lo >= hi) {
+        plan->nlayers = 0;
+    } else {
+        plan->src_layer0 += lo - first;
+        plan->dst_layer0 += lo - first;
+        plan->nlayers = hi - lo;
+    }
+    for (uint32_t g = 0; g < plan->ngroups; g++)
+        if (!group_has_layers(&plan->src->groups[g]) ? !unlayered : plan->nlayers == 0)
+            plan->planned &= ~(1u << g);
+}

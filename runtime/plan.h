@@ -23,6 +23,8 @@
 #include "layout.h"
 #include "util.h"
 
+#include <stdbool.h>
+
 typedef struct pdx_run {
     uint32_t src_mem;    /* src layout's buffer.mem */
     uint32_t dst_mem;    /* dst layout's buffer.mem */
@@ -77,6 +79,14 @@ static inline uint64_t pdx_plan_run_cap(uint64_t cap, uint64_t piece, uint64_t s
 pdx_status_t pdx_plan_init(pdx_plan_t *plan, const pdx_layout_t *src, const pdx_layout_t *dst,
                            const pdx_pages_t *src_pages, const pdx_pages_t *dst_pages,
                            uint64_t max_msg_size, unsigned flags, char *err, size_t errlen);
+
+/*
+ * Narrow a plan just made (pdx_plan_init, its cursor unmoved) to the layers
+ * [begin, end) of the src layout's numbering: its layered groups yield the
+ * runs of those layers only (none when no common layer is left), its groups
+ * without layers only with unlayered.
+ */
+void pdx_plan_layers(pdx_plan_t *plan, uint32_t begin, uint32_t end, bool unlayered);
 
 /* Up to max runs into out; 0 once the plan is exhausted. */
 uint32_t pdx_plan_next(pdx_plan_t *plan, pdx_run_t *out, uint32_t max);

@@ -29,6 +29,8 @@ typedef struct pdx_chunk {
     uint32_t     flags;       /* PDX_SEND_* */
     uint32_t     ngroups;
     uint32_t     has_aux;
+    uint32_t     layer_begin;  /* pdx_send_layers; pdx_send: the layout's whole range */
+    uint32_t     layer_end;
     pdx_region_t aux;
     pdx_gate_t   gate;
     uint64_t     submit_ns;

@@ -15,8 +15,8 @@
 #include "rooms.h"
 
 static pdx_status_t send_chunk(pdx_engine_t *e, pdx_room_t room, uint32_t layout_id,
-                               const pdx_pages_t *src, const pdx_gate_t *gate,
-                               const pdx_region_t *aux, unsigned flags);
+                               const uint32_t layers[2], const pdx_pages_t *src,
+                               const pdx_gate_t *gate, const pdx_region_t *aux, unsigned flags);
 
 /* The room of a pdx_send: found, or created BOOTSTRAPPING. */
 static pdx_status_t send_room(pdx_engine_t *e, pdx_room_t room, pdx_room_obj_t **obj_p)
@@ -50,6 +50,14 @@ pdx_status_t pdx_send(pdx_engine_t *e, pdx_room_t room, uint32_t layout_id,
                       const pdx_pages_t *src, const pdx_gate_t *gate, const pdx_region_t *aux,
                       unsigned flags)
 {
+    return pdx_send_layers(e, room, layout_id, 0, UINT32_MAX, src, gate, aux, flags);
+}
+
+pdx_status_t pdx_send_layers(pdx_engine_t *e, pdx_room_t room, uint32_t layout_id,
+                             uint32_t layer_begin, uint32_t layer_end, const pdx_pages_t *src,
+                             const pdx_gate_t *gate, const pdx_region_t *aux, unsigned flags)
+{
+    const uint32_t layers[2] = {layer_begin, layer_end};
     pdx_status_t st;
 
     if (!e)
@@ -58,7 +66,7 @@ pdx_status_t pdx_send(pdx_engine_t *e, pdx_room_t room, uint32_t layout_id,
     st = pdx_gpu_gate_claim(e, gate);
     if (st != PDX_OK)
         return st;
-    st = send_chunk(e, room, layout_id, src, gate, aux, flags);
+    st = send_chunk(e, room, layout_id, layers, src, gate, aux, flags);
     if (st == PDX_ERR_AGAIN)
         pdx_gpu_gate_unclaim(e, gate);
     else if (st != PDX_OK && gate)
@@ -75,8 +83,8 @@ pdx_status_t pdx_gate_release(pdx_engine_t *e, const pdx_gate_t *gate)
 }
 
 static pdx_status_t send_chunk(pdx_engine_t *e, pdx_room_t room, uint32_t layout_id,
-                               const pdx_pages_t *src, const pdx_gate_t *gate,
-                               const pdx_region_t *aux, unsigned flags)
+                               const uint32_t layers[2], const pdx_pages_t *src,
+                               const pdx_gate_t *gate, const pdx_region_t *aux, unsigned flags)
 {
     const pdx_layout_t *layout;
     pdx_chunk_t chunk = {0};
@@ -97,6 +105,18 @@ static pdx_status_t send_chunk(pdx_engine_t *e, pdx_room_t room, uint32_t layout
     if (!layout) {
         pdx_error("pdx_send: room %llu: unknown layout %u", (unsigned long long)room, layout_id);
         return PDX_ERR_NOT_FOUND;
+    }
+    if (layers[0] >= layers[1]) {
+        pdx_error("pdx_send_layers: room %llu: no layer in [%u, %u)", (unsigned long long)room,
+                  layers[0], layers[1]);
+        return PDX_ERR_INVALID;
+    }
+    if (layers[1] != UINT32_MAX &&
+        (layers[0] < layout->layer_begin || layers[1] > layout->layer_end)) {
+        pdx_error("pdx_send_layers: room %llu: layers [%u, %u) outside layout %u's [%u, %u)",
+                  (unsigned long long)room, layers[0], layers[1], layout_id,
+                  layout->layer_begin, layout->layer_end);
+        return PDX_ERR_RANGE;
     }
     if (gate && (st = pdx_gpu_gate_check(e, gate)) != PDX_OK)
         return st;
@@ -143,6 +163,8 @@ static pdx_status_t send_chunk(pdx_engine_t *e, pdx_room_t room, uint32_t layout
     chunk.layout = layout_id;
     chunk.flags = flags;
     chunk.ngroups = layout->ngroups;
+    chunk.layer_begin = layers[1] == UINT32_MAX ? layout->layer_begin : layers[0];
+    chunk.layer_end = layers[1] == UINT32_MAX ? layout->layer_end : layers[1];
     if (aux) {
         chunk.has_aux = 1;
         chunk.aux = *aux;

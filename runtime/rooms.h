@@ -114,6 +114,9 @@ typedef struct pdx_room_ext {
                                         * before plan.group posted */
     bool             gpu_gate;         /* the head chunk's gate is still closed: its
                                         * page copies wait for it on the GPU */
+    bool             layers_open;      /* a chunk's first layer ranges went, not its last */
+    uint32_t         layer_next;       /* ... the layer its next range starts at */
+    uint32_t         layer_npages[PDX_LAYOUT_MAX_GROUPS]; /* ... and its page counts */
     pdx_plan_t       plan;
     pdx_pages_t      plan_src[PDX_LAYOUT_MAX_GROUPS];
     pdx_pages_t      plan_dst[PDX_LAYOUT_MAX_GROUPS];

@@ -371,6 +371,50 @@ Test(plan, layer_range_maps_common_layers)
     pdx_layout_free(dst);
 }
 
+Test(plan, layers_narrow_to_a_range)
+{
+    /* Prefill [10, 40), decode [0, 61): layers [20, 23) of a K/V group,
+     * then the same with the NO_LAYERS group (a chunk's last range). */
+    tgroup_t g[2] = {
+        { .flags = 0, .parts = 2, .npages = 32, .bpp = { 128, 64 } },
+        { .flags = PDX_GROUP_NO_LAYERS, .parts = 1, .npages = 8, .bpp = { 256 } },
+    };
+    uint32_t s[4] = { 0, 1, 2, 3 }, d[4] = { 16, 17, 18, 19 }, d1[2] = { 4, 5 };
+    pdx_pages_t sp[2] = { { s, 4 }, { s, 2 } }, dp[2] = { { d, 4 }, { d1, 2 } };
+    pdx_layout_t *src = build_layout(10, 40, g, 2, 0), *dst = build_layout(0, 61, g, 2, 10);
+    pdx_plan_t plan;
+    pdx_run_t runs[128];
+    char err[256] = "";
+
+    for (int with = 0; with < 2; with++) {
+        uint32_t n;
+
+        cr_assert_eq(pdx_plan_init(&plan, src, dst, sp, dp, BIG_MSG, 0, err, sizeof(err)),
+                     PDX_OK, "%s", err);
+        pdx_plan_layers(&plan, 20, 23, with);
+        n = pdx_plan_next(&plan, runs, 128);
+        cr_assert_eq(n, 6u + (uint32_t)with, "runs of layers 20-22 (and the unlayered group)");
+        for (uint32_t i = 0; i < 6; i++) {
+            uint32_t layer = 20 + i / 2, part = i % 2;
+            const pdx_buffer_t *sb = &src->groups[0].buffers[(layer - 10) * 2 + part];
+            const pdx_buffer_t *db = &dst->groups[0].buffers[layer * 2 + part];
+
+            cr_assert_eq(runs[i].src_mem, sb->mem, "run %u", i);
+            cr_assert_eq(runs[i].dst_mem, db->mem, "run %u", i);
+            cr_assert_eq(runs[i].dst_offset, db->offset + 16 * db->bytes_per_page, "run %u", i);
+            cr_assert_eq(runs[i].len, 4 * sb->bytes_per_page, "run %u", i);
+        }
+        if (with)
+            cr_assert_eq(runs[6].src_mem, src->groups[1].buffers[0].mem);
+    }
+    /* a range outside the layers both hold plans no layered run */
+    cr_assert_eq(pdx_plan_init(&plan, src, dst, sp, dp, BIG_MSG, 0, err, sizeof(err)), PDX_OK);
+    pdx_plan_layers(&plan, 40, 61, true);
+    cr_assert_eq(pdx_plan_next(&plan, runs, 128), 1, "the unlayered group only");
+    pdx_layout_free(src);
+    pdx_layout_free(dst);
+}
+
 Test(plan, no_layers_group_matches_index_by_index)
 {
     /* Disjoint layer ranges: a NO_LAYERS group still plans. */

@@ -349,15 +349,20 @@ class Engine:
         _check(_lib.pdx_expect(self._h(), peer, room, layout, arr, _region(aux), nsenders,
                                timeout_ms), "pdx_expect", "room %d" % room)
 
-    def send(self, room, layout, pages, gate=None, aux=None, last=False):
+    def send(self, room, layout, pages, gate=None, aux=None, last=False, layers=None):
         """Prefill: queue one chunk (one page list per group). Raises Again when
-        the shard's ring is full."""
+        the shard's ring is full. layers=(begin, end): only those layers of the
+        chunk (pdx_send_layers), each range with its own gate, in order."""
         arr, _keep = _pages(pages)
         g = ctypes.byref(gate) if gate is not None else None
-        st = _lib.pdx_send(self._e or self._h(), room, layout, arr, g,
-                           _region(aux) if aux is not None else None, 1 if last else 0)
+        a = _region(aux) if aux is not None else None
+        if layers is None:
+            st = _lib.pdx_send(self._e or self._h(), room, layout, arr, g, a, 1 if last else 0)
+        else:
+            st = _lib.pdx_send_layers(self._e or self._h(), room, layout, layers[0], layers[1],
+                                      arr, g, a, 1 if last else 0)
         if st < 0:
-            _check(st, "pdx_send", "room %d" % room)
+            _check(st, "pdx_send_layers" if layers is not None else "pdx_send", "room %d" % room)
 
     def gate_arm(self, stream):
         """A gate on a GPU stream (a raw hipStream_t): pass it to send()."""

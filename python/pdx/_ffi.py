@@ -195,6 +195,8 @@ PROTOTYPES = {
     "pdx_gate_arm": (c_status, [vp, vp, P(Gate)]),
     "pdx_gate_release": (c_status, [vp, P(Gate)]),
     "pdx_send": (c_status, [vp, u64, u32, P(Pages), P(Gate), P(Region), ctypes.c_uint]),
+    "pdx_send_layers": (c_status, [vp, u64, u32, u32, u32, P(Pages), P(Gate), P(Region),
+                                   ctypes.c_uint]),
     "pdx_room_stream_wait": (c_status, [vp, u64, vp]),
     "pdx_poll": (ctypes.c_int, [vp, u64]),
     "pdx_room_error": (c_status, [vp, u64, ctypes.c_char_p, sz]),

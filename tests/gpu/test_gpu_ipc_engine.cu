@@ -25,6 +25,10 @@
  *      room ends (FAILED naming the peer, or SUCCESS), the region handles
  *      opened for it are closed once the peer is gone, and a third child is
  *      served by the same prefill engine.
+ *   5. layer ranges (pdx_send_layers): each layer of a room written by its
+ *      own producer behind its own flag and sent as its own range behind a
+ *      gate, over ipc (the GPU waits) and tcp (the shard polls): no stale
+ *      byte, no room done before its last layer; without gates, stale bytes.
  *
  * --bench: DeepSeek-R1 (61 layers x 576 B per token, page 64) and
  * Llama-3-70B TP8 (80 layers, K and V, 256 B per token each, page 16)
@@ -32,6 +36,15 @@
  * and 32 rooms kept in flight: GB/s against one contiguous device-to-device
  * copy of the same bytes and one copy per page (measured in the same run),
  * and per-room latency p50/p99.
+ *
+ * --bench-layers: a simulated forward pass (per layer a kernel that writes
+ * the layer's pages, then computes for a set time), DeepSeek-R1-like (61
+ * layers) and Llama-like (32 layers, K and V) rooms of 4096 tokens over ipc
+ * and tcp, sent whole after the pass or layer by layer: the exposed
+ * transfer time (decode SUCCESS - end of the last layer's kernel), at a
+ * compute time per layer longer and shorter than a layer's transfer.
+ *
+ * --gates: tests 2 and 3 only.
  *
  * --bench-gates: rooms sent gated behind a 200 us kernel, one at a time,
  * pdx_send to decode's SUCCESS (p50, p99) with the copies waiting for the
@@ -83,7 +96,8 @@ typedef struct side {
     uint64_t      bpp;
 } side_t;
 
-static const char *gpu_gates = "auto"; /* PDX_GPU_GATES of the engines opened next */
+/* PDX_GPU_GATES of the engines opened next (the benches: the environment's) */
+static const char *gpu_gates = getenv("PDX_GPU_GATES") ? getenv("PDX_GPU_GATES") : "auto";
 
 /* One engine on GPU 0, its pool one cudaMalloc with a region per buffer
  * (they share one registration and one IPC export). */
@@ -379,11 +393,12 @@ __host__ __device__ static uint64_t room_word(uint64_t room, uint32_t layer, uin
     return mix(room * 0x9e3779b97f4a7c15ull ^ (uint64_t)layer << 48 ^ (uint64_t)i << 24 ^ w);
 }
 
-/* One block per (layer, page of the chunk): wait for the flag, write the page. */
-__global__ void produce(volatile uint64_t *flag, uint64_t *pool, const uint32_t *pages,
-                        uint32_t n, uint64_t room)
+/* Wait for the flag (the block's first thread), then write the i-th page of
+ * the chunk in layer. */
+__device__ static void produce_page(volatile uint64_t *flag, uint64_t *pool,
+                                    const uint32_t *pages, uint32_t i, uint64_t room,
+                                    uint32_t layer)
 {
-    const uint32_t layer = blockIdx.x / n, i = blockIdx.x % n;
     uint64_t *page = pool + ((uint64_t)layer * GNP + pages[i]) * (GBPP / 8);
 
     if (threadIdx.x == 0)
@@ -392,6 +407,20 @@ __global__ void produce(volatile uint64_t *flag, uint64_t *pool, const uint32_t 
     __syncthreads();
     for (uint32_t w = threadIdx.x; w < GBPP / 8; w += blockDim.x)
         page[w] = room_word(room, layer, i, w);
+}
+
+/* One block per (layer, page of the chunk). */
+__global__ void produce(volatile uint64_t *flag, uint64_t *pool, const uint32_t *pages,
+                        uint32_t n, uint64_t room)
+{
+    produce_page(flag, pool, pages, blockIdx.x % n, room, blockIdx.x / n);
+}
+
+/* One block per page of one layer. */
+__global__ void produce_layer(volatile uint64_t *flag, uint64_t *pool, const uint32_t *pages,
+                              uint64_t room, uint32_t layer)
+{
+    produce_page(flag, pool, pages, blockIdx.x, room, layer);
 }
 
 __global__ void count_stale(const uint64_t *pool, const uint32_t *dst, uint32_t n, uint64_t room,
@@ -673,8 +702,10 @@ static void test_gates(const char *mode)
         CHECK(pdx_abort(pf.e, 5100) == PDX_OK, "abort");
         while ((rs = pdx_release(pf.e, 5100)) == PDX_INPROGRESS && now_ns() - t0 < 2000000000ull)
             usleep(100);
-        CHECK(rs == PDX_OK, "the aborted room is released before its gate opened: %s",
-              pdx_status_str(rs));
+        CHECK(rs == PDX_OK, "the aborted room is released before its gate opened: %s "
+              "(prefill %d, decode %d, %llu chunks waited on the GPU)", pdx_status_str(rs),
+              (int)pdx_poll(pf.e, 5100), (int)pdx_poll(dc.e, 5100),
+              (unsigned long long)gates_on_gpu(pf.e));
         printf("ipc, a room aborted behind a closed gate: released in %.2f ms\n",
                (double)(now_ns() - t0) / 1e6);
     }
@@ -696,6 +727,98 @@ static void test_gates(const char *mode)
     cudaFree(gpages);
     cudaFreeHost(flag);
     gpu_gates = "auto";
+}
+
+/* ------------------------------------------------------- 5. layer ranges */
+
+/* Rooms sent one layer range at a time (pdx_send_layers), each layer's
+ * producer spinning on its own flag and each range behind its own gate;
+ * the flags go up one layer at a time. gated: no stale byte and no room
+ * done before its last layer; without gates: stale bytes. */
+static void layer_rooms(const char *transport, bool gated)
+{
+    enum { ROOMS = 8 };
+    side_t pf, dc;
+    uint32_t peer;
+    uint64_t *lflags, stale = 0;
+    unsigned seed = 21;
+    int ok = 0;
+
+    progress("layer ranges", 0);
+    CUDA_OK(cudaHostAlloc((void **)&lflags, GL * sizeof(*lflags), cudaHostAllocMapped));
+    side_open(&pf, transport, GL, 1, GNP, GBPP, "5000");
+    side_open(&dc, transport, GL, 1, GNP, GBPP, "5000");
+    CHECK(pdx_peer_connect(dc.e, pdx_engine_address(pf.e), 5000, &peer) == PDX_OK, "connect");
+    for (int r = 0; r < ROOMS; r++) {
+        const uint64_t room = 8000 + (uint64_t)r + (gated ? 0 : 100);
+        uint32_t src[GPAGES], dst[GPAGES];
+        pdx_pages_t sp = {src, GPAGES}, dp = {dst, GPAGES};
+        unsigned long long bad = 0;
+
+        pick(src, GPAGES, 0, GNP, &seed);
+        pick(dst, GPAGES, 0, GNP, &seed);
+        CUDA_OK(cudaMemcpy(gpages, src, sizeof(src), cudaMemcpyHostToDevice));
+        CUDA_OK(cudaMemcpy(gpages + GPAGES, dst, sizeof(dst), cudaMemcpyHostToDevice));
+        CHECK(pdx_expect(dc.e, peer, room, dc.layout, &dp, NULL, 1, 10000) == PDX_OK, "expect");
+        for (uint32_t l = 0; l < GL; l++) {
+            pdx_gate_t gate = {};
+
+            lflags[l] = 0;
+            produce_layer<<<GPAGES, 128, 0, gstream>>>(&lflags[l], (uint64_t *)pf.pool, gpages,
+                                                       room, l);
+            if (gated)
+                CHECK(pdx_gate_arm(pf.e, gstream, &gate) == PDX_OK, "gate_arm");
+            CHECK(pdx_send_layers(pf.e, room, pf.layout, l, l + 1, &sp, gated ? &gate : NULL,
+                                  NULL, l + 1 == GL ? PDX_SEND_LAST : 0) == PDX_OK, "send");
+        }
+        usleep(2000);
+        for (uint32_t l = 0; l < GL; l++) {
+            if (gated)
+                CHECK(!room_ended(dc.e, room), "room %llu ended with %u of %u layers written",
+                      (unsigned long long)room, l, GL);
+            __atomic_store_n(&lflags[l], 1, __ATOMIC_RELEASE);
+            usleep(1000);
+        }
+        CUDA_OK(cudaStreamSynchronize(gstream));
+        if (wait_done(dc.e, room, 10000) == PDX_ROOM_SUCCESS) {
+            ok++;
+            CUDA_OK(cudaMemset(gbad, 0, sizeof(*gbad)));
+            count_stale<<<GL * GPAGES, 128>>>((const uint64_t *)dc.pool, gpages + GPAGES,
+                                              GPAGES, room, gbad);
+            CUDA_OK(cudaMemcpy(&bad, gbad, sizeof(bad), cudaMemcpyDeviceToHost));
+            stale += bad * 8;
+        }
+        wait_done(pf.e, room, 10000);
+        release_room(dc.e, room);
+        release_room(pf.e, room);
+    }
+    if (gated)
+        CHECK(ok == ROOMS && stale == 0, "%s, layer by layer behind gates: %d/%d rooms, %llu "
+              "stale bytes", transport, ok, ROOMS, (unsigned long long)stale);
+    else
+        CHECK(stale > 0, "%s, layer by layer without gates saw no stale byte: the test could "
+              "not fail", transport);
+    printf("%s, layer ranges %s gates: %d/%d rooms SUCCESS, %llu stale bytes; %llu chunks "
+           "waited on the GPU\n", transport, gated ? "behind" : "without", ok, ROOMS,
+           (unsigned long long)stale, (unsigned long long)gates_on_gpu(pf.e));
+    side_close(&dc);
+    side_close(&pf);
+    cudaFreeHost(lflags);
+}
+
+static void test_layers(void)
+{
+    CUDA_OK(cudaHostAlloc((void **)&flag, sizeof(*flag), cudaHostAllocMapped));
+    CUDA_OK(cudaMalloc((void **)&gpages, 2 * GPAGES * sizeof(uint32_t)));
+    CUDA_OK(cudaMalloc((void **)&gbad, sizeof(*gbad)));
+    CUDA_OK(cudaStreamCreateWithFlags(&gstream, cudaStreamNonBlocking));
+    layer_rooms("ipc", true);
+    layer_rooms("tcp", true);
+    layer_rooms("ipc", false);
+    cudaStreamDestroy(gstream);
+    cudaFree(gbad);
+    cudaFree(gpages);
+    cudaFreeHost(flag);
 }
 
 /* ------------------------------------------------- bench: gate to SUCCESS */
@@ -795,6 +918,137 @@ static void bench_gates(void)
     cudaStreamDestroy(gstream);
     cudaEventDestroy(gev);
     cudaFreeHost(flag);
+}
+
+/* --------------------------------------------- bench: layer-wise sending */
+
+/* A layer of a forward pass: one block per (page of the room, buffer of the
+ * layer) writes it, then block 0 stays busy for ns: the layer's compute. */
+__global__ void forward_layer(uint8_t *pool, const uint32_t *pages, uint32_t n, uint32_t bpl,
+                              uint64_t buf_len, uint64_t bpp, uint32_t layer, uint64_t room,
+                              uint64_t ns)
+{
+    const uint32_t i = blockIdx.x % n, part = blockIdx.x / n;
+    uint64_t *p = (uint64_t *)(pool + (uint64_t)(layer * bpl + part) * buf_len + pages[i] * bpp);
+
+    for (uint64_t w = threadIdx.x; w < bpp / 8; w += blockDim.x)
+        p[w] = room ^ w;
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        uint64_t t0, t;
+
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        do
+            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        while (t - t0 < ns);
+    }
+}
+
+/* Rooms of `pages` pages through a simulated forward pass of `layers`
+ * layers of compute_us each, sent whole after it (one gate after the last
+ * layer) or layer by layer (a gate after each): the exposed transfer time,
+ * decode's SUCCESS minus the end of the last layer's kernel, p50 and p99. */
+static void bench_layers(const char *name, const char *transport, uint32_t layers, uint32_t bpl,
+                         uint64_t bpp, uint32_t pages, uint64_t compute_us)
+{
+    enum { WARM = 2, N = 12 };
+    const uint64_t buf_len = 2ull * pages * bpp;
+    side_t pf, dc;
+    uint32_t peer, *dpages, src[256], dst[256];
+    pdx_pages_t sp = {src, pages};
+    cudaEvent_t end_ev;
+    unsigned seed = 5;
+    double p50[2] = {0, 0};
+
+    progress("bench layers", 0);
+    side_open(&pf, transport, layers, bpl, 2 * pages, bpp, "60000");
+    side_open(&dc, transport, layers, bpl, 2 * pages, bpp, "60000");
+    CHECK(pdx_peer_connect(dc.e, pdx_engine_address(pf.e), 5000, &peer) == PDX_OK, "connect");
+    CUDA_OK(cudaMalloc((void **)&dpages, pages * sizeof(uint32_t)));
+    CUDA_OK(cudaEventCreateWithFlags(&end_ev, cudaEventDisableTiming));
+    pick(src, pages, 0, 2 * pages, &seed);
+    CUDA_OK(cudaMemcpy(dpages, src, pages * sizeof(uint32_t), cudaMemcpyHostToDevice));
+    for (int mode = 0; mode < 2; mode++) { /* 0: whole, 1: layer by layer */
+        uint64_t exposed[N];
+        int ok = 0;
+
+        for (int r = 0; r < WARM + N; r++) {
+            const uint64_t room = 90000 + (uint64_t)mode * 1000 + (uint64_t)r;
+            pdx_pages_t dp = {dst, pages};
+            pdx_gate_t gate = {};
+            uint64_t t_end, end;
+            pdx_room_state_t st;
+
+            pick(dst, pages, 0, 2 * pages, &seed);
+            CHECK(pdx_expect(dc.e, peer, room, dc.layout, &dp, NULL, 1, 30000) == PDX_OK,
+                  "expect");
+            end = now_ns() + 5000000000ull;
+            while (pdx_poll(pf.e, room) != PDX_ROOM_WAITING && now_ns() < end)
+                usleep(20);
+            for (uint32_t l = 0; l < layers; l++) {
+                forward_layer<<<pages * bpl, 256, 0, gstream>>>(pf.pool, dpages, pages, bpl,
+                                                                buf_len, bpp, l, room,
+                                                                compute_us * 1000);
+                if (mode == 1) {
+                    CHECK(pdx_gate_arm(pf.e, gstream, &gate) == PDX_OK, "gate_arm");
+                    CHECK(pdx_send_layers(pf.e, room, pf.layout, l, l + 1, &sp, &gate, NULL,
+                                          l + 1 == layers ? PDX_SEND_LAST : 0) == PDX_OK,
+                          "send layer %u", l);
+                }
+            }
+            if (mode == 0) {
+                CHECK(pdx_gate_arm(pf.e, gstream, &gate) == PDX_OK, "gate_arm");
+                CHECK(pdx_send(pf.e, room, pf.layout, &sp, &gate, NULL, PDX_SEND_LAST) == PDX_OK,
+                      "send");
+            }
+            CUDA_OK(cudaEventRecord(end_ev, gstream));
+            CUDA_OK(cudaEventSynchronize(end_ev));
+            t_end = now_ns();
+            end = t_end + 30000000000ull;
+            while ((st = pdx_poll(dc.e, room)) != PDX_ROOM_SUCCESS && st != PDX_ROOM_FAILED &&
+                   now_ns() < end)
+                ;
+            if (r >= WARM) {
+                exposed[r - WARM] = now_ns() - t_end;
+                ok += st == PDX_ROOM_SUCCESS;
+            }
+            wait_done(pf.e, room, 10000);
+            release_room(dc.e, room);
+            release_room(pf.e, room);
+        }
+        CHECK(ok == N, "%s %s: %d/%d rooms SUCCESS", name, mode ? "layer-wise" : "whole", ok, N);
+        qsort(exposed, N, sizeof(exposed[0]), cmp_u64);
+        p50[mode] = exposed[N / 2] / 1e3;
+        printf("  %-5s %-9s %4llu us/layer, %s: exposed p50 %9.1f us, p99 %9.1f us\n",
+               transport, name, (unsigned long long)compute_us,
+               mode ? "layer by layer " : "whole, after it", exposed[N / 2] / 1e3,
+               exposed[N - 1] / 1e3);
+    }
+    printf("  %-5s %-9s %4llu us/layer: layer-wise exposes %.3f of whole (%.1f us, one layer's "
+           "share of the whole transfer %.1f us: %.2fx it)\n", transport, name,
+           (unsigned long long)compute_us, p50[1] / p50[0], p50[1], p50[0] / layers,
+           p50[1] / (p50[0] / layers));
+    cudaEventDestroy(end_ev);
+    cudaFree(dpages);
+    side_close(&dc);
+    side_close(&pf);
+}
+
+static void bench_layerwise(void)
+{
+    const char *tps[2] = {"ipc", "tcp"};
+
+    CUDA_OK(cudaStreamCreateWithFlags(&gstream, cudaStreamNonBlocking));
+    printf("exposed transfer time: decode SUCCESS - end of the last layer's kernel (rooms of "
+           "4096 tokens, one at a time):\n");
+    for (int t = 0; t < 2; t++) {
+        const uint64_t slow = t == 0 ? 200 : 2000, fast = t == 0 ? 2 : 100;
+
+        bench_layers("DeepSeek", tps[t], 61, 1, 64 * 576, 64, slow);
+        bench_layers("DeepSeek", tps[t], 61, 1, 64 * 576, 64, fast);
+        bench_layers("Llama-32L", tps[t], 32, 2, 16 * 256, 256, slow);
+        bench_layers("Llama-32L", tps[t], 32, 2, 16 * 256, 256, fast);
+    }
+    cudaStreamDestroy(gstream);
 }
 
 /* ------------------------------------------------------ 4. two processes */
@@ -1160,7 +1414,12 @@ int main(int argc, char **argv)
                             (uint32_t)strtoul(argv[4], NULL, 10), strtoull(argv[5], NULL, 10));
     progress("setup", 0);
     CUDA_OK(cudaSetDevice(0));
-    if (argc == 2 && strcmp(argv[1], "--bench-gates") == 0) {
+    if (argc == 2 && strcmp(argv[1], "--gates") == 0) {
+        test_gates("auto");
+        test_gates("off");
+    } else if (argc == 2 && strcmp(argv[1], "--bench-layers") == 0) {
+        bench_layerwise();
+    } else if (argc == 2 && strcmp(argv[1], "--bench-gates") == 0) {
         bench_gates();
     } else if (argc == 2 && strcmp(argv[1], "--bench") == 0) {
         for (uint32_t f = 2; f <= 32; f *= 4) {
@@ -1176,6 +1435,7 @@ int main(int argc, char **argv)
         test_xfer();
         test_gates("auto");
         test_gates("off");
+        test_layers();
         test_two_processes();
     }
     alarm(0);

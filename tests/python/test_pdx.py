@@ -192,6 +192,24 @@ class Engine(unittest.TestCase):
         self.assertEqual(st["rooms_success"], 1)
         self.assertGreater(st["bytes_sent"], 6 * LAYERS * BPP - 1)
 
+    def test_layer_ranges(self):
+        pf, dc = self.side(), self.side()
+        peer = dc.e.connect(pf.e.address)
+        src, dst = [5, 9, 1, 40], [60, 3, 7, 8]
+        dc.e.expect(peer, 78, dc.layout, [dst])
+        pf.fill(78, src)
+        half = LAYERS // 2
+        pf.e.send(78, pf.layout, [src], layers=(0, half))
+        pf.e.send(78, pf.layout, [src], layers=(half, LAYERS), last=True)
+        self.assertEqual(wait(dc.e, 78, pdx.RoomState.SUCCESS), pdx.RoomState.SUCCESS,
+                         dc.e.error(78))
+        self.assertIsNone(dc.check(78, dst))
+        self.assertEqual(pf.e.stats()["bytes_sent"], 4 * LAYERS * BPP)
+        with self.assertRaises(pdx.Error):
+            pf.e.send(79, pf.layout, [src], layers=(half, half))
+        release(dc.e, 78)
+        release(pf.e, 78)
+
     def test_auth_key(self):
         key = "a key of more than sixteen bytes"
         pf, dc = self.side(auth_key=key), self.side(auth_key=key)

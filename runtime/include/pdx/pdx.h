@@ -552,6 +552,26 @@ PDX_API pdx_status_t pdx_send(pdx_engine_t *engine, pdx_room_t room, uint32_t la
                               const pdx_region_t *aux, unsigned flags);
 
 /*
+ * pdx_send() of the layers [layer_begin, layer_end) of `layout` only (its
+ * own numbering: within the layout's layer range), each range with its own
+ * gate, so a chunk's first layers go while the forward pass still computes
+ * the later ones. The ranges of one chunk come one after another, with the
+ * same page lists: the first starts at the layout's first layer, each next
+ * one where the one before ended, the last ends at its last layer; only then
+ * do the chunk's pages take up decode's destination pages, and groups
+ * without layers go with that last range. PDX_SEND_LAST goes with the range
+ * that ends the room's last chunk. A range out of that order, or a chunk
+ * whose ranges stop short of the last layer, fails the room (PDX_ERR_RANGE,
+ * saying which layers are missing); a range outside the layout's layers is
+ * PDX_ERR_RANGE at once, an empty one PDX_ERR_INVALID. Not with PDX_VERIFY
+ * (its sums are of whole chunks: the room fails, saying so).
+ */
+PDX_API pdx_status_t pdx_send_layers(pdx_engine_t *engine, pdx_room_t room, uint32_t layout,
+                                     uint32_t layer_begin, uint32_t layer_end,
+                                     const pdx_pages_t *src, const pdx_gate_t *gate,
+                                     const pdx_region_t *aux, unsigned flags);
+
+/*
  * Decode: enqueue on hip_stream (a hipStream_t of the engine's GPU) a wait
  * until `room` ends, SUCCESS or FAILED: kernels enqueued after it run once
  * the room's pages are visible, without a host round trip. The stream also
