@@ -10,7 +10,9 @@ base/conn.py) on pdx rooms.
                      sent with the last chunk)
     KVSender         prefill: init(num_kv_indices, aux_index), send(kv_indices)
                      per chunk (the chunk that completes num_kv_indices is the
-                     last), poll(), failure_exception(), abort()
+                     last), or send_layer(kv_indices, layer) per layer of it
+                     as the forward pass writes them, poll(),
+                     failure_exception(), abort()
     KVReceiver       decode: init() then send_metadata(kv_indices, aux_index),
                      or init(kv_indices, aux_index) at once; poll(), ...
     KVPoll           sglang's numbers
@@ -146,7 +148,8 @@ class KVManager:
             slots = min(size // item for size, item in zip(a.aux_data_lens, a.aux_item_lens))
             groups.append(pdx.Group([(m, 0, item) for m, item in zip(aux_mems, a.aux_item_lens)],
                                     slots, 1, pdx.Group.NO_LAYERS | pdx.Group.STATE))
-        return e.layout(groups, 0, n // per_layer)
+        self.layers = n // per_layer
+        return e.layout(groups, 0, self.layers)
 
     def register_to_bootstrap(self):
         """Prefill: publish this engine's descriptor under its rank."""
@@ -232,13 +235,33 @@ class KVSender(_Room):
         """One chunk; the one that completes num_kv_indices is the last."""
         pages = [int(p) for p in kv_indices]
         self.sent += len(pages)
-        last = self.num_kv_indices is None or self.sent >= self.num_kv_indices
+        self._send(pages, self._ends(), gate, self._ends(), None)
+
+    def send_layer(self, kv_indices, layer, gate=None):
+        """Layer-wise (like vLLM's save_kv_layer): layer `layer` of the chunk
+        kv_indices, once the forward pass wrote it (gate: after that layer's
+        kernels). Call it for every layer in order; the chunk counts towards
+        num_kv_indices with its last layer."""
+        pages = [int(p) for p in kv_indices]
+        final = layer + 1 == self.mgr.layers
+        ends = self.num_kv_indices is None or self.sent + len(pages) >= self.num_kv_indices
+        if final:
+            self.sent += len(pages)
+        self._send(pages, ends, gate, final and ends, (layer, layer + 1))
+
+    def _ends(self):
+        return self.num_kv_indices is None or self.sent >= self.num_kv_indices
+
+    def _send(self, pages, aux, gate, last, layers):
+        """aux: this chunk completes the request (its aux slot goes with it;
+        every layer range of it lists the slot, sent with the last one)."""
         lists = [pages]
         if self.mgr.has_aux:
-            lists.append([int(self.aux_index)] if last and self.aux_index is not None else [])
+            lists.append([int(self.aux_index)] if aux and self.aux_index is not None else [])
         while True:
             try:
-                self.mgr.engine.send(self.room, self.mgr.layout, lists, gate=gate, last=last)
+                self.mgr.engine.send(self.room, self.mgr.layout, lists, gate=gate, last=last,
+                                     layers=layers)
                 return
             except pdx.Again:
                 time.sleep(0.0001)  # the shard's ring is full: it drains on its own

@@ -1,6 +1,7 @@
 """pdx.sglang with two Python processes over tcp: decode here, a prefill rank
 in a child (peer_sglang.py), the bootstrap service here. Several requests
-in chunks with aux bytes, abort, a killed prefill, a room nobody serves."""
+in chunks with aux bytes (whole chunks, and layer by layer), abort, a killed
+prefill, a room nobody serves."""
 
 import os
 import signal
@@ -43,9 +44,9 @@ class Connector(unittest.TestCase):
         self.mgr.close()
         self.boot.close()
 
-    def prefill(self, spec, want="success"):
+    def prefill(self, spec, want="success", how="chunks"):
         self.child = subprocess.Popen(
-            [sys.executable, os.path.join(HERE, "peer_sglang.py"), self.addr, spec, want],
+            [sys.executable, os.path.join(HERE, "peer_sglang.py"), self.addr, spec, want, how],
             stdout=subprocess.PIPE, text=True)
 
     def receiver(self, room, pages, aux):
@@ -59,8 +60,14 @@ class Connector(unittest.TestCase):
             time.sleep(0.05)
 
     def test_requests_in_chunks_with_aux(self):
+        self.requests("chunks")
+
+    def test_requests_layer_by_layer(self):
+        self.requests("layers")
+
+    def requests(self, how):
         rooms = [(11, 0, 9, 1), (12, 9, 4, 5), (13, 13, 12, 7)]
-        self.prefill(",".join("%d:%d:%d:%d" % r for r in rooms))
+        self.prefill(",".join("%d:%d:%d:%d" % r for r in rooms), how=how)
         recvs = []
         for room, first, n, aux in rooms:
             dst = [first + i for i in range(n)]
