@@ -37,6 +37,7 @@ typedef struct bench_opts {
     uint32_t requests;         /* rooms 1..requests */
     uint32_t concurrency;      /* rooms in flight per side */
     uint32_t chunks;           /* pdx_send calls per request (prefill) */
+    uint32_t layer_ranges;     /* pdx_send_layers calls per chunk (1: pdx_send) */
     uint64_t seed;
     int      timeout_ms;       /* every wait: connect/accept, a room, release */
     int      json;
@@ -63,6 +64,7 @@ typedef struct bench_result {
     int64_t  lat_p50_ns;
     int64_t  lat_p99_ns;
     pdx_stats_t stats;         /* the engine's counters at the end */
+    uint64_t shard_cpu_ns;     /* the engine's shard threads, user + system, at the end */
     char     address[PDX_NAME_MAX]; /* decode: where it listened */
     char     transport[16];    /* what the engine used (pdx_engine_transport); "": no engine */
     char     error[512];       /* the first failure: the room's error text or status, or the

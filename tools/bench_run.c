@@ -23,6 +23,7 @@
 #include "bench.h"
 #include "bench_gpu.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
@@ -198,9 +199,10 @@ static void prefill_start(bench_side_t *s, bench_slot_t *sl, pdx_room_t room)
     memcpy(s->aux + aux.offset, &rec, sizeof(rec));
     slot_start(s, sl, room, rec.send_ns, s->room_budget_ms);
     deadline = rec.send_ns + (uint64_t)o->timeout_ms * 1000000ull;
-    for (uint32_t c = 0; c < o->chunks; c++) {
-        int last = c + 1 == o->chunks;
-        uint32_t n = last ? o->pages - at : o->pages / o->chunks;
+    for (uint32_t c = 0, r = 0; c < o->chunks; r = (r + 1) % o->layer_ranges, c += r == 0) {
+        int last = c + 1 == o->chunks && r + 1 == o->layer_ranges;
+        uint32_t n = c + 1 == o->chunks ? o->pages - at : o->pages / o->chunks;
+        uint32_t lb = r * o->layers / o->layer_ranges, le = (r + 1) * o->layers / o->layer_ranges;
         pdx_pages_t src = {sl->pages + at, n};
         pdx_gate_t gate, *gated = NULL;
         char why[512];
@@ -216,8 +218,9 @@ static void prefill_start(bench_side_t *s, bench_slot_t *sl, pdx_room_t room)
             }
             gated = &gate;
         }
-        while ((st = pdx_send(s->e, room, s->layout, &src, gated, last ? &aux : NULL,
-                              last ? PDX_SEND_LAST : 0)) == PDX_ERR_AGAIN &&
+        while ((st = pdx_send_layers(s->e, room, s->layout, lb, le, &src, gated,
+                                     last ? &aux : NULL, last ? PDX_SEND_LAST : 0)) ==
+                   PDX_ERR_AGAIN &&
                bench_now_ns() < deadline)
             bench_sleep_ns(RETRY_NS);
         if (st != PDX_OK) {
@@ -227,7 +230,8 @@ static void prefill_start(bench_side_t *s, bench_slot_t *sl, pdx_room_t room)
             chunk_failed(s, sl, c);
             return;
         }
-        at += n;
+        if (r + 1 == o->layer_ranges)
+            at += n;
     }
 }
 
@@ -520,6 +524,52 @@ static int64_t percentile(const int64_t *v, uint64_t n, unsigned pct)
     return v[rank ? rank - 1 : 0];
 }
 
+/* CPU time of this process's threads named pdx-shard*: each thread's
+ * schedstat (nanoseconds), else its stat's utime + stime (clock ticks). */
+static uint64_t shard_cpu_ns(void)
+{
+    const long hz = sysconf(_SC_CLK_TCK);
+    uint64_t total = 0;
+    struct dirent *d;
+    DIR *dir = opendir("/proc/self/task");
+
+    if (!dir)
+        return 0;
+    while ((d = readdir(dir)) != NULL) {
+        char path[64], buf[512];
+        unsigned long long ut = 0, st = 0, run_ns = 0;
+        const char *end;
+        FILE *f;
+        size_t n;
+
+        if (d->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%.20s/stat", d->d_name);
+        f = fopen(path, "r");
+        if (!f)
+            continue;
+        n = fread(buf, 1, sizeof(buf) - 1, f);
+        fclose(f);
+        buf[n] = '\0';
+        /* pid (comm) state ... utime stime: fields 14 and 15 */
+        end = strrchr(buf, ')');
+        if (!strstr(buf, "(pdx-shard") || !end ||
+            sscanf(end + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) !=
+                2)
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%.20s/schedstat", d->d_name);
+        f = fopen(path, "r");
+        if (f && fscanf(f, "%llu", &run_ns) == 1)
+            total += run_ns;
+        else if (hz > 0)
+            total += (ut + st) * 1000000000ull / (uint64_t)hz;
+        if (f)
+            fclose(f);
+    }
+    closedir(dir);
+    return total;
+}
+
 int bench_run(const bench_opts_t *o, bench_role_t role, const pdx_config_t *cfg,
               const char *connect_addr, int addr_fd, bench_result_t *res)
 {
@@ -556,6 +606,7 @@ int bench_run(const bench_opts_t *o, bench_role_t role, const pdx_config_t *cfg,
         rc = serve_peers(&s, connect_addr);
     if (s.e && pdx_engine_stats(s.e, &res->stats) != PDX_OK)
         memset(&res->stats, 0, sizeof(res->stats));
+    res->shard_cpu_ns = shard_cpu_ns();
     if (res->nlat) {
         qsort(s.lat, res->nlat, sizeof(*s.lat), cmp_i64);
         res->lat_p50_ns = percentile(s.lat, res->nlat, 50);

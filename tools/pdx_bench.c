@@ -51,7 +51,7 @@ typedef struct cli {
 
 enum {
     OPT_ROLE = 256, OPT_LISTEN, OPT_CONNECT, OPT_LOOPBACK, OPT_SHARDS, OPT_TRANSPORT, OPT_SEED,
-    OPT_JSON, OPT_KEEP_GOING, OPT_TIMEOUT, OPT_GPU, OPT_PEERS,
+    OPT_JSON, OPT_KEEP_GOING, OPT_TIMEOUT, OPT_GPU, OPT_PEERS, OPT_LAYER_RANGES,
 };
 
 static const struct option long_opts[] = {
@@ -66,6 +66,7 @@ static const struct option long_opts[] = {
     {"requests", required_argument, NULL, 'n'},
     {"concurrency", required_argument, NULL, 't'},
     {"chunks", required_argument, NULL, 'k'},
+    {"layer-ranges", required_argument, NULL, OPT_LAYER_RANGES},
     {"shards", required_argument, NULL, OPT_SHARDS},
     {"transport", required_argument, NULL, OPT_TRANSPORT},
     {"pool-mib", required_argument, NULL, 'm'},
@@ -95,6 +96,8 @@ static void usage(FILE *out)
         "  -n, --requests R          requests (rooms 1..R)                    [64]\n"
         "  -t, --concurrency C       rooms in flight per side                 [8]\n"
         "  -k, --chunks K            pdx_send calls per request               [1]\n"
+        "      --layer-ranges R      prefill: each chunk as R layer ranges\n"
+        "                            (pdx_send_layers), host memory only      [1]\n"
         "      --shards S            PDX_SHARDS                               [engine default]\n"
         "      --transport NAME      PDX_TRANSPORT: auto, tcp, rdma, ipc      [engine default]\n"
         "  -m, --pool-mib M          KV pool per side, MiB   [1024, more if C requests need it]\n"
@@ -192,6 +195,9 @@ static int parse_args(int argc, char **argv, cli_t *c)
             o->gpu = (int)v;
             break;
         case OPT_PEERS: rc |= parse_u32("--peers", optarg, 0, 1u << 20, &o->peers); break;
+        case OPT_LAYER_RANGES:
+            rc |= parse_u32("--layer-ranges", optarg, 1, 1u << 20, &o->layer_ranges);
+            break;
         case 'h': usage(stdout); exit(BENCH_EXIT_OK);
         default: rc = -1; break;
         }
@@ -213,6 +219,11 @@ static int parse_args(int argc, char **argv, cli_t *c)
     }
     if (rc == 0 && o->peers != 1 && c->role != BENCH_DECODE) {
         fprintf(stderr, "pdx-bench: --peers is for --role decode\n");
+        rc = -1;
+    }
+    if (rc == 0 && (o->layer_ranges > o->layers || (o->layer_ranges > 1 && o->gpu >= 0))) {
+        fprintf(stderr, "pdx-bench: --layer-ranges %u: at most --layers (%u), host memory "
+                        "only\n", o->layer_ranges, o->layers);
         rc = -1;
     }
     if (rc == 0 && o->chunks > o->pages) {
@@ -322,8 +333,11 @@ static void print_banner(const cli_t *c, const pdx_config_t *cfg)
     printf(" Geometry       : %u layers (one buffer each) x %u B/token x %u tokens/page = %" PRIu64
            " B per page per layer\n", o->layers, o->bytes_per_token, o->page_size,
            o->bytes_per_page);
-    printf(" Request        : %u pages (%" PRIu64 " tokens) = %" PRIu64 " B in %u chunk(s)\n",
-           o->pages, (uint64_t)o->pages * o->page_size, o->bytes_per_request, o->chunks);
+    printf(" Request        : %u pages (%" PRIu64 " tokens) = %" PRIu64 " B in %u chunk(s)%s\n",
+           o->pages, (uint64_t)o->pages * o->page_size, o->bytes_per_request, o->chunks,
+           o->layer_ranges > 1 ? ", each as layer ranges" : "");
+    if (o->layer_ranges > 1)
+        printf(" Layer ranges   : %u per chunk (pdx_send_layers)\n", o->layer_ranges);
     printf(" Requests       : %u, %u in flight, seed %" PRIu64 "%s\n", o->requests,
            o->concurrency, o->seed, o->keep_going ? ", keep going" : "");
     if (o->gpu < 0)
@@ -435,7 +449,7 @@ static void json_result(const bench_result_t *r, int exit_status)
     printf(", \"done\": %" PRIu64 ", \"failed\": %" PRIu64 ", \"bytes\": %" PRIu64
            ", \"seconds\": %.6f, \"bw_gbps\": %.4f, \"requests_per_s\": %.3f"
            ", \"latency_samples\": %" PRIu64 ", \"lat_p50_us\": %.1f, \"lat_p99_us\": %.1f"
-           ", \"exit\": %d, \"stats\": "
+           ", \"exit\": %d, \"shard_cpu_us\": %.1f, \"stats\": "
            "{\"bytes_sent\": %" PRIu64 ", \"writes_posted\": %" PRIu64 ", \"chunks_sent\": %" PRIu64
            ", \"notifies_sent\": %" PRIu64 ", \"notifies_received\": %" PRIu64
            ", \"rooms_success\": %" PRIu64 ", \"rooms_failed\": %" PRIu64 ", \"send_again\": %"
@@ -443,7 +457,8 @@ static void json_result(const bench_result_t *r, int exit_status)
            ", \"checksum_mismatches\": %" PRIu64 ", \"bytes_direct\": %" PRIu64 "}}",
            r->done, r->failed, r->bytes, (double)r->wall_ns / 1e9, rate(r->bytes, r->wall_ns) / 1e9,
            rate(r->done, r->wall_ns), r->nlat, (double)r->lat_p50_ns / 1e3,
-           (double)r->lat_p99_ns / 1e3, exit_status, r->stats.bytes_sent, r->stats.writes_posted,
+           (double)r->lat_p99_ns / 1e3, exit_status, (double)r->shard_cpu_ns / 1e3,
+           r->stats.bytes_sent, r->stats.writes_posted,
            r->stats.chunks_sent, r->stats.notifies_sent, r->stats.notifies_received,
            r->stats.rooms_success, r->stats.rooms_failed, r->stats.send_again,
            r->stats.ring_high_water, r->stats.rooms_verified, r->stats.checksum_mismatches,
@@ -471,12 +486,14 @@ static void print_json(const cli_t *c, const pdx_config_t *cfg, bench_role_t rol
     json_str(role == BENCH_DECODE ? r->address : c->connect);
     printf(", \"shards\": %u, \"max_msg\": %" PRIu64 ", \"layers\": %u, \"bytes_per_token\": %u, "
            "\"page_size\": %u, \"bytes_per_page\": %" PRIu64 ", \"pages\": %u, \"chunks\": %u, "
+           "\"layer_ranges\": %u, "
            "\"requests\": %u, \"concurrency\": %u, \"seed\": %" PRIu64 ", \"pool_bytes\": %" PRIu64
            ", \"pool_pages\": %" PRIu64 ", \"pool_memory\": \"%s\", \"gpu\": %d"
            ", \"timeout_ms\": %d, \"bytes_per_request\": %" PRIu64
            ", \"latency\": \"%s\", \"verified\": %s, \"%s\": ",
            cfg->shards, cfg->max_msg_size, o->layers, o->bytes_per_token, o->page_size,
-           o->bytes_per_page, o->pages, o->chunks, o->requests, o->concurrency, o->seed,
+           o->bytes_per_page, o->pages, o->chunks, o->layer_ranges, o->requests, o->concurrency,
+           o->seed,
            o->pool_bytes, o->npages, o->gpu < 0 ? "host" : "gpu", o->gpu, o->timeout_ms,
            o->bytes_per_request,
            role == BENCH_DECODE
@@ -620,6 +637,12 @@ static int run_loopback(cli_t *c, const pdx_config_t *cfg)
                "prefill SUCCESS p50 %.1f us, p99 %.1f us\n", pf.done, pf.failed,
                c->o.gpu < 0 ? "first pdx_send" : "first GPU write", (double)pf.lat_p50_ns / 1e3,
                (double)pf.lat_p99_ns / 1e3);
+        if (pf.done)
+            printf(" prefill cost   : %.1f writes, %.1f notifies and %.1f us of shard CPU "
+                   "(polling included) per request\n",
+                   (double)pf.stats.writes_posted / (double)pf.done,
+                   (double)pf.stats.notifies_sent / (double)pf.done,
+                   (double)pf.shard_cpu_ns / 1e3 / (double)pf.done);
         if (pf.stats.bytes_direct)
             printf(" prefill copies : %" PRIu64 " of %" PRIu64 " bytes sent by GPU copies (ipc: a "
                    "peer of this host)\n", pf.stats.bytes_direct, pf.stats.bytes_sent);
@@ -669,7 +692,7 @@ static void on_stop_signal(int sig)
 int main(int argc, char **argv)
 {
     cli_t c = {.o = {.layers = 61, .bytes_per_token = 576, .page_size = 64, .pages = 64,
-                     .requests = 64, .concurrency = 8, .chunks = 1, .seed = 1,
+                     .requests = 64, .concurrency = 8, .chunks = 1, .layer_ranges = 1, .seed = 1,
                      .timeout_ms = 30000, .gpu = -1, .peers = 1},
                .role = -1};
     pdx_config_t cfg;
