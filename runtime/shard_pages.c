@@ -26,19 +26,22 @@ step_t pdx_send_pages(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **deps, u
     pdx_room_ext_t *ext = c->ext;
     pdx_plan_t *plan = &ext->plan;
     const pdx_peer_t *peer = dest->peer;
-    const pdx_gate_t *gate = &c->chunk->gate;
     pdx_dep_t *dep = NULL;
     uint32_t groups = 0, first;
-    pdx_tp_gate_t tgate = {
-        .kind = gate->kind == PDX_GATE_EVENT ? PDX_TP_GATE_EVENT : PDX_TP_GATE_WORD,
-        .event = gate->event, .word = (volatile uint64_t *)(uintptr_t)gate->word,
-        .value = gate->value,
-        .deadline_ns = atomic_load_explicit(&ext->xfer_deadline_ns, memory_order_relaxed),
-        .abandon = &c->obj->state, .abandon_if = PDX_ROOM_FAILED};
+    pdx_tp_gate_t tgate;
 
-    if (!tgate.deadline_ns)
-        tgate.deadline_ns = pdx_deadline_ns(e->cfg.transfer_timeout_ms);
+    if (ext->gpu_gate) { /* the gate its copies wait for on the GPU */
+        const pdx_gate_t *gate = &c->chunk->gate;
 
+        tgate = (pdx_tp_gate_t){
+            .kind = gate->kind == PDX_GATE_EVENT ? PDX_TP_GATE_EVENT : PDX_TP_GATE_WORD,
+            .event = gate->event, .word = (volatile uint64_t *)(uintptr_t)gate->word,
+            .value = gate->value,
+            .deadline_ns = atomic_load_explicit(&ext->xfer_deadline_ns, memory_order_relaxed),
+            .abandon = &c->obj->state, .abandon_if = PDX_ROOM_FAILED};
+        if (!tgate.deadline_ns)
+            tgate.deadline_ns = pdx_deadline_ns(e->cfg.transfer_timeout_ms);
+    }
     if (ext->paged && plan->group >= plan->ngroups)
         return STEP_DONE; /* every group went */
     if (!ext->paged && (!peer->direct || ext->xfer || ext->wrs || plan->group || plan->layer ||
