@@ -1,6 +1,7 @@
 /*
  * ipc endpoints: an inner endpoint, and for a direct peer the records that
- * keep the RC contract over copies on the GPU (ipc.h).
+ * keep the RC contract over copies on the GPU (ipc.h); their completions
+ * are ep_done.c's.
  */
 #include "ipc.h"
 
@@ -24,21 +25,8 @@ static ipc_ep_t *ep_of(pdx_tp_ep_t *ep)
     return (ipc_ep_t *)ep;
 }
 
-static ipc_rec_t *rec_at(const ipc_ep_t *ep, uint64_t i)
-{
-    return &ep->recs[i % ep->depth];
-}
-
-static void fail_ep(ipc_ep_t *ep, pdx_status_t why, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-
-static pdx_status_t ep_failed(const ipc_ep_t *ep)
-{
-    return (pdx_status_t)atomic_load_explicit(&ep->failed, memory_order_acquire);
-}
-
 /* The first failure wins (the shard's, or the control thread's ep_fail). */
-static void fail_ep(ipc_ep_t *ep, pdx_status_t why, const char *fmt, ...)
+void ipc_ep_failure(ipc_ep_t *ep, pdx_status_t why, const char *fmt, ...)
 {
     int none = PDX_OK;
     va_list ap;
@@ -52,12 +40,6 @@ static void fail_ep(ipc_ep_t *ep, pdx_status_t why, const char *fmt, ...)
     va_end(ap);
     atomic_store_explicit(&ep->error_set, true, memory_order_release);
     ep->cq->tp->in_ops->ep_fail(ep->in, why, ep->error);
-}
-
-/* Hand rec to the inner endpoint's order. */
-static void inq_push(ipc_ep_t *ep, uint64_t rec)
-{
-    ep->inq[ep->inq_tail++ % ep->depth] = rec;
 }
 
 static void free_direct(ipc_ep_t *ep)
@@ -157,7 +139,7 @@ void ipc_ep_fail(pdx_tp_ep_t *pep, pdx_status_t why, const char *msg)
         ep->cq->tp->in_ops->ep_fail(ep->in, why, msg);
         return;
     }
-    fail_ep(ep, why, "%s", msg && msg[0] ? msg : pdx_status_str(why));
+    ipc_ep_failure(ep, why, "%s", msg && msg[0] ? msg : pdx_status_str(why));
 }
 
 const char *ipc_ep_error(const pdx_tp_ep_t *pep)
@@ -225,7 +207,7 @@ pdx_status_t ipc_post_read(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t *
     if (!ep->direct)
         return ep->cq->tp->in_ops->post_read(ep->in, wr_id, m ? m->in : NULL, offset, len,
                                               remote_addr, rkey);
-    if (ep_failed(ep) != PDX_OK)
+    if (ipc_ep_failed(ep) != PDX_OK)
         return PDX_ERR_PEER;
     if (ep->rec_tail - ep->rec_head >= ep->depth)
         return PDX_ERR_AGAIN;
@@ -234,9 +216,9 @@ pdx_status_t ipc_post_read(pdx_tp_ep_t *pep, uint64_t wr_id, const pdx_tp_mr_t *
                                         rkey);
     if (st != PDX_OK)
         return st;
-    *rec_at(ep, ep->rec_tail) = (ipc_rec_t){.wr_id = wr_id, .kind = REC_INNER,
+    *ipc_rec_at(ep, ep->rec_tail) = (ipc_rec_t){.wr_id = wr_id, .kind = REC_INNER,
                                             .opcode = PDX_TP_OP_READ, .signaled = true};
-    inq_push(ep, ep->rec_tail++);
+    ipc_inq_push(ep, ep->rec_tail++);
     return PDX_OK;
 }
 
@@ -259,7 +241,7 @@ static bool copy_fits(const pdx_tp_write_t *w)
 static void add_recs(ipc_ep_t *ep, const pdx_tp_write_t *wr, uint32_t n, uint8_t kind)
 {
     for (uint32_t i = 0; i < n; i++)
-        *rec_at(ep, ep->rec_tail + i) = (ipc_rec_t){.wr_id = wr[i].wr_id, .kind = kind,
+        *ipc_rec_at(ep, ep->rec_tail + i) = (ipc_rec_t){.wr_id = wr[i].wr_id, .kind = kind,
                                                     .opcode = PDX_TP_OP_WRITE,
                                                     .signaled = wr[i].flags & PDX_TP_SIGNALED};
 }
@@ -272,12 +254,12 @@ static void push_batch(ipc_ep_t *ep, ipc_batch_t *b, pdx_status_t st, uint64_t r
 {
     bool waits = st == PDX_OK;
 
-    if (st != PDX_OK && ep_failed(ep) == PDX_OK)
-        fail_ep(ep, PDX_ERR_IO, "GPU copy of %llu bytes not enqueued: %s",
+    if (st != PDX_OK && ipc_ep_failed(ep) == PDX_OK)
+        ipc_ep_failure(ep, PDX_ERR_IO, "GPU copy of %llu bytes not enqueued: %s",
                 (unsigned long long)bytes, pdx_hip_last_error());
     /* part of it may be on the stream: an event after it, where one can
      * still be recorded, says when nothing of it runs any more */
-    if (!waits && b->event && st != ep_failed(ep))
+    if (!waits && b->event && st != ipc_ep_failed(ep))
         waits = pdx_hip_event_record(b->event, stream) == PDX_OK;
     *b = (ipc_batch_t){.rec_first = rec_first, .nrec = nrec, .nruns = nruns,
                        .run_first = run_first, .bytes = bytes, .posted_ns = pdx_now_ns(),
@@ -300,8 +282,8 @@ void ipc_ep_flush(ipc_ep_t *ep)
     if (n == 0)
         return;
     ep->open_n = 0;
-    if (ep_failed(ep) != PDX_OK)
-        st = ep_failed(ep); /* in error: nothing more goes to the GPU */
+    if (ipc_ep_failed(ep) != PDX_OK)
+        st = ipc_ep_failed(ep); /* in error: nothing more goes to the GPU */
     if (st == PDX_OK && !b->event)
         st = pdx_hip_event_create(&b->event);
     if (st == PDX_OK && n <= FEW_RUNS && ep->open_big == n) {
@@ -364,7 +346,7 @@ static pdx_status_t post_inner(ipc_ep_t *ep, const pdx_tp_write_t *wr, uint32_t 
         return st;
     add_recs(ep, wr, n, REC_INNER);
     for (uint32_t i = 0; i < n; i++)
-        inq_push(ep, ep->rec_tail + i);
+        ipc_inq_push(ep, ep->rec_tail + i);
     ep->rec_tail += n;
     return PDX_OK;
 }
@@ -390,7 +372,7 @@ pdx_status_t ipc_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_t
 
     if (!ep->direct)
         return post_through(ep, wr, n);
-    if (ep_failed(ep) != PDX_OK)
+    if (ipc_ep_failed(ep) != PDX_OK)
         return PDX_ERR_PEER;
     if (n == 0)
         return PDX_OK;
@@ -461,7 +443,7 @@ pdx_status_t ipc_post_pages(pdx_tp_ep_t *pep, const pdx_tp_pages_t *p)
 
     if (!ep->direct)
         return PDX_ERR_UNSUPPORTED;
-    if (ep_failed(ep) != PDX_OK)
+    if (ipc_ep_failed(ep) != PDX_OK)
         return PDX_ERR_PEER;
     if (!p || !p->bufs || !p->src || !p->dst || !p->nbufs || !p->npages || !bpp)
         return PDX_ERR_INVALID;
@@ -514,7 +496,7 @@ pdx_status_t ipc_post_pages(pdx_tp_ep_t *pep, const pdx_tp_pages_t *p)
     hl = (uint32_t *)(void *)(hb + p->nbufs);
     memcpy(hl, p->src, p->npages * sizeof(uint32_t));
     memcpy(hl + p->npages, p->dst, p->npages * sizeof(uint32_t));
-    *rec_at(ep, ep->rec_tail) = (ipc_rec_t){.wr_id = p->wr_id, .kind = REC_COPY,
+    *ipc_rec_at(ep, ep->rec_tail) = (ipc_rec_t){.wr_id = p->wr_id, .kind = REC_COPY,
                                             .opcode = PDX_TP_OP_WRITE,
                                             .signaled = p->flags & PDX_TP_SIGNALED};
     b = &ep->batches[ep->b_tail % ep->depth];
@@ -579,7 +561,7 @@ pdx_status_t ipc_post_send(pdx_tp_ep_t *pep, uint64_t wr_id, const void *data, u
 
     if (!ep->direct)
         return ep->cq->tp->in_ops->post_send(ep->in, wr_id, data, len, flags);
-    if (ep_failed(ep) != PDX_OK)
+    if (ipc_ep_failed(ep) != PDX_OK)
         return PDX_ERR_PEER;
     if (len > PDX_TP_SEND_MAX || (len && !data)) {
         pdx_error("ipc: SEND of %u bytes (at most %d, inline)", len, PDX_TP_SEND_MAX);
@@ -587,7 +569,7 @@ pdx_status_t ipc_post_send(pdx_tp_ep_t *pep, uint64_t wr_id, const void *data, u
     }
     if (ep->rec_tail - ep->rec_head >= ep->depth)
         return PDX_ERR_AGAIN;
-    rec = rec_at(ep, ep->rec_tail++);
+    rec = ipc_rec_at(ep, ep->rec_tail++);
     *rec = (ipc_rec_t){.wr_id = wr_id, .kind = REC_SEND, .opcode = PDX_TP_OP_SEND,
                        .signaled = flags & PDX_TP_SIGNALED, .len = len};
     if (len)
@@ -595,222 +577,4 @@ pdx_status_t ipc_post_send(pdx_tp_ep_t *pep, uint64_t wr_id, const void *data, u
     ipc_ep_flush(ep);    /* the copies it follows go now */
     ipc_ep_progress(ep); /* and it too when none is before it */
     return PDX_OK;
-}
-
-/* ----------------------------------------------------------- completions */
-
-void ipc_ep_inner_done(ipc_ep_t *ep, const pdx_tp_wc_t *wc)
-{
-    /* in the inner endpoint's order: what it took before the completed WR
-     * is done too (an unsignaled WR completes only with a later one) */
-    while (ep->inq_head != ep->inq_tail) {
-        ipc_rec_t *rec = rec_at(ep, ep->inq[ep->inq_head++ % ep->depth]);
-
-        rec->done = true;
-        rec->status = wc->status;
-        if (rec->wr_id == wc->wr_id)
-            return;
-    }
-    pdx_debug("ipc: a completion of WR 0x%llx the endpoint does not hold",
-              (unsigned long long)wc->wr_id);
-}
-
-uint64_t ipc_ep_oldest_ns(const ipc_ep_t *ep)
-{
-    return ep->b_head != ep->b_tail ? ep->batches[ep->b_head % ep->depth].posted_ns : UINT64_MAX;
-}
-
-bool ipc_ep_copies_pending(const ipc_ep_t *ep)
-{
-    return ep->b_head != ep->b_tail || ep->open_n;
-}
-
-bool ipc_ep_stream_pending(const ipc_ep_t *ep)
-{
-    return ep->b_tail - ep->b_head > ep->gated || ep->open_n;
-}
-
-/* A gated batch: open (its copy deadline runs from now), still closed, or
- * given up (its deadline passed, its room abandoned, or give_up). */
-static void batch_gate(ipc_ep_t *ep, ipc_batch_t *b, uint64_t now, bool give_up)
-{
-    bool abandoned;
-
-    if (ipc_gate_passed(b->gate, b->seq)) {
-        b->waiting = false;
-        b->posted_ns = now;
-        ep->waiting--;
-        return;
-    }
-    abandoned = b->abandon && atomic_load_explicit(b->abandon, memory_order_acquire) ==
-                                  b->abandon_if;
-    if (!give_up && !abandoned && now <= b->deadline_ns) {
-        ep->expiry = PDX_MIN(ep->expiry, b->deadline_ns);
-        return;
-    }
-    b->waiting = false;
-    ep->waiting--;
-    b->status = ep_failed(ep) != PDX_OK ? ep_failed(ep)
-                : abandoned                 ? PDX_ERR_ABORTED
-                                            : PDX_ERR_TIMEOUT;
-    if (ipc_gate_give_up(ep->cq, b->gate, b->slot, b->seq, b->status)) {
-        /* never runs; its event is recorded behind the wait: a new one */
-        pdx_hip_event_destroy(b->event);
-        b->event = NULL;
-        b->failed = true;
-    }
-    pdx_debug("ipc: a copy of %llu bytes behind a gate given up (%s): %s",
-              (unsigned long long)b->bytes, pdx_status_str(b->status),
-              b->failed ? "it never runs" : "its wait passed, it ends with its kernel");
-}
-
-void ipc_ep_gates(ipc_ep_t *ep, bool give_up)
-{
-    uint64_t now = pdx_now_ns();
-
-    give_up = give_up || ep_failed(ep) != PDX_OK;
-    if (!ep->waiting)
-        return; /* else each: one may be abandoned before any deadline */
-    ep->expiry = UINT64_MAX;
-    for (uint64_t i = ep->b_head, left = ep->waiting; i != ep->b_tail && left; i++) {
-        ipc_batch_t *b = &ep->batches[i % ep->depth];
-
-        if (b->waiting) {
-            left--;
-            batch_gate(ep, b, now, give_up);
-        }
-    }
-}
-
-uint64_t ipc_ep_expiry(const ipc_ep_t *ep)
-{
-    return ep->waiting ? ep->expiry : UINT64_MAX;
-}
-
-/* A copy of wr_id's group was given up: its SENDs posted so far must not
- * reach the peer (a notify of pages never written). */
-static void group_dead(ipc_ep_t *ep, uint64_t wr_id, pdx_status_t why)
-{
-    const uint64_t mask = ep->cq->tp->group_mask;
-
-    for (uint32_t i = 0; i < ep->ndead;)
-        if (ep->dead[i].until <= ep->rec_head) /* past it: forget it */
-            ep->dead[i] = ep->dead[--ep->ndead];
-        else
-            i++;
-    if (!mask || ep->ndead == IPC_DEAD_GROUPS) {
-        fail_ep(ep, why, "a GPU copy was given up (%s) and %s", pdx_status_str(why),
-                mask ? "too many were at once" : "its SENDs cannot be told apart");
-        return;
-    }
-    ep->dead[ep->ndead++] = (ipc_dead_t){.group = wr_id & mask, .until = ep->rec_tail};
-}
-
-/* Whether the SEND record i is of a group whose copy was given up. */
-static pdx_status_t send_dead(const ipc_ep_t *ep, uint64_t i)
-{
-    const uint64_t group = rec_at(ep, i)->wr_id & ep->cq->tp->group_mask;
-
-    for (uint32_t k = 0; k < ep->ndead; k++)
-        if (ep->dead[k].group == group && i < ep->dead[k].until)
-            return PDX_ERR_ABORTED;
-    return PDX_OK;
-}
-
-/* Batches whose event completed, in order; then SENDs no copy holds back. */
-void ipc_ep_progress(ipc_ep_t *ep)
-{
-    ipc_tp_t *tp = ep->cq->tp;
-
-    ipc_ep_gates(ep, false);
-    while (ep->b_head != ep->b_tail) {
-        ipc_batch_t *b = &ep->batches[ep->b_head % ep->depth];
-        pdx_status_t st;
-
-        if (b->waiting) {
-            batch_gate(ep, b, pdx_now_ns(), false);
-            if (b->waiting)
-                break;
-        }
-        st = b->failed ? PDX_OK : pdx_hip_event_query(b->event);
-        /* a given-up copy's tables may still be going up */
-        if (st == PDX_OK && b->gate && b->up_event)
-            st = pdx_hip_event_query(b->up_event);
-        if (st == PDX_INPROGRESS) {
-            if (!ep->late && pdx_now_ns() - b->posted_ns > (uint64_t)tp->timeout_ms * 1000000u) {
-                ep->late = true;
-                fail_ep(ep, PDX_ERR_TIMEOUT, "GPU copies of %llu bytes not finished after %u ms",
-                        (unsigned long long)b->bytes, tp->timeout_ms);
-            }
-            break;
-        }
-        if (st != PDX_OK)
-            fail_ep(ep, PDX_ERR_IO, "GPU copy of %llu bytes failed: %s",
-                    (unsigned long long)b->bytes, pdx_hip_last_error());
-        for (uint32_t i = 0; i < b->nrec; i++) {
-            ipc_rec_t *rec = rec_at(ep, b->rec_first + i);
-
-            rec->done = true;
-            rec->status = ep_failed(ep) != PDX_OK ? ep_failed(ep) : b->status;
-            if (rec->status != PDX_OK && ep_failed(ep) == PDX_OK)
-                group_dead(ep, rec->wr_id, rec->status);
-        }
-        ep->run_head = b->run_first + b->nruns;
-        if (b->gate && !b->failed)
-            ipc_gate_done(b->gate, b->epoch); /* given up: counted then */
-        ep->gated -= b->gate != NULL;
-        ep->b_head++;
-        /* the next one's deadline runs from now: it waited behind this one */
-        if (ep->b_head != ep->b_tail)
-            ep->batches[ep->b_head % ep->depth].posted_ns = pdx_now_ns();
-    }
-    /* the GPU is done with this ep: what gathered meanwhile goes now */
-    if (ep->b_head == ep->b_tail && ep->open_n)
-        ipc_ep_flush(ep);
-    for (uint64_t i = ep->rec_head; i < ep->rec_tail; i++) {
-        ipc_rec_t *rec = rec_at(ep, i);
-        pdx_status_t st;
-
-        if (rec->kind == REC_COPY) {
-            if (!rec->done)
-                break;
-            continue;
-        }
-        if (rec->kind != REC_SEND || rec->posted || rec->done)
-            continue;
-        if (ep_failed(ep) != PDX_OK || (ep->ndead && send_dead(ep, i) != PDX_OK)) {
-            rec->done = true;
-            rec->status = ep_failed(ep) != PDX_OK ? ep_failed(ep) : PDX_ERR_ABORTED;
-            continue;
-        }
-        st = tp->in_ops->post_send(ep->in, rec->wr_id, rec->data, rec->len, PDX_TP_SIGNALED);
-        if (st == PDX_ERR_AGAIN)
-            break;
-        if (st != PDX_OK) {
-            rec->done = true;
-            rec->status = st;
-            fail_ep(ep, st, "notify SEND refused: %s", pdx_status_str(st));
-            continue;
-        }
-        rec->posted = true;
-        inq_push(ep, i);
-    }
-}
-
-int ipc_ep_emit(ipc_ep_t *ep, pdx_tp_wc_t *wc, int max)
-{
-    int out = 0;
-
-    while (out < max && ep->rec_head != ep->rec_tail) {
-        const ipc_rec_t *rec = rec_at(ep, ep->rec_head);
-
-        if (!rec->done)
-            break;
-        if (rec->signaled || rec->status != PDX_OK)
-            wc[out++] = (pdx_tp_wc_t){.wr_id = rec->wr_id, .ep = (pdx_tp_ep_t *)ep,
-                                      .status = rec->status,
-                                      .opcode = (pdx_tp_opcode_t)rec->opcode};
-        ep->rec_head++;
-    }
-    return out;
 }

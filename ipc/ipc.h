@@ -221,7 +221,26 @@ struct ipc_cq {
     uint32_t           scratch_cap;
 };
 
+static inline ipc_rec_t *ipc_rec_at(const ipc_ep_t *ep, uint64_t i)
+{
+    return &ep->recs[i % ep->depth];
+}
+
+static inline pdx_status_t ipc_ep_failed(const ipc_ep_t *ep)
+{
+    return (pdx_status_t)atomic_load_explicit(&ep->failed, memory_order_acquire);
+}
+
+/* Hand rec to the inner endpoint's order. */
+static inline void ipc_inq_push(ipc_ep_t *ep, uint64_t rec)
+{
+    ep->inq[ep->inq_tail++ % ep->depth] = rec;
+}
+
 /* ep.c */
+/* Put ep in error (the first failure wins) and fail its inner endpoint. */
+void         ipc_ep_failure(ipc_ep_t *ep, pdx_status_t why, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
 pdx_status_t ipc_ep_create(pdx_tp_t *tp, pdx_tp_cq_t *cq, const pdx_tp_ep_attr_t *attr,
                            pdx_tp_ep_t **ep_p);
 void         ipc_ep_address(const pdx_tp_ep_t *ep, pdx_tp_addr_t *addr_p);
@@ -237,7 +256,7 @@ pdx_status_t ipc_post_recv(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *m
 pdx_status_t ipc_post_pages(pdx_tp_ep_t *ep, const pdx_tp_pages_t *pages);
 pdx_status_t ipc_post_read(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,
                            uint64_t offset, uint32_t len, uint64_t remote_addr, uint32_t rkey);
-/* The direct eps' records: inner completions in, completions out. */
+/* ep_done.c: the direct eps' records, inner completions in, completions out. */
 void         ipc_ep_inner_done(ipc_ep_t *ep, const pdx_tp_wc_t *wc);
 void         ipc_ep_progress(ipc_ep_t *ep);
 int          ipc_ep_emit(ipc_ep_t *ep, pdx_tp_wc_t *wc, int max);

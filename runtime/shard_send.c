@@ -465,67 +465,6 @@ static step_t finish_dest(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **dep
     return STEP_DONE;
 }
 
-/* --------------------------------------------------------------- layers */
-
-/* Whether the head chunk reaches its layout's last layer (a whole chunk, or
- * the last of its layer ranges). */
-static bool layers_end(const send_ctx_t *c)
-{
-    const pdx_layout_t *src = pdx_engine_layout(c->L->e, c->chunk->layout);
-
-    return !src || c->chunk->layer_end >= src->layer_end;
-}
-
-/* A fresh chunk's layers: the first range of a chunk starts at the layout's
- * first layer, each next one where the one before ended, with the same page
- * counts; a chunk's last range ends at its last layer before another chunk
- * or PDX_SEND_LAST. */
-static step_t layers_check(send_ctx_t *c, uint32_t ndests)
-{
-    const pdx_chunk_t *ch = c->chunk;
-    pdx_room_ext_t *ext = c->ext;
-    const pdx_layout_t *src = pdx_engine_layout(c->L->e, ch->layout);
-    uint32_t first, want;
-
-    if (ext->xfer || !src)
-        return STEP_DONE; /* an unknown layout fails in plan_dest */
-    first = src->layer_begin;
-    want = ext->layers_open ? ext->layer_next : first;
-    if (ch->layer_begin != want && ext->layers_open && ch->layer_begin == first)
-        return pdx_send_fail(c, PDX_ERR_RANGE, "a chunk's layers [%u, %u) were never sent: the "
-                             "next chunk came first", want, src->layer_end);
-    if (ch->layer_begin != want)
-        return pdx_send_fail(c, PDX_ERR_RANGE, "layers [%u, %u) of a chunk whose layers "
-                             "[%u, %u) were not sent before them", ch->layer_begin,
-                             ch->layer_end, want, ch->layer_begin);
-    for (uint32_t g = 0; g < ch->ngroups && ext->layers_open; g++)
-        if (ch->npages[g] != ext->layer_npages[g])
-            return pdx_send_fail(c, PDX_ERR_RANGE, "layers [%u, %u) with %u pages in group %u, "
-                                 "the chunk's layers before them %u", ch->layer_begin,
-                                 ch->layer_end, ch->npages[g], g, ext->layer_npages[g]);
-    if ((ch->flags & PDX_SEND_LAST) && !layers_end(c))
-        return pdx_send_fail(c, PDX_ERR_RANGE, "the last chunk stops at layer %u: layers [%u, "
-                             "%u) were never sent", ch->layer_end, ch->layer_end,
-                             src->layer_end);
-    for (uint32_t i = 0; i < ndests && (ch->layer_begin != first || !layers_end(c)); i++)
-        if (ext->dests[i].verify)
-            return pdx_send_fail(c, PDX_ERR_INVALID, "PDX_VERIFY at %s sums whole chunks: "
-                                 "layers [%u, %u) alone cannot be checked",
-                                 ext->dests[i].peer->addr, ch->layer_begin, ch->layer_end);
-    return STEP_DONE;
-}
-
-/* The head chunk went to every destination: where its next range starts. */
-static void layers_sent(send_ctx_t *c)
-{
-    pdx_room_ext_t *ext = c->ext;
-
-    ext->layers_open = !ext->xfer && !layers_end(c);
-    ext->layer_next = c->chunk->layer_end;
-    for (uint32_t g = 0; g < c->chunk->ngroups; g++)
-        ext->layer_npages[g] = c->chunk->npages[g];
-}
-
 /* ----------------------------------------------------------------- plan */
 
 static bool group_skipped(const pdx_layout_t *src, uint32_t g, bool last)
@@ -653,64 +592,12 @@ static step_t send_dest(send_ctx_t *c, pdx_dest_t *dest)
     if ((r = finish_dest(c, dest, deps, n)) != STEP_DONE)
         return r;
     /* the chunk's pages take up decode's once its last layers went */
-    for (uint32_t g = 0; g < c->chunk->ngroups && !ext->xfer && layers_end(c); g++)
+    for (uint32_t g = 0; g < c->chunk->ngroups && !ext->xfer && pdx_send_layers_end(c); g++)
         if (!group_skipped(ext->plan.src, g, last))
             dest->cursor[g] += c->chunk->npages[g];
     ext->planning = false;
     ext->wrs = 0;
     return STEP_DONE;
-}
-
-/* A closed gate whose chunk may go ahead, its page copies waiting for it
- * on the GPU: every destination a direct peer that sums nothing (a sum is
- * taken of the bytes as they are when planned), not a one-sided transfer,
- * and a gate the GPU can wait for. */
-static bool gate_on_gpu(send_ctx_t *c, uint32_t ndests)
-{
-    if (c->ext->xfer || !c->L->s->page_bufs || !pdx_gpu_gate_on_device(c->L->e, &c->chunk->gate))
-        return false;
-    for (uint32_t i = 0; i < ndests; i++)
-        if (!c->ext->dests[i].peer->direct || c->ext->dests[i].verify)
-            return false;
-    return true;
-}
-
-/* A poll of the head chunk's gate: DONE when open, WAIT while closed (the
- * shard sleeps bounded), else the room fails. */
-static step_t gate_polled(send_ctx_t *c, pdx_status_t st, const char *err)
-{
-    if (PDX_LIKELY(st == PDX_OK)) {
-        c->ext->gpu_gate = false;
-        if (c->chunk->gate.kind != PDX_GATE_NONE) {
-            PDX_MARKER_PUSH_ROOM("pdx gate open", c->chunk->room);
-            PDX_MARKER_POP();
-        }
-        return STEP_DONE;
-    }
-    if (st == PDX_INPROGRESS) {
-        c->L->gated = true;
-        return STEP_WAIT;
-    }
-    return pdx_send_fail(c, st, "%s", err);
-}
-
-/* Gate of the head chunk: DONE when open, or when it is left to the GPU. */
-static step_t gate_check(send_ctx_t *c, uint32_t ndests)
-{
-    char err[PDX_ERRMSG_MAX] = "";
-    pdx_status_t st = pdx_gpu_gate_poll(&c->chunk->gate, err, sizeof(err));
-
-    c->ext->gpu_gate = st == PDX_INPROGRESS && gate_on_gpu(c, ndests);
-    return c->ext->gpu_gate ? STEP_DONE : gate_polled(c, st, err);
-}
-
-/* A chunk left to the GPU's gate that is about to go another way (runs, or
- * a transport with no room for the gate): DONE once the gate opened. */
-step_t pdx_send_gate_host(send_ctx_t *c)
-{
-    char err[PDX_ERRMSG_MAX] = "";
-
-    return gate_polled(c, pdx_gpu_gate_poll(&c->chunk->gate, err, sizeof(err)), err);
 }
 
 static step_t send_chunk(send_ctx_t *c)
@@ -726,9 +613,9 @@ static step_t send_chunk(send_ctx_t *c)
         ndests = atomic_load_explicit(&ext->ndests, memory_order_acquire);
         if (pdx_room_state(c->obj) == PDX_ROOM_BOOTSTRAPPING || PDX_DESTS_COUNT(ndests) == 0)
             return STEP_WAIT; /* the ROOM message wakes the shard */
-        if ((r = layers_check(c, PDX_DESTS_COUNT(ndests))) != STEP_DONE)
+        if ((r = pdx_send_layers_check(c, PDX_DESTS_COUNT(ndests))) != STEP_DONE)
             return r;
-        if ((r = gate_check(c, PDX_DESTS_COUNT(ndests))) != STEP_DONE)
+        if ((r = pdx_send_gate_check(c, PDX_DESTS_COUNT(ndests))) != STEP_DONE)
             return r;
         /* Before the first chunk: no destination joins from here on (a ROOM
          * message's CAS fails once CLOSED is set), so every destination gets
@@ -808,7 +695,7 @@ static bool send_room(pdx_shard_loop_t *L, pdx_room_obj_t *obj, pdx_room_ext_t *
         if (last)
             ext->last_sent = true; /* the notifies just posted keep inflight > 0 */
         ext->gpu_gate = false;
-        layers_sent(&c);
+        pdx_send_layers_sent(&c);
         pdx_gpu_gate_done(L->e, &c.chunk->gate);
         pdx_ring_done(&s->ring, c.cell);
         atomic_fetch_add_explicit(&s->stats.chunks_sent, 1, memory_order_relaxed);

@@ -41,6 +41,15 @@ step_t pdx_send_refused(send_ctx_t *c, pdx_dep_t *dep, pdx_status_t status, cons
  * their bytes were GPU copies. */
 void pdx_send_count(send_ctx_t *c, pdx_dep_t *dep, uint32_t n, uint64_t bytes, uint64_t direct);
 
+/* shard_head.c: a fresh head chunk. Whether it reaches its layout's last
+ * layer (a whole chunk, or the last of its ranges). */
+bool pdx_send_layers_end(const send_ctx_t *c);
+/* Its layer range in order (else the room fails); once it went, where the
+ * next range starts. */
+step_t pdx_send_layers_check(send_ctx_t *c, uint32_t ndests);
+void pdx_send_layers_sent(send_ctx_t *c);
+/* Its gate: DONE when open or left to the GPU (ext->gpu_gate). */
+step_t pdx_send_gate_check(send_ctx_t *c, uint32_t ndests);
 /* A chunk whose gate was left to the GPU goes another way: DONE once the
  * gate opened (it then goes without it), WAIT while it is closed. */
 step_t pdx_send_gate_host(send_ctx_t *c);
