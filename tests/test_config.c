@@ -329,27 +329,27 @@ Test(config, describe_tells_every_variable_and_its_value)
     free(out);
 }
 
-/* The README's table is generated from the table; they must not drift. */
-Test(config, readme_table_matches)
+/* docs/configuration.md's table is generated from the table; they must not drift. */
+Test(config, docs_table_matches)
 {
     static const char begin[] = "<!-- config:begin -->\n", end[] = "<!-- config:end -->";
     char *want = pdx_info("", "--config --markdown"), *readme;
-    FILE *in = fopen(PDX_SOURCE_DIR "/README.md", "r");
+    FILE *in = fopen(PDX_SOURCE_DIR "/docs/configuration.md", "r");
     char *from, *to;
     size_t n;
 
-    cr_assert_not_null(in, "README.md not found");
+    cr_assert_not_null(in, "docs/configuration.md not found");
     readme = calloc(1, 1 << 20);
     n = fread(readme, 1, (1 << 20) - 1, in);
     fclose(in);
     readme[n] = '\0';
     from = strstr(readme, begin);
-    cr_assert_not_null(from, "README.md lacks %s", begin);
+    cr_assert_not_null(from, "docs/configuration.md lacks %s", begin);
     from += strlen(begin);
     to = strstr(from, end);
-    cr_assert_not_null(to, "README.md lacks %s", end);
+    cr_assert_not_null(to, "docs/configuration.md lacks %s", end);
     *to = '\0';
-    cr_expect_str_eq(from, want, "README table differs: regenerate it with "
+    cr_expect_str_eq(from, want, "docs/configuration.md's table differs: regenerate it with "
                      "`pdx-info --config --markdown`");
     free(readme);
     free(want);

@@ -46,7 +46,7 @@ static void usage(FILE *out)
         "                   engine as PDX_* says and print its transport and NICs (exit 1\n"
         "                   when none opens)\n"
         "  -C, --config     every PDX_* variable: current value, default, meaning\n"
-        "      --markdown   with --config (alone): the README's table\n"
+        "      --markdown   with --config (alone): docs/configuration.md's table\n"
         "  -j, --json       one JSON object of the sections\n"
         "  -h, --help       this text\n"
         "Exit status: 0; 1 when --transport opens no engine; 2 for bad flags.\n");
@@ -105,7 +105,7 @@ static void config_choices_md(const char *choices)
         fputs(*c == '|' ? ", " : (char[]){*c, '\0'}, stdout);
 }
 
-/* The README's table: `pdx-info --config --markdown`, byte for byte. */
+/* docs/configuration.md's table: `pdx-info --config --markdown`, byte for byte. */
 void info_config_markdown(void)
 {
     pdx_config_var_t v;

@@ -167,8 +167,8 @@ typedef enum pdx_verify_mode {
  * and the PDX_* environment and sets field_mask to every field this header
  * knows; fields written afterwards override the environment. A caller that
  * builds the struct by hand sets the bits of the fields it filled; fields
- * without their bit take their defaults. `pdx-info --config` and the README
- * list every variable.
+ * without their bit take their defaults. `pdx-info --config` and
+ * docs/configuration.md list every variable.
  */
 typedef struct pdx_config {
     uint64_t        field_mask;
