@@ -186,14 +186,12 @@ pdx_status_t ipc_cq_create(pdx_tp_t *ptp, uint32_t depth, pdx_tp_cq_t **cq_p)
         st = PDX_ERR_IO;
     }
     if (st == PDX_OK)
-        st = ipc_gates_init(cq);
-    if (st == PDX_OK)
         st = pdx_epoll_ctl(cq->epfd, EPOLL_CTL_ADD, tp->in_ops->cq_fd(cq->in), EPOLLIN,
                            (epoll_data_t){.u32 = 0}, "ipc CQ");
     if (st == PDX_OK)
         st = pdx_epoll_ctl(cq->epfd, EPOLL_CTL_ADD, cq->wake_fd, EPOLLIN,
                            (epoll_data_t){.u32 = 1}, "ipc CQ");
-    if (st == PDX_OK) /* a gated copy's deadline */
+    if (st == PDX_OK) /* gated copies: their poll, a deadline */
         st = pdx_epoll_ctl(cq->epfd, EPOLL_CTL_ADD, cq->timer_fd, EPOLLIN,
                            (epoll_data_t){.u32 = 2}, "ipc CQ");
     if (st != PDX_OK) {
@@ -296,22 +294,31 @@ pdx_status_t ipc_cq_arm(pdx_tp_cq_t *pcq)
     ipc_cq_t *cq = cq_of(pcq);
     pdx_status_t st = cq->tp->in_ops->cq_arm(cq->in);
     uint64_t oldest = UINT64_MAX, expiry = UINT64_MAX;
-    bool copies = false, own = false;
+    bool copies = false, own = false, gated = false, spin;
 
     pthread_mutex_lock(&cq->lock);
     for (uint32_t i = 0; i < cq->ndirect; i++) {
         ipc_ep_flush(cq->direct[i]); /* nothing waits in the open batch while we sleep */
         copies = copies || ipc_ep_copies_pending(cq->direct[i]);
         own = own || ipc_ep_stream_pending(cq->direct[i]);
+        gated = gated || cq->direct[i]->gated;
         oldest = PDX_MIN(oldest, ipc_ep_oldest_ns(cq->direct[i]));
         expiry = PDX_MIN(expiry, ipc_ep_expiry(cq->direct[i]));
     }
-    if (st == PDX_OK)
-        st = ipc_gates_arm(cq);
+    if (cq->naside)
+        ipc_gates_reclaim(cq);
     pthread_mutex_unlock(&cq->lock);
+    /* Gated copies are polled, as the shard polls a gate on the host: a
+     * copy starts when its gate opens, and the shard sees it done within a
+     * poll (a host callback would wake it later, and hold up the GPU's
+     * queue meanwhile). */
+    if (gated && cq->tp->gate_poll_ns)
+        expiry = PDX_MIN(expiry, pdx_now_ns() + cq->tp->gate_poll_ns);
+    spin = (gated && !cq->tp->gate_poll_ns) ||
+           (copies && oldest != UINT64_MAX && pdx_now_ns() - oldest < POLL_COPIES_NS);
     if (st == PDX_OK && expiry != UINT64_MAX) {
-        /* wake up when a gated copy is to be given up (1 ns after: not 0,
-         * which disarms) */
+        /* wake up to poll gated copies, or when one is to be given up (1 ns
+         * after: not 0, which disarms) */
         struct itimerspec at = {.it_value = {.tv_sec = (time_t)((expiry + 1) / 1000000000u),
                                              .tv_nsec = (long)((expiry + 1) % 1000000000u)}};
 
@@ -320,8 +327,7 @@ pdx_status_t ipc_cq_arm(pdx_tp_cq_t *pcq)
             st = PDX_ERR_IO;
         }
     }
-    if (st == PDX_OK && copies && oldest != UINT64_MAX &&
-        pdx_now_ns() - oldest < POLL_COPIES_NS) {
+    if (st == PDX_OK && spin) {
         uint64_t one = 1;
 
         if (write(cq->wake_fd, &one, sizeof(one)) < 0) {

@@ -544,7 +544,6 @@ pdx_status_t ipc_post_pages(pdx_tp_ep_t *pep, const pdx_tp_pages_t *p)
         ep->waiting++;
         ep->gated++;
         ep->expiry = PDX_MIN(ep->expiry, b->deadline_ns);
-        ipc_gates_launched(g);
     } else {
         ep->cq->launches++;
     }

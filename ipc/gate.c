@@ -30,62 +30,20 @@
  * allocations and frees wait for the whole device, so none is made on the
  * shard's path.
  *
- * Host callbacks on gate streams wake the shard through an eventfd held
- * by a counted waker: one that runs after the CQ is gone (a wait that
- * passed late) writes a descriptor that is still its own.
+ * Nothing on a gate stream calls the host: a host callback holds up its
+ * stream until a runtime thread ran it, and streams share the GPU's
+ * hardware queues (8 on nvidia, 4 on amd by default), so one would hold up
+ * the producer's kernels and other copies too. The CQ's timer wakes the
+ * shard instead while gated copies are in flight (ipc_cq_arm).
  */
 #include "ipc.h"
 
-#include <errno.h>
-#include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "log.h"
 #include "util.h"
 
 #define WORDS_BYTES ((1 + IPC_GATE_SLOTS) * sizeof(uint64_t))
-
-struct ipc_waker {
-    int              fd;
-    _Atomic uint32_t refs;
-};
-
-static void waker_put(ipc_waker_t *w)
-{
-    if (w && atomic_fetch_sub_explicit(&w->refs, 1, memory_order_acq_rel) == 1) {
-        close(w->fd);
-        free(w);
-    }
-}
-
-static void waker_run(void *arg)
-{
-    ipc_waker_t *w = arg;
-    uint64_t one = 1;
-
-    if (write(w->fd, &one, sizeof(one)) < 0) {
-        /* EAGAIN: the counter is full, the fd readable anyway */
-    }
-    waker_put(w);
-}
-
-pdx_status_t ipc_gates_init(ipc_cq_t *cq)
-{
-    ipc_waker_t *w = calloc(1, sizeof(*w));
-
-    if (!w)
-        return PDX_ERR_NOMEM;
-    w->fd = dup(cq->wake_fd);
-    if (w->fd < 0) {
-        pdx_error("ipc: CQ: dup of its eventfd: %s", strerror(errno));
-        free(w);
-        return PDX_ERR_IO;
-    }
-    atomic_init(&w->refs, 1);
-    cq->waker = w;
-    return PDX_OK;
-}
 
 bool ipc_gate_passed(const ipc_gate_t *g, uint64_t seq)
 {
@@ -248,9 +206,7 @@ bool ipc_gate_give_up(ipc_cq_t *cq, ipc_gate_t *g, uint32_t slot, uint64_t seq,
     return true;
 }
 
-/* Take back the slabs set aside whose work has run since (the wait passed,
- * the copies behind it skipped). */
-static void reclaim(ipc_cq_t *cq)
+void ipc_gates_reclaim(ipc_cq_t *cq)
 {
     for (uint32_t i = 0; i < cq->naside;) {
         ipc_aside_t *a = &cq->aside[i];
@@ -265,36 +221,10 @@ static void reclaim(ipc_cq_t *cq)
     }
 }
 
-void ipc_gates_launched(ipc_gate_t *g)
-{
-    g->launches++;
-}
-
 void ipc_gate_done(ipc_gate_t *g, uint64_t epoch)
 {
     if (g->epoch == epoch && g->live)
         g->live--;
-}
-
-pdx_status_t ipc_gates_arm(ipc_cq_t *cq)
-{
-    if (cq->naside)
-        reclaim(cq);
-    for (uint32_t i = 0; i < IPC_GATES; i++) {
-        ipc_gate_t *g = &cq->gates[i];
-        pdx_status_t st;
-
-        if (!g->stream || g->cb_launches == g->launches)
-            continue;
-        atomic_fetch_add_explicit(&cq->waker->refs, 1, memory_order_relaxed);
-        st = pdx_hip_stream_callback(g->stream, waker_run, cq->waker);
-        if (st != PDX_OK) {
-            waker_put(cq->waker);
-            return st;
-        }
-        g->cb_launches = g->launches;
-    }
-    return PDX_OK;
 }
 
 void ipc_gates_destroy(ipc_cq_t *cq)
@@ -313,7 +243,7 @@ void ipc_gates_destroy(ipc_cq_t *cq)
         pdx_hip_stream_destroy(g->stream);
         cq->slab_free |= 1u << g->slab;
     }
-    reclaim(cq);
+    ipc_gates_reclaim(cq);
     kept = cq->naside;
     for (uint32_t i = 0; i < cq->naside; i++)
         pdx_hip_event_destroy(cq->aside[i].done);
@@ -327,6 +257,4 @@ void ipc_gates_destroy(ipc_cq_t *cq)
         pdx_hip_device_free(cq->slab_skips);
     }
     cq->slab_words = cq->slab_skips = NULL;
-    waker_put(cq->waker);
-    cq->waker = NULL;
 }

@@ -30,8 +30,10 @@
  * is still closed at its deadline or when the endpoint fails.
  *
  * The CQ's file descriptor is an epoll set of the inner CQ's, an eventfd
- * that host callbacks on the streams write when the shard arms the CQ while
- * copies are in flight, and a timer for the next gated copy's deadline.
+ * that a host callback on the CQ's stream writes when the shard arms the CQ
+ * while ungated copies are in flight, and a timer: the next gated copy's
+ * deadline, and while gated copies are in flight, PDX_GATE_BACKOFF_US
+ * (the shard polls them as it polls a gate on the host).
  */
 #ifndef PDX_IPC_H
 #define PDX_IPC_H
@@ -50,6 +52,7 @@ typedef struct ipc_tp {
     pdx_tp_t                  *in;
     int                        gpu;
     uint32_t                   timeout_ms;  /* copies in flight this long: ep in error */
+    uint64_t                   gate_poll_ns; /* gated copies in flight: the CQ's timer */
     uint64_t                   group_mask;  /* pdx_tp_params_t.wr_group_mask */
 } ipc_tp_t;
 
@@ -85,7 +88,13 @@ typedef struct ipc_rec {
     uint8_t      data[PDX_TP_SEND_MAX];
 } ipc_rec_t;
 
-#define IPC_GATES      8    /* gates waited for on the GPU at once, per CQ */
+/* Gates waited for on the GPU at once, per CQ; more go to the shard. Few:
+ * streams share the GPU's hardware queues (8 on nvidia, 4 on amd by
+ * default), and a stream waiting for a later layer's gate holds up the
+ * queue it shares, with the producer's kernels or an earlier layer's copy.
+ * On the H200, 61 layer ranges behind 8 gate streams exposed 1.5 ms after
+ * the last layer; behind 2, 52 us (docs/benchmarks.md). */
+#define IPC_GATES      2
 #define IPC_DEAD_GROUPS 64  /* groups with a given-up copy, per ep, at once */
 #define IPC_GATE_SLOTS 255  /* copies behind one gate's wait */
 
@@ -105,7 +114,6 @@ typedef struct ipc_gate {
     uint64_t                 epoch;     /* stream and slab made anew: + 1 */
     uint32_t                 used;      /* skip words handed out behind it */
     uint32_t                 live;      /* ... of copies neither done nor given up */
-    uint64_t                 launches, cb_launches;
 } ipc_gate_t;
 
 #define IPC_SLABS      16   /* slabs of gate words: IPC_GATES in use, the rest set aside */
@@ -115,8 +123,6 @@ typedef struct ipc_aside {
     uint32_t slab;
     void    *done;
 } ipc_aside_t;
-
-typedef struct ipc_waker ipc_waker_t;
 
 typedef struct ipc_batch {
     uint64_t rec_first;      /* its records */
@@ -205,7 +211,6 @@ struct ipc_cq {
     uint32_t           slab_free;  /* bit k: slab k is free */
     ipc_aside_t        aside[IPC_SLABS];
     uint32_t           naside;
-    ipc_waker_t       *waker;
     _Atomic uint32_t   callbacks;  /* host callbacks enqueued and not yet run */
     uint64_t           launches;   /* batches launched on the stream */
     uint64_t           cb_launches; /* ... when the last callback was enqueued */
@@ -273,7 +278,6 @@ void         ipc_ep_gates(ipc_ep_t *ep, bool give_up);
 uint64_t     ipc_ep_expiry(const ipc_ep_t *ep);
 
 /* gate.c */
-pdx_status_t ipc_gates_init(ipc_cq_t *cq);
 pdx_status_t ipc_gates_alloc(ipc_cq_t *cq);
 void         ipc_gates_destroy(ipc_cq_t *cq);
 /* A gate stream waiting for t, and a skip word in it (*g_p NULL: t is
@@ -287,11 +291,11 @@ pdx_status_t ipc_gate_skip(ipc_gate_t *g, uint32_t slot, const uint64_t **dev_p)
 /* Give the copy up: true when it never runs, false when it runs (or ran). */
 bool         ipc_gate_give_up(ipc_cq_t *cq, ipc_gate_t *g, uint32_t slot, uint64_t seq,
                               pdx_status_t why);
-void         ipc_gates_launched(ipc_gate_t *g);
 /* A copy behind g (posted in its epoch) finished. */
 void         ipc_gate_done(ipc_gate_t *g, uint64_t epoch);
-/* Host callbacks after the gate streams' latest copies. */
-pdx_status_t ipc_gates_arm(ipc_cq_t *cq);
+/* Take back the slabs set aside whose work has run since (the wait passed,
+ * the copies behind it skipped). */
+void         ipc_gates_reclaim(ipc_cq_t *cq);
 
 /* cq.c */
 pdx_status_t ipc_cq_create(pdx_tp_t *tp, uint32_t depth, pdx_tp_cq_t **cq_p);

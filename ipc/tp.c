@@ -35,6 +35,7 @@ pdx_status_t pdx_ipc_wrap(const pdx_transport_ops_t *inner, pdx_tp_t *inner_tp,
     tp->gpu = params->gpu;
     tp->timeout_ms = params->progress_timeout_ms ? params->progress_timeout_ms : 10000;
     tp->group_mask = params->wr_group_mask;
+    tp->gate_poll_ns = (uint64_t)(params->config ? params->config->gate_backoff_us : 20) * 1000u;
     *tp_p = &tp->hdr;
     return PDX_OK;
 }

@@ -948,14 +948,14 @@ __global__ void forward_layer(uint8_t *pool, const uint32_t *pages, uint32_t n, 
  * layer) or layer by layer (a gate after each): the exposed transfer time,
  * decode's SUCCESS minus the end of the last layer's kernel, p50 and p99. */
 static void bench_layers(const char *name, const char *transport, uint32_t layers, uint32_t bpl,
-                         uint64_t bpp, uint32_t pages, uint64_t compute_us)
+                         uint64_t bpp, uint32_t pages, uint64_t compute_us, bool events)
 {
     enum { WARM = 2, N = 12 };
     const uint64_t buf_len = 2ull * pages * bpp;
     side_t pf, dc;
     uint32_t peer, *dpages, src[256], dst[256];
     pdx_pages_t sp = {src, pages};
-    cudaEvent_t end_ev;
+    cudaEvent_t end_ev, ev[64];
     unsigned seed = 5;
     double p50[2] = {0, 0};
 
@@ -965,17 +965,19 @@ static void bench_layers(const char *name, const char *transport, uint32_t layer
     CHECK(pdx_peer_connect(dc.e, pdx_engine_address(pf.e), 5000, &peer) == PDX_OK, "connect");
     CUDA_OK(cudaMalloc((void **)&dpages, pages * sizeof(uint32_t)));
     CUDA_OK(cudaEventCreateWithFlags(&end_ev, cudaEventDisableTiming));
+    for (uint32_t l = 0; l < layers; l++)
+        CUDA_OK(cudaEventCreateWithFlags(&ev[l], cudaEventDisableTiming));
     pick(src, pages, 0, 2 * pages, &seed);
     CUDA_OK(cudaMemcpy(dpages, src, pages * sizeof(uint32_t), cudaMemcpyHostToDevice));
     for (int mode = 0; mode < 2; mode++) { /* 0: whole, 1: layer by layer */
-        uint64_t exposed[N];
+        uint64_t exposed[N], forward[N], g0 = 0;
         int ok = 0;
 
         for (int r = 0; r < WARM + N; r++) {
             const uint64_t room = 90000 + (uint64_t)mode * 1000 + (uint64_t)r;
             pdx_pages_t dp = {dst, pages};
             pdx_gate_t gate = {};
-            uint64_t t_end, end;
+            uint64_t t_start, t_end, end;
             pdx_room_state_t st;
 
             pick(dst, pages, 0, 2 * pages, &seed);
@@ -984,19 +986,32 @@ static void bench_layers(const char *name, const char *transport, uint32_t layer
             end = now_ns() + 5000000000ull;
             while (pdx_poll(pf.e, room) != PDX_ROOM_WAITING && now_ns() < end)
                 usleep(20);
+            if (r == WARM)
+                g0 = gates_on_gpu(pf.e);
+            t_start = now_ns();
             for (uint32_t l = 0; l < layers; l++) {
                 forward_layer<<<pages * bpl, 256, 0, gstream>>>(pf.pool, dpages, pages, bpl,
                                                                 buf_len, bpp, l, room,
                                                                 compute_us * 1000);
-                if (mode == 1) {
+                if (mode == 1 && events) {
+                    CUDA_OK(cudaEventRecord(ev[l], gstream));
+                    gate = (pdx_gate_t){.kind = PDX_GATE_EVENT, .event = ev[l]};
+                } else if (mode == 1) {
                     CHECK(pdx_gate_arm(pf.e, gstream, &gate) == PDX_OK, "gate_arm");
+                }
+                if (mode == 1) {
                     CHECK(pdx_send_layers(pf.e, room, pf.layout, l, l + 1, &sp, &gate, NULL,
                                           l + 1 == layers ? PDX_SEND_LAST : 0) == PDX_OK,
                           "send layer %u", l);
                 }
             }
-            if (mode == 0) {
+            if (mode == 0 && events) {
+                CUDA_OK(cudaEventRecord(ev[0], gstream));
+                gate = (pdx_gate_t){.kind = PDX_GATE_EVENT, .event = ev[0]};
+            } else if (mode == 0) {
                 CHECK(pdx_gate_arm(pf.e, gstream, &gate) == PDX_OK, "gate_arm");
+            }
+            if (mode == 0) {
                 CHECK(pdx_send(pf.e, room, pf.layout, &sp, &gate, NULL, PDX_SEND_LAST) == PDX_OK,
                       "send");
             }
@@ -1009,6 +1024,7 @@ static void bench_layers(const char *name, const char *transport, uint32_t layer
                 ;
             if (r >= WARM) {
                 exposed[r - WARM] = now_ns() - t_end;
+                forward[r - WARM] = t_end - t_start;
                 ok += st == PDX_ROOM_SUCCESS;
             }
             wait_done(pf.e, room, 10000);
@@ -1017,36 +1033,43 @@ static void bench_layers(const char *name, const char *transport, uint32_t layer
         }
         CHECK(ok == N, "%s %s: %d/%d rooms SUCCESS", name, mode ? "layer-wise" : "whole", ok, N);
         qsort(exposed, N, sizeof(exposed[0]), cmp_u64);
+        qsort(forward, N, sizeof(forward[0]), cmp_u64);
         p50[mode] = exposed[N / 2] / 1e3;
-        printf("  %-5s %-9s %4llu us/layer, %s: exposed p50 %9.1f us, p99 %9.1f us\n",
+        printf("  %-5s %-9s %4llu us/layer, %s: exposed p50 %9.1f us, p99 %9.1f us; forward "
+               "pass p50 %.1f us; %.1f of %u chunks per room waited on the GPU\n",
                transport, name, (unsigned long long)compute_us,
                mode ? "layer by layer " : "whole, after it", exposed[N / 2] / 1e3,
-               exposed[N - 1] / 1e3);
+               exposed[N - 1] / 1e3, forward[N / 2] / 1e3,
+               (double)(gates_on_gpu(pf.e) - g0) / N, mode ? layers : 1);
     }
     printf("  %-5s %-9s %4llu us/layer: layer-wise exposes %.3f of whole (%.1f us, one layer's "
            "share of the whole transfer %.1f us: %.2fx it)\n", transport, name,
            (unsigned long long)compute_us, p50[1] / p50[0], p50[1], p50[0] / layers,
            p50[1] / (p50[0] / layers));
     cudaEventDestroy(end_ev);
+    for (uint32_t l = 0; l < layers; l++)
+        cudaEventDestroy(ev[l]);
     cudaFree(dpages);
     side_close(&dc);
     side_close(&pf);
 }
 
-static void bench_layerwise(void)
+static void bench_layerwise(const char *only, bool events)
 {
     const char *tps[2] = {"ipc", "tcp"};
 
     CUDA_OK(cudaStreamCreateWithFlags(&gstream, cudaStreamNonBlocking));
     printf("exposed transfer time: decode SUCCESS - end of the last layer's kernel (rooms of "
-           "4096 tokens, one at a time):\n");
+           "4096 tokens, one at a time; %s gates):\n", events ? "event" : "stream");
     for (int t = 0; t < 2; t++) {
         const uint64_t slow = t == 0 ? 200 : 2000, fast = t == 0 ? 2 : 100;
 
-        bench_layers("DeepSeek", tps[t], 61, 1, 64 * 576, 64, slow);
-        bench_layers("DeepSeek", tps[t], 61, 1, 64 * 576, 64, fast);
-        bench_layers("Llama-32L", tps[t], 32, 2, 16 * 256, 256, slow);
-        bench_layers("Llama-32L", tps[t], 32, 2, 16 * 256, 256, fast);
+        if (only && strcmp(only, tps[t]) != 0)
+            continue;
+        bench_layers("DeepSeek", tps[t], 61, 1, 64 * 576, 64, slow, events);
+        bench_layers("DeepSeek", tps[t], 61, 1, 64 * 576, 64, fast, events);
+        bench_layers("Llama-32L", tps[t], 32, 2, 16 * 256, 256, slow, events);
+        bench_layers("Llama-32L", tps[t], 32, 2, 16 * 256, 256, fast, events);
     }
     cudaStreamDestroy(gstream);
 }
@@ -1417,8 +1440,11 @@ int main(int argc, char **argv)
     if (argc == 2 && strcmp(argv[1], "--gates") == 0) {
         test_gates("auto");
         test_gates("off");
-    } else if (argc == 2 && strcmp(argv[1], "--bench-layers") == 0) {
-        bench_layerwise();
+    } else if (argc >= 2 && argc <= 4 && strcmp(argv[1], "--bench-layers") == 0) {
+        /* [ipc|tcp|all] [events]: that transport only; event gates instead of stream gates */
+        const char *only = argc >= 3 && strcmp(argv[2], "all") != 0 ? argv[2] : NULL;
+
+        bench_layerwise(only, argc == 4 && strcmp(argv[3], "events") == 0);
     } else if (argc == 2 && strcmp(argv[1], "--bench-gates") == 0) {
         bench_gates();
     } else if (argc == 2 && strcmp(argv[1], "--bench") == 0) {
