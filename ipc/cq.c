@@ -152,6 +152,50 @@ pdx_status_t ipc_cq_stream(ipc_cq_t *cq)
     return st;
 }
 
+pdx_status_t ipc_cq_ring_take(ipc_cq_t *cq, size_t bytes, ipc_ring_t *ring)
+{
+    pdx_status_t st;
+
+    pthread_mutex_lock(&cq->lock);
+    for (uint32_t i = 0; i < cq->nspare; i++)
+        if (cq->spare[i].bytes == bytes) {
+            *ring = cq->spare[i];
+            cq->spare[i] = cq->spare[--cq->nspare];
+            pthread_mutex_unlock(&cq->lock);
+            return PDX_OK;
+        }
+    pthread_mutex_unlock(&cq->lock);
+    *ring = (ipc_ring_t){.bytes = bytes};
+    st = pdx_hip_host_alloc(bytes, (void **)&ring->host);
+    if (st == PDX_OK)
+        st = pdx_hip_device_alloc(bytes, (void **)&ring->dev);
+    if (st != PDX_OK) {
+        pdx_hip_host_free(ring->host);
+        *ring = (ipc_ring_t){0};
+    }
+    return st;
+}
+
+static void ring_free(const ipc_ring_t *ring)
+{
+    pdx_hip_host_free(ring->host);
+    pdx_hip_device_free(ring->dev);
+}
+
+void ipc_cq_ring_put(ipc_cq_t *cq, const ipc_ring_t *ring)
+{
+    if (!ring->host)
+        return;
+    pthread_mutex_lock(&cq->lock);
+    if (cq->nspare < IPC_SPARE_RINGS) {
+        cq->spare[cq->nspare++] = *ring;
+        ring = NULL;
+    }
+    pthread_mutex_unlock(&cq->lock);
+    if (ring)
+        ring_free(ring);
+}
+
 pdx_status_t ipc_cq_create(pdx_tp_t *ptp, uint32_t depth, pdx_tp_cq_t **cq_p)
 {
     ipc_tp_t *tp = (ipc_tp_t *)ptp;
@@ -223,6 +267,8 @@ void ipc_cq_destroy(pdx_tp_cq_t *pcq)
         }
     }
     ipc_gates_destroy(cq);
+    for (uint32_t i = 0; i < cq->nspare; i++)
+        ring_free(&cq->spare[i]);
     pdx_hip_stream_destroy(cq->stream);
     pdx_hip_stream_destroy(cq->up_stream);
     if (cq->in)

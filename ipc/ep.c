@@ -49,8 +49,9 @@ static void free_direct(ipc_ep_t *ep)
             pdx_hip_event_destroy(ep->batches[i].event);
             pdx_hip_event_destroy(ep->batches[i].up_event);
         }
-    pdx_hip_host_free(ep->runs_host);
-    pdx_hip_device_free(ep->runs_dev);
+    ipc_cq_ring_put(ep->cq, &(ipc_ring_t){.host = ep->runs_host, .dev = ep->runs_dev,
+                                          .bytes = (size_t)ep->nruns_cap *
+                                                   sizeof(pdx_hip_run_t)});
     free(ep->batches);
     free(ep->recs);
     free(ep->inq);
@@ -96,10 +97,13 @@ pdx_status_t ipc_ep_create(pdx_tp_t *ptp, pdx_tp_cq_t *pcq, const pdx_tp_ep_attr
             st = pdx_hip_set_device(tp->gpu);
         if (st == PDX_OK)
             st = ipc_cq_stream(cq);
-        if (st == PDX_OK)
-            st = pdx_hip_host_alloc(runs, (void **)&ep->runs_host);
-        if (st == PDX_OK)
-            st = pdx_hip_device_alloc(runs, (void **)&ep->runs_dev);
+        if (st == PDX_OK) {
+            ipc_ring_t ring;
+
+            st = ipc_cq_ring_take(cq, runs, &ring);
+            ep->runs_host = ring.host;
+            ep->runs_dev = ring.dev;
+        }
         if (st != PDX_OK)
             pdx_error("ipc: no copy resources for an endpoint of %u WRs: %s", ep->depth,
                       pdx_status_str(st));

@@ -117,6 +117,13 @@ typedef struct ipc_gate {
 } ipc_gate_t;
 
 #define IPC_SLABS      16   /* slabs of gate words: IPC_GATES in use, the rest set aside */
+#define IPC_SPARE_RINGS 8   /* run rings of destroyed endpoints kept for new ones, per CQ */
+
+/* An endpoint's run ring: pinned host runs, and their device copy. */
+typedef struct ipc_ring {
+    pdx_hip_run_t *host, *dev;
+    size_t         bytes;
+} ipc_ring_t;
 
 /* A gate stream set aside: its slab, and an event after its work. */
 typedef struct ipc_aside {
@@ -211,6 +218,8 @@ struct ipc_cq {
     uint32_t           slab_free;  /* bit k: slab k is free */
     ipc_aside_t        aside[IPC_SLABS];
     uint32_t           naside;
+    ipc_ring_t         spare[IPC_SPARE_RINGS]; /* under lock */
+    uint32_t           nspare;
     _Atomic uint32_t   callbacks;  /* host callbacks enqueued and not yet run */
     uint64_t           launches;   /* batches launched on the stream */
     uint64_t           cb_launches; /* ... when the last callback was enqueued */
@@ -307,5 +316,12 @@ void         ipc_cq_ack(pdx_tp_cq_t *cq);
 pdx_status_t ipc_cq_add(ipc_cq_t *cq, ipc_ep_t *ep);
 void         ipc_cq_remove(ipc_cq_t *cq, ipc_ep_t *ep);
 pdx_status_t ipc_cq_stream(ipc_cq_t *cq);
+/* A run ring of `bytes` for a new endpoint: a spare one, else allocated.
+ * The runtime's allocations and frees of pinned and device memory wait for
+ * the whole device, and a shard rebuilding or dropping an endpoint must not
+ * (put keeps the ring for the next endpoint, frees it only beyond
+ * IPC_SPARE_RINGS). */
+pdx_status_t ipc_cq_ring_take(ipc_cq_t *cq, size_t bytes, ipc_ring_t *ring);
+void         ipc_cq_ring_put(ipc_cq_t *cq, const ipc_ring_t *ring);
 
 #endif
