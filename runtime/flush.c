@@ -87,7 +87,7 @@ pdx_status_t pdx_flush_init(pdx_shard_t *s)
     s->flush_target = -1;
     if (!e->flush)
         return PDX_OK;
-    s->flush_cap = e->cfg.rooms;
+    s->flush_cap = 2 * e->cfg.rooms; /* a room's layers, then its end */
     s->flush_q = calloc(s->flush_cap, sizeof(*s->flush_q));
     s->flush_batch = calloc(s->flush_cap, sizeof(*s->flush_batch));
     if (!s->flush_q || !s->flush_batch || posix_memalign(&buf, PDX_CACHELINE, PDX_CACHELINE)) {
@@ -235,8 +235,10 @@ static void round_done(pdx_shard_loop_t *L)
     }
     /* Each the same room still: live, TRANSFERRING and every sender done (a
      * slot recycled for a new room of the same id is not). */
-    for (uint32_t i = 0; i < s->flush_nbatch; i++)
+    for (uint32_t i = 0; i < s->flush_nbatch; i++) {
+        pdx_layers_flushed(e, s->flush_batch[i].obj, s->flush_batch[i].room);
         pdx_rooms_arrive(e, s->flush_batch[i].obj, s->flush_batch[i].room);
+    }
     atomic_fetch_add_explicit(&s->stats.flushes, 1, memory_order_relaxed);
     s->flush_nbatch = 0;
 }

@@ -347,6 +347,35 @@ void pdx_gpu_gate_done(pdx_engine_t *e, const pdx_gate_t *gate)
         pdx_gpu_word_done(e, (volatile uint64_t *)(uintptr_t)gate->word, gate->value);
 }
 
+pdx_status_t pdx_gpu_word_take(pdx_engine_t *e, uint64_t span, volatile uint64_t **word_p,
+                               uint64_t *base_p)
+{
+    volatile uint64_t *word;
+    uint64_t base;
+    pdx_status_t st;
+
+    if (e->gpu.device < 0) {
+        pdx_error("pdx_room_stream_wait_layer: no GPU (%s): stream waits need one",
+                  no_gpu_why());
+        return PDX_ERR_UNSUPPORTED;
+    }
+    st = pdx_hip_word_alloc(e->gpu.words, &word);
+    if (st == PDX_ERR_FULL) {
+        pdx_warn("pdx_room_stream_wait_layer: all %d stream words are in use", PDX_GPU_WORDS);
+        return PDX_ERR_AGAIN;
+    }
+    if (st != PDX_OK)
+        return st;
+    /* the word holds at most its generation: from base, its values only grow */
+    base = atomic_fetch_add(&e->gpu.word_gen[word_state(e, word) - e->gpu.word_state], span);
+    __atomic_store_n(word, base, __ATOMIC_RELEASE);
+    atomic_fetch_add_explicit(&e->gpu.armed, 1, memory_order_relaxed);
+    atomic_store(word_state(e, word), WORD_HELD);
+    *word_p = word;
+    *base_p = base;
+    return PDX_OK;
+}
+
 pdx_status_t pdx_gpu_stream_wait(pdx_engine_t *e, void *stream, volatile uint64_t **word_p,
                                  uint64_t *base_p)
 {

@@ -8,6 +8,8 @@
 
 #include "pdx/pdx.h"
 
+#include <stdbool.h>
+
 typedef struct pdx_buffer {
     uint32_t mem;            /* local mem id, or the peer's mem index */
     uint64_t offset;
@@ -53,5 +55,12 @@ void pdx_layout_free(pdx_layout_t *layout);
 
 /* Bytes of one page across every buffer of every group. */
 uint64_t pdx_layout_page_bytes(const pdx_layout_t *layout);
+
+/* Whether a group's pages are counted per layer on decode (room_layers.c):
+ * its buffers are per layer and it is not state sent with the last chunk. */
+static inline bool pdx_group_layered(const pdx_group_t *g)
+{
+    return !(g->flags & (PDX_GROUP_NO_LAYERS | PDX_GROUP_STATE));
+}
 
 #endif

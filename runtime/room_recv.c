@@ -242,6 +242,7 @@ static pdx_status_t expect_held(pdx_engine_t *e, pdx_peer_t *peer, pdx_room_t ro
         atomic_store(&ext->decode, true);
         st = expect_peer(ext, peer, nsenders);
         if (st == PDX_OK) {
+            pdx_layers_expect_locked(ext, layout, dst, ext->nholds - 1);
             ext->vrecs[ext->nholds - 1] = rec; /* NULL without PDX_VERIFY */
             rec = NULL;
             pdx_rooms_app_claim_locked(ext);
@@ -423,6 +424,7 @@ static void arrived_locked(pdx_engine_t *e, pdx_room_obj_t *obj, pdx_room_ext_t 
     if (!pdx_room_advance(obj, PDX_ROOM_SUCCESS))
         return;
     pdx_rooms_end_signal_locked(ext);
+    pdx_layers_end_locked(ext, false);
     atomic_fetch_add_explicit(&e->stats.rooms_success, 1, memory_order_relaxed);
     PDX_MARKER_PUSH_ROOM("pdx room arrived", room);
     PDX_MARKER_POP();
@@ -570,7 +572,7 @@ void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notif
     pdx_room_ext_t *ext;
     bool done = false, ignore = false, flush = false, host_flush = false, arrive = false;
     pdx_status_t fail = PDX_ERR_PROTO;
-    uint32_t mode;
+    uint32_t mode, layers_flush = PDX_FLUSH_NONE;
 
     if (!peer) {
         pdx_warn("room %llu: notify without a peer ignored", (unsigned long long)n->room);
@@ -591,7 +593,10 @@ void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notif
         ignore = true;
     } else if (n->status == PDX_OK) {
         pdx_room_advance(obj, PDX_ROOM_TRANSFERRING);
-        if ((n->flags & PDX_WIRE_NOTIFY_LAST) && (why = sum_note_locked(ext, peer, n)) != NULL)
+        if (n->flags & PDX_WIRE_NOTIFY_LAYERS)
+            why = pdx_layers_on_notify_locked(e, ext, peer, n, &layers_flush);
+        else if ((n->flags & PDX_WIRE_NOTIFY_LAST) &&
+                 (why = sum_note_locked(ext, peer, n)) != NULL)
             fail = PDX_ERR_CORRUPT;
         else if (n->flags & PDX_WIRE_NOTIFY_LAST) {
             done = count_last(ext, n, &why);
@@ -608,6 +613,8 @@ void pdx_rooms_on_notify(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notif
         }
     }
     pthread_mutex_unlock(&ext->lock);
+    if (layers_flush != PDX_FLUSH_NONE)
+        pdx_layers_flush(e, obj, n->room, layers_flush);
     if (flush)
         pdx_flush_defer(e, obj, n->room);
     if (host_flush) {

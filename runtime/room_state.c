@@ -45,6 +45,7 @@ static bool fail_v(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id, pdx_log_le
         return false;
     }
     pdx_rooms_end_signal_locked(ext);
+    pdx_layers_end_locked(ext, true);
     decode = atomic_load(&ext->decode);
     if (decode) {
         for (uint32_t i = 0; i < ext->npeers; i++)
@@ -296,6 +297,7 @@ pdx_status_t pdx_rooms_remove(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id)
     pdx_room_obj_t *got = obj;
     volatile uint64_t *end_word;
     uint64_t end_done = 0;
+    pdx_layers_t *layers;
     pdx_xfer_job_t *xfer;
     uint32_t acks, left;
     int32_t aux;
@@ -309,6 +311,8 @@ pdx_status_t pdx_rooms_remove(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id)
     acks = pdx_rooms_hold_acks_locked(ext, atomic_exchange(&ext->ack_mask, 0), to);
     aux = atomic_load(&ext->app) ? ext->aux_mem : -1;
     pdx_rooms_end_signal_locked(ext); /* a stream still waiting goes on */
+    pdx_layers_end_locked(ext, true);
+    layers = ext->layers;
     end_word = ext->end_word;
     end_done = ext->end_base + 2;
     xfer = ext->xfer;
@@ -316,6 +320,7 @@ pdx_status_t pdx_rooms_remove(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t id)
     pthread_mutex_unlock(&ext->lock);
     if (end_word)
         pdx_gpu_word_done(e, end_word, end_done); /* back to the pool once the stream passed */
+    pdx_layers_free(e, layers);
     /* The ABORT_ACKs this room owes go out before its slot can be reused; a
      * peer whose control connection is full cannot be told: fail it. */
     left = pdx_rooms_send_acks(id, acks, to);

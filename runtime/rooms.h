@@ -69,6 +69,10 @@ typedef struct pdx_verify_rec {
     uint32_t            pages[];
 } pdx_verify_rec_t;
 
+/* Decode: the layers of a room that landed, from the notifies that follow
+ * a chunk's writes on their endpoint (PDX_WIRE_NOTIFY_LAYERS; room_layers.c). */
+typedef struct pdx_layers pdx_layers_t;
+
 /*
  * Engine data of a room, parallel to the room table's objects
  * (engine->ext[obj - rooms.objs]). Fields marked (shard) belong to the
@@ -122,6 +126,8 @@ typedef struct pdx_room_ext {
     pdx_pages_t      plan_dst[PDX_LAYOUT_MAX_GROUPS];
     uint32_t         rr;               /* endpoint striping cursor */
     uint32_t         wrs;              /* WRs posted for this chunk and destination */
+    pdx_dep_t       *wr_dep;           /* ... the endpoint of the first, */
+    bool             wr_deps;          /* ... and whether others took some */
     bool             last_sent;        /* the last chunk's notifies are posted: SUCCESS
                                         * once inflight reaches 0 */
     /* decode (under lock) */
@@ -136,6 +142,10 @@ typedef struct pdx_room_ext {
     uint32_t        *last_left;        /* [nsenders]: LAST notifies still due */
     uint32_t         acks;             /* ABORT_ACKs or gone peers, after a failure */
     pdx_verify_rec_t *vrecs[PDX_MAX_DESTS]; /* PDX_VERIFY: holds[i]'s; NULL without */
+    uint64_t         hold_pages[PDX_MAX_DESTS]; /* holds[i]'s pages in layered groups */
+    uint32_t         layer0, nlayers;  /* of the layout of the first pdx_expect; 0 layers:
+                                        * expects of different layers, none counted */
+    pdx_layers_t    *layers;           /* from the first layer notify or wait */
     _Atomic uint32_t verifying;        /* checks of the room's bytes running: not fenced */
 } pdx_room_ext_t;
 
@@ -238,6 +248,23 @@ pdx_status_t pdx_rooms_check_region(pdx_engine_t *e, const pdx_region_t *r, cons
 uint32_t pdx_rooms_dests_of_locked(pdx_room_ext_t *ext, const pdx_peer_t *peer);
 /* Under ext->lock: `peer` is one of the room's senders (decode) or destinations. */
 bool pdx_rooms_has_peer_locked(pdx_room_ext_t *ext, const pdx_peer_t *peer);
+
+/* room_layers.c (decode). pdx_expect of holds[hold] (under ext->lock). */
+void pdx_layers_expect_locked(pdx_room_ext_t *ext, const pdx_layout_t *layout,
+                              const pdx_pages_t *dst, uint32_t hold);
+/* A notify of PDX_WIRE_NOTIFY_LAYERS from peer: why it is malformed, else
+ * NULL; *flush_p: the flush (PDX_FLUSH_*) its layers need before they are
+ * visible, to run after the lock with pdx_layers_flush. */
+const char *pdx_layers_on_notify_locked(pdx_engine_t *e, pdx_room_ext_t *ext,
+                                        const pdx_peer_t *peer, const pdx_wire_notify_t *n,
+                                        uint32_t *flush_p);
+void pdx_layers_flush(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t room, uint32_t mode);
+/* A flush read queued for the room's layers completed (flush.c). */
+void pdx_layers_flushed(pdx_engine_t *e, pdx_room_obj_t *obj, uint64_t room);
+/* The room ended (under ext->lock): every wait goes on. */
+void pdx_layers_end_locked(pdx_room_ext_t *ext, bool failed);
+/* At the room's removal, its lock released: the word back to the pool. */
+void pdx_layers_free(pdx_engine_t *e, pdx_layers_t *layers);
 /* Under ext->lock: whether sender's last chunk was counted. */
 bool pdx_rooms_sender_done_locked(const pdx_room_ext_t *ext, uint64_t sender);
 /* room_send.c: a prefill room's owed ABORT_ACKs, once nothing of it is in flight. */

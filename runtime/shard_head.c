@@ -20,6 +20,29 @@ bool pdx_send_layers_end(const send_ctx_t *c)
     return !src || c->chunk->layer_end >= src->layer_end;
 }
 
+bool pdx_send_layers_pinned(const send_ctx_t *c)
+{
+    const pdx_layout_t *src = pdx_engine_layout(c->L->e, c->chunk->layout);
+
+    return src && !c->ext->xfer && !(c->chunk->flags & PDX_SEND_LAST) &&
+           (c->chunk->layer_begin > src->layer_begin || !pdx_send_layers_end(c));
+}
+
+void pdx_send_layers_notify(const send_ctx_t *c, pdx_wire_notify_t *n)
+{
+    const pdx_layout_t *src = c->ext->plan.src, *dst = c->ext->plan.dst;
+    const pdx_chunk_t *ch = c->chunk;
+
+    n->cover_begin = PDX_MAX(src->layer_begin, dst->layer_begin);
+    n->cover_end = PDX_MAX(n->cover_begin, PDX_MIN(src->layer_end, dst->layer_end));
+    n->layer_begin = PDX_MIN(PDX_MAX(ch->layer_begin, n->cover_begin), n->cover_end);
+    n->layer_end = PDX_MAX(PDX_MIN(ch->layer_end, n->cover_end), n->layer_begin);
+    n->pages = 0;
+    for (uint32_t g = 0; g < ch->ngroups && g < src->ngroups; g++)
+        if (pdx_group_layered(&src->groups[g]))
+            n->pages += ch->npages[g];
+}
+
 /* A fresh chunk's layers: the first range of a chunk starts at the layout's
  * first layer, each next one where the one before ended, with the same page
  * counts; a chunk's last range ends at its last layer before another chunk

@@ -216,6 +216,10 @@ void pdx_send_count(send_ctx_t *c, pdx_dep_t *dep, uint32_t n, uint64_t bytes, u
                               atomic_load_explicit(&L->s->stats.bytes_direct,
                                                    memory_order_relaxed) + direct,
                               memory_order_relaxed);
+    if (c->ext->wrs == 0)
+        c->ext->wr_dep = dep;
+    else if (dep != c->ext->wr_dep)
+        c->ext->wr_deps = true;
     c->ext->wrs += n;
     c->budget = n < c->budget ? c->budget - n : 0;
     L->progress = true;
@@ -257,11 +261,13 @@ static pdx_status_t post_reads(send_ctx_t *c, pdx_dep_t *dep, uint32_t n)
     return status;
 }
 
-/* The plan's runs, striped in batches over deps[0, n); DONE once exhausted. */
+/* The plan's runs, striped in batches over deps[0, n), or all on the
+ * first one's dep for a layer range before the last; DONE once exhausted. */
 static step_t post_data(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **deps, uint32_t n)
 {
     pdx_shard_loop_t *L = c->L;
     pdx_room_ext_t *ext = c->ext;
+    const bool pinned = pdx_send_layers_pinned(c);
 
     while (c->budget > 0) {
         pdx_dep_t *dep = NULL;
@@ -273,6 +279,8 @@ static step_t post_data(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **deps,
         for (uint32_t i = 0; i < n && !dep; i++) {
             pdx_dep_t *d = deps[(ext->rr + i) % n];
 
+            if (pinned && ext->wrs && d != ext->wr_dep)
+                continue;
             room = pdx_dep_room(d, pdx_dep_reserve(d));
             if (room) {
                 dep = d;
@@ -310,7 +318,7 @@ static pdx_status_t post_notify(send_ctx_t *c, pdx_dep_t *dep, uint32_t flags, u
 {
     pdx_shard_loop_t *L = c->L;
     const bool with_sum = (flags & PDX_WIRE_NOTIFY_LAST) && dest->verify;
-    const pdx_wire_notify_t n = {
+    pdx_wire_notify_t n = {
         .room = c->chunk->room, .sender = L->e->sender_id, .seq = c->ext->seq,
         .flags = with_sum ? flags | PDX_WIRE_NOTIFY_SUM : flags, .count = count,
         .status = PDX_OK, .sum = with_sum ? sum : 0,
@@ -321,6 +329,8 @@ static pdx_status_t post_notify(send_ctx_t *c, pdx_dep_t *dep, uint32_t flags, u
     pdx_status_t status;
     size_t len;
 
+    if (flags & PDX_WIRE_NOTIFY_LAYERS)
+        pdx_send_layers_notify(c, &n);
     status = pdx_wire_notify_encode(&n, buf, sizeof(buf), &len);
     if (status != PDX_OK)
         return status;
@@ -420,12 +430,23 @@ static step_t finish_dest(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **dep
     if (ext->xfer)
         return STEP_DONE; /* a one-sided transfer: its completions are all */
     if (!(c->chunk->flags & PDX_SEND_LAST)) {
-        for (uint32_t i = 0; i < n; i++) {
-            pdx_dep_t *d = deps[(ext->rr + i) % n];
+        /* Every write of the chunk on one endpoint (or none): its notify
+         * there follows them, so it names the layers that landed. */
+        pdx_dep_t *one = NULL;
 
-            if (!dep_can_notify(d, 0))
+        for (uint32_t i = 0; i < n && ext->wrs && !ext->wr_deps && !one; i++)
+            if (deps[i] == ext->wr_dep)
+                one = deps[i];
+        for (uint32_t i = 0; i < n; i++) {
+            pdx_dep_t *d = one ? one : deps[(ext->rr + i) % n];
+            const uint32_t flags = one || !ext->wrs ? PDX_WIRE_NOTIFY_LAYERS : 0;
+
+            if (!dep_can_notify(d, 0)) {
+                if (one)
+                    break;
                 continue;
-            status = post_notify(c, d, 0, ext->wrs, dest, 0);
+            }
+            status = post_notify(c, d, flags, ext->wrs, dest, 0);
             return status == PDX_OK ? STEP_DONE : pdx_send_refused(c, d, status, "notifying");
         }
         return STEP_WAIT; /* CREDIT messages or completions wake the shard */
@@ -565,6 +586,8 @@ static step_t plan_dest(send_ctx_t *c, pdx_dest_t *dest)
     ext->planning = true;
     ext->paged = false;
     ext->wrs = 0;
+    ext->wr_dep = NULL;
+    ext->wr_deps = false;
     return STEP_DONE;
 }
 

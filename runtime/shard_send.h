@@ -44,6 +44,12 @@ void pdx_send_count(send_ctx_t *c, pdx_dep_t *dep, uint32_t n, uint64_t bytes, u
 /* shard_head.c: a fresh head chunk. Whether it reaches its layout's last
  * layer (a whole chunk, or the last of its ranges). */
 bool pdx_send_layers_end(const send_ctx_t *c);
+/* Whether its writes all go on one endpoint: a layer range before the last,
+ * whose notify after them then tells decode its layers landed. */
+bool pdx_send_layers_pinned(const send_ctx_t *c);
+/* Its layers for a notify of PDX_WIRE_NOTIFY_LAYERS to the destination
+ * planned (n->layer_*, cover_*, pages). */
+void pdx_send_layers_notify(const send_ctx_t *c, pdx_wire_notify_t *n);
 /* Its layer range in order (else the room fails); once it went, where the
  * next range starts. */
 step_t pdx_send_layers_check(send_ctx_t *c, uint32_t ndests);

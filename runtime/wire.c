@@ -21,12 +21,31 @@
 #define BYE_FIXED    2u
 
 #define NOTIFY_FLAGS (PDX_WIRE_NOTIFY_LAST | PDX_WIRE_NOTIFY_STATUS_ONLY | PDX_WIRE_NOTIFY_CREDIT | \
-                      PDX_WIRE_NOTIFY_SUM | PDX_WIRE_NOTIFY_AUX)
+                      PDX_WIRE_NOTIFY_SUM | PDX_WIRE_NOTIFY_AUX | PDX_WIRE_NOTIFY_LAYERS)
 
-/* A sum rides on a LAST notify that reports data; its layers are a range;
- * without the flag its fields are zero. */
-static const char *sum_invalid(const pdx_wire_notify_t *n)
+/* Layers ride on a notify of data that is not the last: a range inside the
+ * sender's cover, both ranges. */
+static const char *layers_invalid(const pdx_wire_notify_t *n)
 {
+    if (n->flags & ~(uint32_t)PDX_WIRE_NOTIFY_LAYERS || n->status != PDX_OK)
+        return "notify layers on a record that is not a successful chunk before the last";
+    if (n->layer_begin > n->layer_end || n->cover_begin > n->cover_end)
+        return "notify layers end before they begin";
+    if (n->layer_begin < n->layer_end &&
+        (n->layer_begin < n->cover_begin || n->layer_end > n->cover_end))
+        return "notify layers outside the layers the sender holds";
+    return NULL;
+}
+
+/* A sum rides on a LAST notify that reports data, layers on one before it;
+ * without its flag, a field of either is zero. */
+static const char *extras_invalid(const pdx_wire_notify_t *n)
+{
+    if (n->flags & PDX_WIRE_NOTIFY_LAYERS)
+        return n->flags & PDX_WIRE_NOTIFY_SUM ? "notify record with both a sum and layers"
+                                              : layers_invalid(n);
+    if (n->cover_begin || n->cover_end || n->pages)
+        return "notify layer fields without the flag";
     if (!(n->flags & PDX_WIRE_NOTIFY_SUM))
         return n->sum || n->layer_begin || n->layer_end || (n->flags & PDX_WIRE_NOTIFY_AUX)
                    ? "notify sum fields without the flag" : NULL;
@@ -47,6 +66,16 @@ static bool credit_ok(const pdx_wire_notify_t *n)
 
 _Static_assert(PDX_WIRE_NOTIFY_SUM_SIZE <= PDX_TP_SEND_MAX, "a notify record must fit one SEND");
 _Static_assert(PDX_WIRE_NOTIFY_SUM_SIZE == PDX_WIRE_NOTIFY_SIZE + 8 + 4 + 4, "notify sum size");
+_Static_assert(PDX_WIRE_NOTIFY_LAYERS_SIZE == PDX_WIRE_NOTIFY_SIZE + 5 * 4, "notify layers size");
+_Static_assert(PDX_WIRE_NOTIFY_LAYERS_SIZE <= PDX_TP_SEND_MAX, "a notify record must fit one SEND");
+
+/* The record's size for its flags. */
+static size_t notify_size(uint32_t flags)
+{
+    return flags & PDX_WIRE_NOTIFY_SUM      ? PDX_WIRE_NOTIFY_SUM_SIZE
+           : flags & PDX_WIRE_NOTIFY_LAYERS ? PDX_WIRE_NOTIFY_LAYERS_SIZE
+                                            : PDX_WIRE_NOTIFY_SIZE;
+}
 _Static_assert(PDX_WIRE_NOTIFY_SIZE == 4 + 2 + 2 + 8 + 8 + 4 + 4 + 4, "notify record size");
 _Static_assert(PDX_TP_ADDR_MAX <= UINT16_MAX && PDX_WIRE_REASON_MAX <= UINT16_MAX &&
                PDX_WIRE_HOST_MAX <= UINT16_MAX, "strings have 16-bit lengths");
@@ -707,10 +736,9 @@ pdx_status_t pdx_wire_notify_encode(const pdx_wire_notify_t *n, void *buf, size_
 
     if (!n || (n->flags & ~(uint32_t)NOTIFY_FLAGS) || n->status > 0 ||
         ((n->flags & PDX_WIRE_NOTIFY_STATUS_ONLY) && n->count) ||
-        ((n->flags & PDX_WIRE_NOTIFY_CREDIT) && !credit_ok(n)) || sum_invalid(n))
+        ((n->flags & PDX_WIRE_NOTIFY_CREDIT) && !credit_ok(n)) || extras_invalid(n))
         return PDX_ERR_INVALID;
-    if (!buf || cap < (n->flags & PDX_WIRE_NOTIFY_SUM ? PDX_WIRE_NOTIFY_SUM_SIZE
-                                                      : PDX_WIRE_NOTIFY_SIZE))
+    if (!buf || cap < notify_size(n->flags))
         return PDX_ERR_RANGE;
     pdx_wire_wr_u32(&w, PDX_WIRE_NOTIFY_MAGIC);
     pdx_wire_wr_u16(&w, (uint16_t)n->flags);
@@ -724,6 +752,12 @@ pdx_status_t pdx_wire_notify_encode(const pdx_wire_notify_t *n, void *buf, size_
         pdx_wire_wr_u64(&w, n->sum);
         pdx_wire_wr_u32(&w, n->layer_begin);
         pdx_wire_wr_u32(&w, n->layer_end);
+    } else if (n->flags & PDX_WIRE_NOTIFY_LAYERS) {
+        pdx_wire_wr_u32(&w, n->layer_begin);
+        pdx_wire_wr_u32(&w, n->layer_end);
+        pdx_wire_wr_u32(&w, n->cover_begin);
+        pdx_wire_wr_u32(&w, n->cover_end);
+        pdx_wire_wr_u32(&w, n->pages);
     }
     *size_p = w.off;
     return PDX_OK;
@@ -740,7 +774,8 @@ pdx_status_t pdx_wire_notify_decode(const void *buf, size_t len, pdx_wire_notify
     uint16_t reserved;
     int32_t status;
 
-    if (len != PDX_WIRE_NOTIFY_SIZE && len != PDX_WIRE_NOTIFY_SUM_SIZE) {
+    if (len != PDX_WIRE_NOTIFY_SIZE && len != PDX_WIRE_NOTIFY_SUM_SIZE &&
+        len != PDX_WIRE_NOTIFY_LAYERS_SIZE) {
         *why = "notify record of the wrong size";
         return PDX_ERR_PROTO;
     }
@@ -756,6 +791,12 @@ pdx_status_t pdx_wire_notify_decode(const void *buf, size_t len, pdx_wire_notify
         n.sum = pdx_wire_rd_u64(&r);
         n.layer_begin = pdx_wire_rd_u32(&r);
         n.layer_end = pdx_wire_rd_u32(&r);
+    } else if (len == PDX_WIRE_NOTIFY_LAYERS_SIZE) {
+        n.layer_begin = pdx_wire_rd_u32(&r);
+        n.layer_end = pdx_wire_rd_u32(&r);
+        n.cover_begin = pdx_wire_rd_u32(&r);
+        n.cover_end = pdx_wire_rd_u32(&r);
+        n.pages = pdx_wire_rd_u32(&r);
     }
     if (magic != PDX_WIRE_NOTIFY_MAGIC) {
         *why = "bad notify magic";
@@ -778,11 +819,11 @@ pdx_status_t pdx_wire_notify_decode(const void *buf, size_t len, pdx_wire_notify
         *why = "credit record with other flags, a room, or a count outside 1..4096";
         return PDX_ERR_PROTO;
     }
-    if (!(n.flags & PDX_WIRE_NOTIFY_SUM) != (len == PDX_WIRE_NOTIFY_SIZE)) {
+    if (notify_size(n.flags) != len) {
         *why = "notify record of the wrong size for its flags";
         return PDX_ERR_PROTO;
     }
-    if ((*why = sum_invalid(&n)) != NULL)
+    if ((*why = extras_invalid(&n)) != NULL)
         return PDX_ERR_PROTO;
     *n_p = n;
     return PDX_OK;

@@ -367,10 +367,15 @@ pdx_status_t pdx_wire_encode_auth(const pdx_wire_auth_t *m, void *buf, size_t ca
  * and, with PDX_WIRE_NOTIFY_SUM (PDX_WIRE_NOTIFY_SUM_SIZE bytes in all):
  *
  *     sum u64  layer_begin u32  layer_end u32
+ *
+ * or, with PDX_WIRE_NOTIFY_LAYERS (PDX_WIRE_NOTIFY_LAYERS_SIZE bytes):
+ *
+ *     layer_begin u32  layer_end u32  cover_begin u32  cover_end u32  pages u32
  */
-#define PDX_WIRE_NOTIFY_MAGIC    0x6e786470u  /* "pdxn" on the wire */
-#define PDX_WIRE_NOTIFY_SIZE     36u
-#define PDX_WIRE_NOTIFY_SUM_SIZE 52u
+#define PDX_WIRE_NOTIFY_MAGIC       0x6e786470u  /* "pdxn" on the wire */
+#define PDX_WIRE_NOTIFY_SIZE        36u
+#define PDX_WIRE_NOTIFY_SUM_SIZE    52u
+#define PDX_WIRE_NOTIFY_LAYERS_SIZE 56u
 
 enum {
     PDX_WIRE_NOTIFY_LAST        = 1u << 0, /* the sender's last chunk of the room */
@@ -382,6 +387,12 @@ enum {
                                             * checksum of every byte the sender wrote and
                                             * the layers its pages covered (verify.h) */
     PDX_WIRE_NOTIFY_AUX         = 1u << 4, /* with SUM: the sum includes aux bytes it wrote */
+    PDX_WIRE_NOTIFY_LAYERS      = 1u << 5, /* a chunk that is not the last, every write of
+                                            * which came before this record on its endpoint:
+                                            * it wrote `pages` pages of decode's layered
+                                            * groups in layers [layer_begin, layer_end) of
+                                            * the sender's [cover_begin, cover_end), the
+                                            * layers of decode's layout it holds */
 };
 
 #define PDX_WIRE_MAX_CREDIT 4096u
@@ -397,6 +408,10 @@ typedef struct pdx_wire_notify {
     uint64_t     sum;
     uint32_t     layer_begin; /* the layers of decode's layout it wrote: */
     uint32_t     layer_end;   /* [layer_begin, layer_end), begin <= end */
+    /* PDX_WIRE_NOTIFY_LAYERS (with layer_begin, layer_end); all zero without it */
+    uint32_t     cover_begin;
+    uint32_t     cover_end;
+    uint32_t     pages;
 } pdx_wire_notify_t;
 
 /* PDX_ERR_RANGE when cap is below the record's size, PDX_ERR_INVALID on bad fields. */

@@ -88,9 +88,15 @@ void side_fill(side_t *s, uint64_t room, const uint32_t *src, uint32_t n, uint32
 
 uint64_t side_check(const side_t *s, uint64_t room, const uint32_t *dst, uint32_t n, uint32_t pos0)
 {
+    return side_check_layers(s, room, dst, n, pos0, 0, s->g.layers);
+}
+
+uint64_t side_check_layers(const side_t *s, uint64_t room, const uint32_t *dst, uint32_t n,
+                           uint32_t pos0, uint32_t layer_begin, uint32_t layer_end)
+{
     uint64_t bad = 0;
 
-    for (uint32_t l = 0; l < s->g.layers; l++)
+    for (uint32_t l = layer_begin; l < layer_end; l++)
         for (uint32_t i = 0; i < n; i++) {
             const uint64_t *w = page_words(s, l, dst[i]);
 

@@ -41,6 +41,9 @@ void side_fill(side_t *s, uint64_t room, const uint32_t *src, uint32_t n, uint32
 /* Count the bytes of decode pages dst[i] that differ from the pattern. */
 uint64_t side_check(const side_t *s, uint64_t room, const uint32_t *dst, uint32_t n,
                     uint32_t pos0);
+/* The same for layers [layer_begin, layer_end) only. */
+uint64_t side_check_layers(const side_t *s, uint64_t room, const uint32_t *dst, uint32_t n,
+                           uint32_t pos0, uint32_t layer_begin, uint32_t layer_end);
 
 /* n distinct random pages of the pool. */
 void pick_pages(uint32_t *out, uint32_t n, uint32_t npages, unsigned *seed);

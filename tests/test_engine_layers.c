@@ -139,6 +139,89 @@ Test(layers, one_layer_at_a_time_many_chunks_and_rooms, .fini = fini, .timeout =
                  (uint64_t)ROOMS * CHUNKS * PER * LAYERS * geom.bytes_per_page);
 }
 
+/* Decode's count of the room's layers that landed. */
+static uint32_t landed(uint64_t room)
+{
+    uint32_t n = UINT32_MAX;
+
+    cr_assert_eq(pdx_room_layers(dc.e, room, &n), PDX_OK);
+    return n;
+}
+
+/* ... polled until it reaches want (5 s at most): the count then. */
+static uint32_t landed_wait(uint64_t room, uint32_t want)
+{
+    for (int i = 0; i < 5000 && landed(room) < want; i++)
+        usleep(1000);
+    return landed(room);
+}
+
+/* Two chunks sent layer by layer, the second's gates opened one at a time:
+ * decode counts a layer once both chunks wrote it, with its bytes there. */
+static void learn_layers(const char *const *decode_cfg)
+{
+    enum { CHUNKS = 2, PER = 6 };
+    const uint64_t room = 40;
+    uint32_t pages[CHUNKS * PER], peer = open_both(decode_cfg), n;
+    volatile uint64_t flags[CHUNKS][LAYERS];
+    const pdx_pages_t all = {pages, CHUNKS * PER};
+    unsigned seed = 17;
+
+    memset((void *)flags, 0, sizeof(flags));
+    pick_pages(pages, CHUNKS * PER, geom.npages, &seed);
+    cr_assert_eq(pdx_expect(dc.e, peer, room, dc.layout, &all, NULL, 1, 10000), PDX_OK);
+    side_fill(&pf, room, pages, CHUNKS * PER, 0);
+    for (uint32_t c = 0; c < CHUNKS; c++)
+        for (uint32_t l = 0; l < LAYERS; l++) {
+            const pdx_pages_t part = {pages + c * PER, PER};
+            const pdx_gate_t gate = flag_gate(&flags[c][l]);
+
+            cr_assert_eq(pdx_send_layers(pf.e, room, pf.layout, l, l + 1, &part, &gate, NULL,
+                                         c + 1 == CHUNKS && l + 1 == LAYERS ? PDX_SEND_LAST : 0),
+                         PDX_OK);
+        }
+    cr_assert_eq(landed(room), 0);
+    /* the first chunk whole: every layer still waits for the second */
+    for (uint32_t l = 0; l < LAYERS; l++)
+        flags[0][l] = 1;
+    usleep(50000);
+    cr_assert_eq(landed(room), 0, "a layer landed with one of its two chunks");
+    /* then the second chunk's layers one by one: each lands with its bytes */
+    for (uint32_t l = 0; l + 1 < LAYERS; l++) {
+        __atomic_store_n(&flags[1][l], 1, __ATOMIC_RELEASE);
+        cr_assert_eq(landed_wait(room, l + 1), l + 1, "after layer %u", l);
+        cr_assert_eq(side_check_layers(&dc, room, pages, CHUNKS * PER, 0, 0, l + 1), 0,
+                     "%u layers landed before all their bytes", l + 1);
+        cr_assert_neq(pdx_poll(dc.e, room), PDX_ROOM_SUCCESS);
+    }
+    __atomic_store_n(&flags[1][LAYERS - 1], 1, __ATOMIC_RELEASE);
+    cr_assert_eq(wait_done(dc.e, room, 10000), PDX_ROOM_SUCCESS);
+    cr_assert_eq(landed(room), LAYERS);
+    cr_assert_eq(side_check(&dc, room, pages, CHUNKS * PER, 0), 0);
+    cr_assert_eq(wait_done(pf.e, room, 10000), PDX_ROOM_SUCCESS);
+    /* not a decode room, no room, no stream waits without a GPU */
+    cr_assert_eq(pdx_room_layers(pf.e, room, &n), PDX_ERR_STATE);
+    cr_assert_eq(pdx_room_layers(dc.e, room + 1, &n), PDX_ERR_NOT_FOUND);
+    cr_assert_eq(pdx_room_stream_wait_layer(dc.e, room, 0, NULL, NULL), PDX_ERR_UNSUPPORTED);
+    cr_assert_eq(pdx_room_stream_wait_layer(dc.e, room, LAYERS, NULL, NULL), PDX_ERR_RANGE);
+    cr_assert_eq(release_wait(dc.e, room, 5000), PDX_OK);
+    cr_assert_eq(release_wait(pf.e, room, 5000), PDX_OK);
+}
+
+Test(layers, decode_learns_each_layer_as_it_lands, .fini = fini, .timeout = 60)
+{
+    learn_layers(NULL);
+}
+
+/* over rdma, a layer counts once a flush read made it visible (tcp needs
+ * none) */
+Test(layers, decode_learns_layers_behind_flush_reads, .fini = fini, .timeout = 60)
+{
+    const char *const flush_on[] = {"PDX_FLUSH=on", NULL};
+
+    learn_layers(flush_on);
+}
+
 /* Room `room` expected over pages, then layer ranges of it sent: {begin,
  * end, npages, last} each (npages of pages). */
 typedef struct range {

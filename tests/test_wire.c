@@ -530,6 +530,56 @@ Test(wire, notify_with_a_sum)
     cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_ERR_INVALID);
 }
 
+Test(wire, notify_with_layers)
+{
+    pdx_wire_notify_t n = {.room = 4, .sender = 5, .seq = 6, .count = 9,
+                           .flags = PDX_WIRE_NOTIFY_LAYERS, .layer_begin = 7, .layer_end = 8,
+                           .cover_begin = 2, .cover_end = 61, .pages = 300};
+    static const uint8_t tail[20] = {7, 0, 0, 0, 8, 0, 0, 0, 2, 0, 0, 0, 61, 0, 0, 0,
+                                     0x2c, 1, 0, 0};
+    uint8_t buf[PDX_TP_SEND_MAX], *p;
+    pdx_wire_notify_t got;
+    const char *why;
+    size_t len;
+
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, PDX_WIRE_NOTIFY_LAYERS_SIZE - 1, &len),
+                 PDX_ERR_RANGE);
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_OK);
+    cr_assert_eq(len, PDX_WIRE_NOTIFY_LAYERS_SIZE);
+    cr_assert_arr_eq(buf + PDX_WIRE_NOTIFY_SIZE, tail, sizeof(tail));
+    p = exact_copy(buf, len);
+    cr_assert_eq(pdx_wire_notify_decode(p, len, &got, NULL), PDX_OK);
+    cr_assert(got.layer_begin == 7 && got.layer_end == 8 && got.cover_begin == 2 &&
+              got.cover_end == 61 && got.pages == 300 && got.flags == n.flags && got.count == 9);
+    /* the record's size must be that of its flags */
+    why = NULL;
+    cr_assert_eq(pdx_wire_notify_decode(p, PDX_WIRE_NOTIFY_SIZE, &got, &why), PDX_ERR_PROTO);
+    cr_assert(why && strstr(why, "size"), "%s", why ? why : "");
+    p[4] = 0; /* layers fields without the flag */
+    cr_assert_eq(pdx_wire_notify_decode(p, len, &got, &why), PDX_ERR_PROTO);
+    p[4] = PDX_WIRE_NOTIFY_LAYERS | PDX_WIRE_NOTIFY_LAST; /* only before the last chunk */
+    cr_assert_eq(pdx_wire_notify_decode(p, len, &got, &why), PDX_ERR_PROTO);
+    cr_assert(strstr(why, "before the last"), "%s", why);
+    p[4] = PDX_WIRE_NOTIFY_LAYERS;
+    p[PDX_WIRE_NOTIFY_SIZE] = 9; /* layers [9, 8) */
+    cr_assert_eq(pdx_wire_notify_decode(p, len, &got, &why), PDX_ERR_PROTO);
+    cr_assert(strstr(why, "end before"), "%s", why);
+    p[PDX_WIRE_NOTIFY_SIZE] = 1; /* layers [1, 8) outside [2, 61) */
+    cr_assert_eq(pdx_wire_notify_decode(p, len, &got, &why), PDX_ERR_PROTO);
+    cr_assert(strstr(why, "outside"), "%s", why);
+    free(p);
+    /* encoder: the same rules */
+    n.flags = PDX_WIRE_NOTIFY_LAYERS | PDX_WIRE_NOTIFY_SUM;
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    n.flags = 0;
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_ERR_INVALID,
+                 "layers without their flag");
+    n.flags = PDX_WIRE_NOTIFY_LAYERS, n.cover_end = 7;
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_ERR_INVALID);
+    n.layer_begin = n.layer_end = 70; /* an empty range: none of decode's layers */
+    cr_assert_eq(pdx_wire_notify_encode(&n, buf, sizeof(buf), &len), PDX_OK);
+}
+
 Test(wire, notify_truncated_or_bad)
 {
     pdx_wire_notify_t n = sample_notify(), got;

@@ -373,8 +373,27 @@ class Engine:
     def gate_release(self, gate):
         _check(_lib.pdx_gate_release(self._h(), ctypes.byref(gate)), "pdx_gate_release")
 
-    def stream_wait(self, room, stream):
-        _check(_lib.pdx_room_stream_wait(self._h(), room, stream), "pdx_room_stream_wait")
+    def stream_wait(self, room, stream, layer=None):
+        """Make a GPU stream (a raw hipStream_t) wait until the room ended, or
+        with layer= until that layer (and those before it) landed. With a
+        layer, returns the room's failure gate: its word (a device-readable
+        address) reaches its value once the room failed."""
+        if layer is None:
+            _check(_lib.pdx_room_stream_wait(self._h(), room, stream), "pdx_room_stream_wait")
+            return None
+        failed = _ffi.Gate()
+        _check(_lib.pdx_room_stream_wait_layer(self._h(), room, layer, stream,
+                                               ctypes.byref(failed)),
+               "pdx_room_stream_wait_layer", "room %d layer %d" % (room, layer))
+        return failed
+
+    def layers(self, room):
+        """Decode: how many layers of the room, from its layout's first, have
+        landed and are visible."""
+        n = ctypes.c_uint32()
+        _check(_lib.pdx_room_layers(self._h(), room, ctypes.byref(n)), "pdx_room_layers",
+               "room %d" % room)
+        return n.value
 
     def poll(self, room):
         return _STATES[_lib.pdx_poll(self._e or self._h(), room)]

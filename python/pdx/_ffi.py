@@ -198,6 +198,8 @@ PROTOTYPES = {
     "pdx_send_layers": (c_status, [vp, u64, u32, u32, u32, P(Pages), P(Gate), P(Region),
                                    ctypes.c_uint]),
     "pdx_room_stream_wait": (c_status, [vp, u64, vp]),
+    "pdx_room_stream_wait_layer": (c_status, [vp, u64, u32, vp, P(Gate)]),
+    "pdx_room_layers": (c_status, [vp, u64, P(u32)]),
     "pdx_poll": (ctypes.c_int, [vp, u64]),
     "pdx_room_error": (c_status, [vp, u64, ctypes.c_char_p, sz]),
     "pdx_abort": (c_status, [vp, u64]),

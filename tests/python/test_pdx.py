@@ -200,9 +200,17 @@ class Engine(unittest.TestCase):
         pf.fill(78, src)
         half = LAYERS // 2
         pf.e.send(78, pf.layout, [src], layers=(0, half))
+        end = time.monotonic() + 10
+        while dc.e.layers(78) < half and time.monotonic() < end:
+            time.sleep(0.001)
+        self.assertEqual(dc.e.layers(78), half, "decode counts the first range's layers")
+        self.assertNotEqual(dc.e.poll(78), pdx.RoomState.SUCCESS)
+        with self.assertRaises(pdx.Error):  # no GPU to wait on
+            dc.e.stream_wait(78, None, layer=0)
         pf.e.send(78, pf.layout, [src], layers=(half, LAYERS), last=True)
         self.assertEqual(wait(dc.e, 78, pdx.RoomState.SUCCESS), pdx.RoomState.SUCCESS,
                          dc.e.error(78))
+        self.assertEqual(dc.e.layers(78), LAYERS)
         self.assertIsNone(dc.check(78, dst))
         self.assertEqual(pf.e.stats()["bytes_sent"], 4 * LAYERS * BPP)
         with self.assertRaises(pdx.Error):

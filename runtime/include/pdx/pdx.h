@@ -38,7 +38,7 @@ extern "C" {
 #define PDX_VERSION_PATCH 0
 
 /* Control-channel protocol version, checked at handshake. */
-#define PDX_PROTOCOL_VERSION 10
+#define PDX_PROTOCOL_VERSION 11
 
 /* ---------------------------------------------------------------- status */
 
@@ -583,6 +583,34 @@ PDX_API pdx_status_t pdx_send_layers(pdx_engine_t *engine, pdx_room_t room, uint
  */
 PDX_API pdx_status_t pdx_room_stream_wait(pdx_engine_t *engine, pdx_room_t room,
                                           void *hip_stream);
+
+/*
+ * Decode, layer by layer: enqueue on hip_stream (of the engine's GPU) a wait
+ * until `layer` of the room's layout, and every layer before it, has landed
+ * and is visible, or the room ended (SUCCESS or FAILED): kernels enqueued
+ * after it may read that layer's pages, with no host round trip. A layer
+ * lands when every sender wrote its pages of it with pdx_send_layers()
+ * (each range's notify follows its writes on one endpoint); layers sent
+ * whole with pdx_send(), and rooms expected with layouts of different layer
+ * ranges, land at SUCCESS. The wait is a stream memory operation on a
+ * pdx-owned word, so it can be captured in a graph. failed_p (optional)
+ * receives a word gate that is open (*word >= value) once the room failed
+ * or was released: a kernel checks it before it trusts the pages; valid
+ * until pdx_release(). Any number of waits per room, on any streams;
+ * PDX_ERR_RANGE for a layer outside the layout, PDX_ERR_STATE for a room not
+ * expected here, PDX_ERR_UNSUPPORTED without a GPU.
+ */
+PDX_API pdx_status_t pdx_room_stream_wait_layer(pdx_engine_t *engine, pdx_room_t room,
+                                                uint32_t layer, void *hip_stream,
+                                                pdx_gate_t *failed_p);
+
+/*
+ * Decode: *landed_p = how many layers of the room, from its layout's first,
+ * have landed and are visible (all of them at SUCCESS; see
+ * pdx_room_stream_wait_layer). PDX_ERR_STATE for a room not expected here.
+ */
+PDX_API pdx_status_t pdx_room_layers(pdx_engine_t *engine, pdx_room_t room,
+                                     uint32_t *landed_p);
 
 /* --------------------------------------------------- one-sided transfers */
 
