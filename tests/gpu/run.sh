@@ -40,6 +40,8 @@ echo "=== test_gpu_ipc_engine --bench-gates (gate to SUCCESS: the GPU's wait aga
 "$build/tests/gpu/test_gpu_ipc_engine" --bench-gates || rc=1
 echo "=== test_gpu_ipc_engine --bench-layers (exposed transfer time: whole rooms against layer by layer) ==="
 "$build/tests/gpu/test_gpu_ipc_engine" --bench-layers || rc=1
+echo "=== test_gpu_ipc_engine --bench-layers all waits (decode's kernels waiting per layer) ==="
+"$build/tests/gpu/test_gpu_ipc_engine" --bench-layers all waits || rc=1
 echo "=== test_gpu_python.py (GPU memory, gates and streams from Python) ==="
 PDX_LIBRARY="$build/libpdx.so" PYTHONPATH="$src/python" PYTHONDONTWRITEBYTECODE=1 \
   python3 "$src/tests/gpu/test_gpu_python.py" || rc=1

@@ -806,6 +806,48 @@ static void layer_rooms(const char *transport, bool gated)
     cudaFreeHost(lflags);
 }
 
+/* Decode's waits for layers of a room that is aborted before anything was
+ * sent: the stream goes on, and the failure gate is open. */
+static void layer_waits_on_abort(const char *transport)
+{
+    side_t pf, dc;
+    uint32_t peer, dst[GPAGES];
+    pdx_pages_t dp = {dst, GPAGES};
+    pdx_gate_t gone = {};
+    unsigned seed = 31;
+    cudaStream_t s;
+    uint64_t end;
+    cudaError_t q;
+
+    side_open(&pf, transport, GL, 1, GNP, GBPP, "5000");
+    side_open(&dc, transport, GL, 1, GNP, GBPP, "5000");
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK(pdx_peer_connect(dc.e, pdx_engine_address(pf.e), 5000, &peer) == PDX_OK, "connect");
+    pick(dst, GPAGES, 0, GNP, &seed);
+    CHECK(pdx_expect(dc.e, peer, 8500, dc.layout, &dp, NULL, 1, 10000) == PDX_OK, "expect");
+    for (uint32_t l = 0; l < GL; l++)
+        CHECK(pdx_room_stream_wait_layer(dc.e, 8500, l, s, &gone) == PDX_OK, "wait %u", l);
+    CHECK(pdx_room_stream_wait_layer(dc.e, 8500, GL, s, NULL) == PDX_ERR_RANGE, "layer %u", GL);
+    usleep(20000);
+    CHECK(cudaStreamQuery(s) == cudaErrorNotReady, "%s: the waits hold before anything landed",
+          transport);
+    CHECK(*gone.word < gone.value, "the failure gate is closed while the room is fine");
+    CHECK(pdx_abort(dc.e, 8500) == PDX_OK, "abort");
+    end = now_ns() + 5000000000ull;
+    while ((q = cudaStreamQuery(s)) == cudaErrorNotReady && now_ns() < end)
+        usleep(100);
+    CHECK(q == cudaSuccess, "%s: an aborted room's layer waits go on (%s)", transport,
+          cudaGetErrorName(q));
+    CHECK(*gone.word >= gone.value, "%s: the failure gate is open after the abort",
+          transport);
+    printf("%s, decode's waits for %u layers of an aborted room: released, failure gate open\n",
+           transport, GL);
+    release_room(dc.e, 8500);
+    cudaStreamDestroy(s);
+    side_close(&dc);
+    side_close(&pf);
+}
+
 static void test_layers(void)
 {
     CUDA_OK(cudaHostAlloc((void **)&flag, sizeof(*flag), cudaHostAllocMapped));
@@ -815,6 +857,8 @@ static void test_layers(void)
     layer_rooms("ipc", true);
     layer_rooms("tcp", true);
     layer_rooms("ipc", false);
+    layer_waits_on_abort("ipc");
+    layer_waits_on_abort("tcp");
     cudaStreamDestroy(gstream);
     cudaFree(gbad);
     cudaFree(gpages);
@@ -926,7 +970,7 @@ static void bench_gates(void)
  * layer) writes it, then block 0 stays busy for ns: the layer's compute. */
 __global__ void forward_layer(uint8_t *pool, const uint32_t *pages, uint32_t n, uint32_t bpl,
                               uint64_t buf_len, uint64_t bpp, uint32_t layer, uint64_t room,
-                              uint64_t ns)
+                              uint64_t ns, uint64_t *end)
 {
     const uint32_t i = blockIdx.x % n, part = blockIdx.x / n;
     uint64_t *p = (uint64_t *)(pool + (uint64_t)(layer * bpl + part) * buf_len + pages[i] * bpp);
@@ -940,7 +984,32 @@ __global__ void forward_layer(uint8_t *pool, const uint32_t *pages, uint32_t n, 
         do
             asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
         while (t - t0 < ns);
+        end[layer] = t;
     }
+}
+
+/* Decode's kernel for a layer, queued behind pdx_room_stream_wait_layer:
+ * when it started, and the words of the layer's pages that are not the
+ * forward pass's. */
+__global__ void layer_landed(const uint8_t *pool, const uint32_t *pages, uint32_t n, uint32_t bpl,
+                             uint64_t buf_len, uint64_t bpp, uint32_t layer, uint64_t room,
+                             unsigned long long *bad, uint64_t *start)
+{
+    const uint32_t i = blockIdx.x % n, part = blockIdx.x / n;
+    const uint64_t *p =
+        (const uint64_t *)(pool + (uint64_t)(layer * bpl + part) * buf_len + pages[i] * bpp);
+    unsigned long long b = 0;
+
+    if (blockIdx.x == 0 && threadIdx.x == 0) {
+        uint64_t t;
+
+        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        start[layer] = t;
+    }
+    for (uint64_t w = threadIdx.x; w < bpp / 8; w += blockDim.x)
+        b += p[w] != (room ^ w);
+    if (b)
+        atomicAdd(bad, b);
 }
 
 /* Rooms of `pages` pages through a simulated forward pass of `layers`
@@ -948,7 +1017,8 @@ __global__ void forward_layer(uint8_t *pool, const uint32_t *pages, uint32_t n, 
  * layer) or layer by layer (a gate after each): the exposed transfer time,
  * decode's SUCCESS minus the end of the last layer's kernel, p50 and p99. */
 static void bench_layers(const char *name, const char *transport, uint32_t layers, uint32_t bpl,
-                         uint64_t bpp, uint32_t pages, uint64_t compute_us, bool events)
+                         uint64_t bpp, uint32_t pages, uint64_t compute_us, bool events,
+                         bool waits)
 {
     enum { WARM = 2, N = 12 };
     const uint64_t buf_len = 2ull * pages * bpp;
@@ -956,6 +1026,11 @@ static void bench_layers(const char *name, const char *transport, uint32_t layer
     uint32_t peer, *dpages, src[256], dst[256];
     pdx_pages_t sp = {src, pages};
     cudaEvent_t end_ev, ev[64];
+    cudaStream_t dstream;
+    uint32_t *ddst;
+    uint64_t *lend, *lstart, lat[12 * 64], nlat = 0;
+    unsigned long long *lbad, bad = 0;
+    int order_bad = 0;
     unsigned seed = 5;
     double p50[2] = {0, 0};
 
@@ -965,6 +1040,12 @@ static void bench_layers(const char *name, const char *transport, uint32_t layer
     CHECK(pdx_peer_connect(dc.e, pdx_engine_address(pf.e), 5000, &peer) == PDX_OK, "connect");
     CUDA_OK(cudaMalloc((void **)&dpages, pages * sizeof(uint32_t)));
     CUDA_OK(cudaEventCreateWithFlags(&end_ev, cudaEventDisableTiming));
+    CUDA_OK(cudaStreamCreateWithFlags(&dstream, cudaStreamNonBlocking));
+    CUDA_OK(cudaMalloc((void **)&ddst, pages * sizeof(uint32_t)));
+    CUDA_OK(cudaMalloc((void **)&lend, 64 * sizeof(uint64_t)));
+    CUDA_OK(cudaMalloc((void **)&lstart, 64 * sizeof(uint64_t)));
+    CUDA_OK(cudaMalloc((void **)&lbad, sizeof(*lbad)));
+    CUDA_OK(cudaMemset(lbad, 0, sizeof(*lbad)));
     for (uint32_t l = 0; l < layers; l++)
         CUDA_OK(cudaEventCreateWithFlags(&ev[l], cudaEventDisableTiming));
     pick(src, pages, 0, 2 * pages, &seed);
@@ -983,6 +1064,19 @@ static void bench_layers(const char *name, const char *transport, uint32_t layer
             pick(dst, pages, 0, 2 * pages, &seed);
             CHECK(pdx_expect(dc.e, peer, room, dc.layout, &dp, NULL, 1, 30000) == PDX_OK,
                   "expect");
+            if (waits && mode == 1) { /* decode reads each layer as soon as it landed */
+                pdx_gate_t gone = {};
+
+                CUDA_OK(cudaMemcpy(ddst, dst, pages * sizeof(uint32_t),
+                                   cudaMemcpyHostToDevice));
+                for (uint32_t l = 0; l < layers; l++) {
+                    CHECK(pdx_room_stream_wait_layer(dc.e, room, l, dstream, &gone) == PDX_OK,
+                          "stream_wait_layer %u", l);
+                    layer_landed<<<pages * bpl, 256, 0, dstream>>>(dc.pool, ddst, pages, bpl,
+                                                                    buf_len, bpp, l, room, lbad,
+                                                                    lstart);
+                }
+            }
             end = now_ns() + 5000000000ull;
             while (pdx_poll(pf.e, room) != PDX_ROOM_WAITING && now_ns() < end)
                 usleep(20);
@@ -992,7 +1086,7 @@ static void bench_layers(const char *name, const char *transport, uint32_t layer
             for (uint32_t l = 0; l < layers; l++) {
                 forward_layer<<<pages * bpl, 256, 0, gstream>>>(pf.pool, dpages, pages, bpl,
                                                                 buf_len, bpp, l, room,
-                                                                compute_us * 1000);
+                                                                compute_us * 1000, lend);
                 if (mode == 1 && events) {
                     CUDA_OK(cudaEventRecord(ev[l], gstream));
                     gate = (pdx_gate_t){.kind = PDX_GATE_EVENT, .event = ev[l]};
@@ -1022,6 +1116,20 @@ static void bench_layers(const char *name, const char *transport, uint32_t layer
             while ((st = pdx_poll(dc.e, room)) != PDX_ROOM_SUCCESS && st != PDX_ROOM_FAILED &&
                    now_ns() < end)
                 ;
+            if (waits && mode == 1) {
+                uint64_t e_ns[64], s_ns[64];
+
+                CUDA_OK(cudaStreamSynchronize(dstream));
+                CUDA_OK(cudaMemcpy(e_ns, lend, layers * sizeof(uint64_t),
+                                   cudaMemcpyDeviceToHost));
+                CUDA_OK(cudaMemcpy(s_ns, lstart, layers * sizeof(uint64_t),
+                                   cudaMemcpyDeviceToHost));
+                for (uint32_t l = 0; l < layers; l++) {
+                    order_bad += s_ns[l] < e_ns[l] || (l && s_ns[l] < s_ns[l - 1]);
+                    if (r >= WARM && s_ns[l] >= e_ns[l])
+                        lat[nlat++] = s_ns[l] - e_ns[l];
+                }
+            }
             if (r >= WARM) {
                 exposed[r - WARM] = now_ns() - t_end;
                 forward[r - WARM] = t_end - t_start;
@@ -1042,11 +1150,28 @@ static void bench_layers(const char *name, const char *transport, uint32_t layer
                exposed[N - 1] / 1e3, forward[N / 2] / 1e3,
                (double)(gates_on_gpu(pf.e) - g0) / N, mode ? layers : 1);
     }
+    if (waits) {
+        CUDA_OK(cudaMemcpy(&bad, lbad, sizeof(bad), cudaMemcpyDeviceToHost));
+        CHECK(bad == 0 && order_bad == 0 && nlat, "%s %s: decode's layer kernels read %llu stale "
+              "words; %d started before their layer was computed or before the layer before",
+              transport, name, bad, order_bad);
+        qsort(lat, nlat, sizeof(lat[0]), cmp_u64);
+        printf("  %-5s %-9s %4llu us/layer: decode's kernel per layer behind "
+               "pdx_room_stream_wait_layer starts %.1f us (p50), %.1f us (p99) after the layer's "
+               "kernel ended; %llu layers read, 0 stale words, in order\n", transport, name,
+               (unsigned long long)compute_us, lat[nlat / 2] / 1e3, lat[nlat * 99 / 100] / 1e3,
+               (unsigned long long)nlat);
+    }
     printf("  %-5s %-9s %4llu us/layer: layer-wise exposes %.3f of whole (%.1f us, one layer's "
            "share of the whole transfer %.1f us: %.2fx it)\n", transport, name,
            (unsigned long long)compute_us, p50[1] / p50[0], p50[1], p50[0] / layers,
            p50[1] / (p50[0] / layers));
     cudaEventDestroy(end_ev);
+    cudaStreamDestroy(dstream);
+    cudaFree(ddst);
+    cudaFree(lend);
+    cudaFree(lstart);
+    cudaFree(lbad);
     for (uint32_t l = 0; l < layers; l++)
         cudaEventDestroy(ev[l]);
     cudaFree(dpages);
@@ -1054,7 +1179,7 @@ static void bench_layers(const char *name, const char *transport, uint32_t layer
     side_close(&pf);
 }
 
-static void bench_layerwise(const char *only, bool events)
+static void bench_layerwise(const char *only, bool events, bool waits)
 {
     const char *tps[2] = {"ipc", "tcp"};
 
@@ -1066,10 +1191,10 @@ static void bench_layerwise(const char *only, bool events)
 
         if (only && strcmp(only, tps[t]) != 0)
             continue;
-        bench_layers("DeepSeek", tps[t], 61, 1, 64 * 576, 64, slow, events);
-        bench_layers("DeepSeek", tps[t], 61, 1, 64 * 576, 64, fast, events);
-        bench_layers("Llama-32L", tps[t], 32, 2, 16 * 256, 256, slow, events);
-        bench_layers("Llama-32L", tps[t], 32, 2, 16 * 256, 256, fast, events);
+        bench_layers("DeepSeek", tps[t], 61, 1, 64 * 576, 64, slow, events, waits);
+        bench_layers("DeepSeek", tps[t], 61, 1, 64 * 576, 64, fast, events, waits);
+        bench_layers("Llama-32L", tps[t], 32, 2, 16 * 256, 256, slow, events, waits);
+        bench_layers("Llama-32L", tps[t], 32, 2, 16 * 256, 256, fast, events, waits);
     }
     cudaStreamDestroy(gstream);
 }
@@ -1432,6 +1557,12 @@ static void bench(const char *name, uint32_t layers, uint32_t bpl, uint64_t bpp,
 int main(int argc, char **argv)
 {
     cu_check_init();
+    /* Prefill and decode share this process: decode's stream waiting for a
+     * layer must not share a hardware queue with the forward pass that
+     * computes it (then it would wait for itself). Deployments run them in
+     * processes of their own. */
+    if (argc == 4 && strcmp(argv[3], "waits") == 0)
+        setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
     if (argc == 6 && strcmp(argv[1], "--decode-child") == 0)
         return decode_child(argv[2], strtoull(argv[3], NULL, 10),
                             (uint32_t)strtoul(argv[4], NULL, 10), strtoull(argv[5], NULL, 10));
@@ -1441,10 +1572,12 @@ int main(int argc, char **argv)
         test_gates("auto");
         test_gates("off");
     } else if (argc >= 2 && argc <= 4 && strcmp(argv[1], "--bench-layers") == 0) {
-        /* [ipc|tcp|all] [events]: that transport only; event gates instead of stream gates */
+        /* [ipc|tcp|all] [events|waits]: that transport only; event gates
+         * instead of stream gates; decode's kernels waiting per layer */
         const char *only = argc >= 3 && strcmp(argv[2], "all") != 0 ? argv[2] : NULL;
 
-        bench_layerwise(only, argc == 4 && strcmp(argv[3], "events") == 0);
+        bench_layerwise(only, argc == 4 && strcmp(argv[3], "events") == 0,
+                        argc == 4 && strcmp(argv[3], "waits") == 0);
     } else if (argc == 2 && strcmp(argv[1], "--bench-gates") == 0) {
         bench_gates();
     } else if (argc == 2 && strcmp(argv[1], "--bench") == 0) {
