@@ -1124,11 +1124,22 @@ static void bench_layers(const char *name, const char *transport, uint32_t layer
                                    cudaMemcpyDeviceToHost));
                 CUDA_OK(cudaMemcpy(s_ns, lstart, layers * sizeof(uint64_t),
                                    cudaMemcpyDeviceToHost));
+                unsigned long long was = bad;
+                int early = 0;
+
+                CUDA_OK(cudaMemcpy(&bad, lbad, sizeof(bad), cudaMemcpyDeviceToHost));
                 for (uint32_t l = 0; l < layers; l++) {
-                    order_bad += s_ns[l] < e_ns[l] || (l && s_ns[l] < s_ns[l - 1]);
+                    early += s_ns[l] < e_ns[l] || (l && s_ns[l] < s_ns[l - 1]);
                     if (r >= WARM && s_ns[l] >= e_ns[l])
                         lat[nlat++] = s_ns[l] - e_ns[l];
                 }
+                if (early || bad != was)
+                    printf("  room %llu (%d of %d): %llu stale words, %d layers read early; "
+                           "layer 0 read %lld ns after its kernel, layer %u %lld ns\n",
+                           (unsigned long long)room, r, WARM + N, bad - was, early,
+                           (long long)(s_ns[0] - e_ns[0]), layers - 1,
+                           (long long)(s_ns[layers - 1] - e_ns[layers - 1]));
+                order_bad += early;
             }
             if (r >= WARM) {
                 exposed[r - WARM] = now_ns() - t_end;
@@ -1151,16 +1162,15 @@ static void bench_layers(const char *name, const char *transport, uint32_t layer
                (double)(gates_on_gpu(pf.e) - g0) / N, mode ? layers : 1);
     }
     if (waits) {
-        CUDA_OK(cudaMemcpy(&bad, lbad, sizeof(bad), cudaMemcpyDeviceToHost));
         CHECK(bad == 0 && order_bad == 0 && nlat, "%s %s: decode's layer kernels read %llu stale "
               "words; %d started before their layer was computed or before the layer before",
               transport, name, bad, order_bad);
         qsort(lat, nlat, sizeof(lat[0]), cmp_u64);
         printf("  %-5s %-9s %4llu us/layer: decode's kernel per layer behind "
                "pdx_room_stream_wait_layer starts %.1f us (p50), %.1f us (p99) after the layer's "
-               "kernel ended; %llu layers read, 0 stale words, in order\n", transport, name,
-               (unsigned long long)compute_us, lat[nlat / 2] / 1e3, lat[nlat * 99 / 100] / 1e3,
-               (unsigned long long)nlat);
+               "kernel ended; %llu layers read, %llu stale words, %d out of order\n", transport,
+               name, (unsigned long long)compute_us, lat[nlat / 2] / 1e3,
+               lat[nlat * 99 / 100] / 1e3, (unsigned long long)nlat, bad, order_bad);
     }
     printf("  %-5s %-9s %4llu us/layer: layer-wise exposes %.3f of whole (%.1f us, one layer's "
            "share of the whole transfer %.1f us: %.2fx it)\n", transport, name,
@@ -1559,10 +1569,14 @@ int main(int argc, char **argv)
     cu_check_init();
     /* Prefill and decode share this process: decode's stream waiting for a
      * layer must not share a hardware queue with the forward pass that
-     * computes it (then it would wait for itself). Deployments run them in
-     * processes of their own. */
-    if (argc == 4 && strcmp(argv[3], "waits") == 0)
+     * computes it (then it would wait for itself), and the kernel behind
+     * the wait must not be loaded lazily at its first launch (the load held
+     * up the forward pass until the room's deadline). Deployments run them
+     * in processes of their own. */
+    if (argc == 4 && strcmp(argv[3], "waits") == 0) {
         setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
+        setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+    }
     if (argc == 6 && strcmp(argv[1], "--decode-child") == 0)
         return decode_child(argv[2], strtoull(argv[3], NULL, 10),
                             (uint32_t)strtoul(argv[4], NULL, 10), strtoull(argv[5], NULL, 10));

@@ -598,7 +598,13 @@ PDX_API pdx_status_t pdx_room_stream_wait(pdx_engine_t *engine, pdx_room_t room,
  * or was released: a kernel checks it before it trusts the pages; valid
  * until pdx_release(). Any number of waits per room, on any streams;
  * PDX_ERR_RANGE for a layer outside the layout, PDX_ERR_STATE for a room not
- * expected here, PDX_ERR_UNSUPPORTED without a GPU.
+ * expected here, PDX_ERR_UNSUPPORTED without a GPU. Where the kernels that
+ * write the layers run in the same process (one engine sending to another
+ * in it), the waiting stream must not share a hardware queue with them
+ * (CUDA_DEVICE_MAX_CONNECTIONS, GPU_MAX_HW_QUEUES above the streams in use)
+ * and the kernel behind the wait must not be loaded at its first launch
+ * (CUDA_MODULE_LOADING=EAGER, or one launch beforehand): either holds up
+ * the writer behind the wait until the room's deadline.
  */
 PDX_API pdx_status_t pdx_room_stream_wait_layer(pdx_engine_t *engine, pdx_room_t room,
                                                 uint32_t layer, void *hip_stream,
