@@ -312,3 +312,14 @@ class KVReceiver(_Room):
         if not self.failed and self.peer is None:
             return KVPoll.Bootstrapping
         return super().poll()
+
+    def layers_landed(self):
+        """How many layers, from the first, have landed (prefill sent them
+        with send_layer); all of them once the request succeeded."""
+        return self.mgr.engine.layers(self.room)
+
+    def wait_layer(self, layer, stream):
+        """Make a GPU stream (a raw hipStream_t, e.g. torch's cuda_stream)
+        wait until `layer` landed, as a layer-wise load_kv_layer would; the
+        failure gate it returns opens if the request fails."""
+        return self.mgr.engine.stream_wait(self.room, stream, layer=layer)

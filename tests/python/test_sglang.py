@@ -75,6 +75,7 @@ class Connector(unittest.TestCase):
         for r, room, dst, aux in recvs:
             self.assertEqual(wait_end(r), KVPoll.Success, r.failed or "")
             self.assertIsNone(self.pools.check(room, dst, aux))
+            self.assertEqual(r.layers_landed(), self.mgr.layers)
             r.clear()
         self.assertEqual(self.child.wait(20), 0)
 
