@@ -219,6 +219,7 @@ static void rooms_fini(pdx_engine_t *e)
         free(ext->senders);
         free(ext->last_left);
         free(ext->xfer); /* its pins go with the regions */
+        pdx_layers_free(e, ext->layers); /* its room failed: its word at its last value */
         pthread_mutex_destroy(&ext->lock);
     }
     pthread_mutex_destroy(&e->held_lock);
@@ -557,6 +558,7 @@ pdx_status_t pdx_engine_stats(pdx_engine_t *e, pdx_stats_t *stats_p)
         s.bytes_sent += atomic_load_explicit(&st->bytes_sent, memory_order_relaxed);
         s.bytes_direct += atomic_load_explicit(&st->bytes_direct, memory_order_relaxed);
         s.gates_on_gpu += atomic_load_explicit(&st->gates_on_gpu, memory_order_relaxed);
+        s.ranges_merged += atomic_load_explicit(&st->ranges_merged, memory_order_relaxed);
         s.writes_posted += atomic_load_explicit(&st->writes_posted, memory_order_relaxed);
         s.chunks_sent += atomic_load_explicit(&st->chunks_sent, memory_order_relaxed);
         s.notifies_sent += atomic_load_explicit(&st->notifies_sent, memory_order_relaxed);

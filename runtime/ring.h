@@ -23,6 +23,10 @@
 #include "layout.h"
 #include "util.h"
 
+/* pdx_chunk_t.flags beside PDX_SEND_*: a range of the layout's layers
+ * (pdx_send_layers), not all of them. */
+#define PDX_CHUNK_RANGE (1u << 31)
+
 typedef struct pdx_chunk {
     uint64_t     room;
     uint32_t     layout;

@@ -162,6 +162,9 @@ static pdx_status_t send_chunk(pdx_engine_t *e, pdx_room_t room, uint32_t layout
     chunk.room = room;
     chunk.layout = layout_id;
     chunk.flags = flags;
+    if (layers[1] != UINT32_MAX &&
+        (layers[0] > layout->layer_begin || layers[1] < layout->layer_end))
+        chunk.flags |= PDX_CHUNK_RANGE;
     chunk.ngroups = layout->ngroups;
     chunk.layer_begin = layers[1] == UINT32_MAX ? layout->layer_begin : layers[0];
     chunk.layer_end = layers[1] == UINT32_MAX ? layout->layer_end : layers[1];

@@ -20,6 +20,7 @@ typedef struct pdx_shard_stats {
     _Atomic uint64_t bytes_sent, writes_posted, chunks_sent, notifies_sent, notifies_received;
     _Atomic uint64_t bytes_direct;
     _Atomic uint64_t gates_on_gpu;    /* page-copies WRs posted with a closed gate */
+    _Atomic uint64_t ranges_merged;   /* layer ranges that went with the one before */
     _Atomic uint64_t flushes;         /* flush reads completed (flush.c) */
     _Atomic uint64_t wakeups;
 } pdx_shard_stats_t;

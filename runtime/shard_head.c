@@ -8,6 +8,8 @@
 #include "peer.h"
 #include "rooms.h"
 
+#include <string.h>
+
 
 /* ---------------------------------------------------------------- layers */
 
@@ -22,10 +24,61 @@ bool pdx_send_layers_end(const send_ctx_t *c)
 
 bool pdx_send_layers_pinned(const send_ctx_t *c)
 {
-    const pdx_layout_t *src = pdx_engine_layout(c->L->e, c->chunk->layout);
+    return (c->chunk->flags & PDX_CHUNK_RANGE) && !(c->chunk->flags & PDX_SEND_LAST);
+}
 
-    return src && !c->ext->xfer && !(c->chunk->flags & PDX_SEND_LAST) &&
-           (c->chunk->layer_begin > src->layer_begin || !pdx_send_layers_end(c));
+/* Whether chunk b is the range that follows chunk a in the same chunk of
+ * tokens: the next layers, the same pages. */
+static bool range_follows(const pdx_ring_t *ring, const pdx_ring_cell_t *a,
+                          const pdx_ring_cell_t *b, const pdx_layout_t *src)
+{
+    const pdx_chunk_t *x = &a->chunk, *y = &b->chunk;
+    uint32_t n = 0;
+
+    if (!(y->flags & PDX_CHUNK_RANGE) || y->layout != x->layout ||
+        y->layer_begin != x->layer_end || x->layer_end >= src->layer_end ||
+        y->ngroups != x->ngroups || memcmp(y->npages, x->npages, sizeof(x->npages)) != 0 ||
+        ((y->flags & PDX_SEND_LAST) && y->layer_end < src->layer_end))
+        return false; /* as the head of its own, it fails the room or goes alone */
+    for (uint32_t g = 0; g < x->ngroups; g++)
+        n += x->npages[g];
+    return memcmp(ring->pages + a->page_pos, ring->pages + b->page_pos,
+                  (size_t)n * sizeof(uint32_t)) == 0;
+}
+
+void pdx_send_layers_merge(send_ctx_t *c)
+{
+    pdx_shard_t *s = c->L->s;
+    pdx_room_ext_t *ext = c->ext;
+    pdx_chunk_t *ch = &c->cell->chunk;
+    const uint32_t at = (uint32_t)(c->cell - s->ring.cells);
+    const pdx_layout_t *src = pdx_engine_layout(c->L->e, ch->layout);
+    char err[PDX_ERRMSG_MAX];
+
+    if (!src || !(ch->flags & PDX_CHUNK_RANGE) || ext->gpu_gate || ext->xfer)
+        return;
+    while (!(ch->flags & PDX_SEND_LAST) && s->cell_next[at] != PDX_SHARD_NONE) {
+        const uint32_t nx = s->cell_next[at];
+        pdx_ring_cell_t *next = &s->ring.cells[nx];
+
+        if (!range_follows(&s->ring, c->cell, next, src) ||
+            pdx_gpu_gate_poll(&next->chunk.gate, err, sizeof(err)) != PDX_OK)
+            break;
+        ch->layer_end = next->chunk.layer_end;
+        ch->flags |= next->chunk.flags & PDX_SEND_LAST;
+        if (next->chunk.has_aux) {
+            ch->has_aux = 1;
+            ch->aux = next->chunk.aux;
+        }
+        s->cell_next[at] = s->cell_next[nx];
+        if (ext->tail_cell == nx)
+            ext->tail_cell = at;
+        pdx_gpu_gate_done(c->L->e, &next->chunk.gate);
+        pdx_ring_done(&s->ring, next);
+        atomic_fetch_add_explicit(&s->stats.chunks_sent, 1, memory_order_relaxed);
+        atomic_fetch_add_explicit(&s->stats.ranges_merged, 1, memory_order_relaxed);
+        atomic_fetch_sub_explicit(&ext->queued, 1, memory_order_release); /* the head holds it */
+    }
 }
 
 void pdx_send_layers_notify(const send_ctx_t *c, pdx_wire_notify_t *n)

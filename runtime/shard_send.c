@@ -640,6 +640,7 @@ static step_t send_chunk(send_ctx_t *c)
             return r;
         if ((r = pdx_send_gate_check(c, PDX_DESTS_COUNT(ndests))) != STEP_DONE)
             return r;
+        pdx_send_layers_merge(c);
         /* Before the first chunk: no destination joins from here on (a ROOM
          * message's CAS fails once CLOSED is set), so every destination gets
          * every chunk from its first page on. The count does not change after. */

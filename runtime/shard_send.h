@@ -47,6 +47,10 @@ bool pdx_send_layers_end(const send_ctx_t *c);
 /* Whether its writes all go on one endpoint: a layer range before the last,
  * whose notify after them then tells decode its layers landed. */
 bool pdx_send_layers_pinned(const send_ctx_t *c);
+/* Its gate open: the ranges queued after it of the same chunk of tokens
+ * whose gates are open too join it (one plan, one set of writes, one
+ * notify), so layers ready together cost what one range costs. */
+void pdx_send_layers_merge(send_ctx_t *c);
 /* Its layers for a notify of PDX_WIRE_NOTIFY_LAYERS to the destination
  * planned (n->layer_*, cover_*, pages). */
 void pdx_send_layers_notify(const send_ctx_t *c, pdx_wire_notify_t *n);

@@ -156,6 +156,53 @@ static uint32_t landed_wait(uint64_t room, uint32_t want)
     return landed(room);
 }
 
+Test(layers, ranges_ready_together_go_together, .fini = fini, .timeout = 60)
+{
+    enum { CHUNKS = 2, PER = 5, RANGES = 4 };
+    const uint64_t room = 60;
+    uint32_t pages[CHUNKS * PER], peer = open_both(NULL);
+    volatile uint64_t flags[CHUNKS * RANGES];
+    const pdx_pages_t all = {pages, CHUNKS * PER};
+    pdx_stats_t before, after;
+    unsigned seed = 23;
+
+    pick_pages(pages, CHUNKS * PER, geom.npages, &seed);
+    cr_assert_eq(pdx_expect(dc.e, peer, room, dc.layout, &all, NULL, 1, 10000), PDX_OK);
+    side_fill(&pf, room, pages, CHUNKS * PER, 0);
+    for (uint32_t i = 0; i < CHUNKS * RANGES; i++)
+        flags[i] = i != 0 && i != RANGES + 2; /* the first range closed, and one of the second chunk */
+    for (uint32_t c = 0; c < CHUNKS; c++)
+        for (uint32_t r = 0; r < RANGES; r++) {
+            const pdx_pages_t part = {pages + c * PER, PER};
+            const pdx_gate_t gate = flag_gate(&flags[c * RANGES + r]);
+
+            cr_assert_eq(pdx_send_layers(pf.e, room, pf.layout, r * 2, r * 2 + 2, &part, &gate,
+                                         NULL, c + 1 == CHUNKS && r + 1 == RANGES ? PDX_SEND_LAST
+                                                                                  : 0), PDX_OK);
+        }
+    usleep(20000);
+    cr_assert_eq(pdx_engine_stats(pf.e, &before), PDX_OK);
+    __atomic_store_n(&flags[0], 1, __ATOMIC_RELEASE);
+    /* the first chunk's ranges go as one; the second's first two as one, up
+     * to the closed gate */
+    cr_assert_eq(landed_wait(room, 4), 4, "the first chunk and the second's ranges before the "
+                 "closed gate: layers [0, 4)");
+    cr_assert_neq(pdx_poll(dc.e, room), PDX_ROOM_SUCCESS);
+    __atomic_store_n(&flags[RANGES + 2], 1, __ATOMIC_RELEASE);
+    cr_assert_eq(wait_done(dc.e, room, 10000), PDX_ROOM_SUCCESS);
+    cr_assert_eq(side_check(&dc, room, pages, CHUNKS * PER, 0), 0);
+    cr_assert_eq(wait_done(pf.e, room, 10000), PDX_ROOM_SUCCESS);
+    cr_assert_eq(pdx_engine_stats(pf.e, &after), PDX_OK);
+    cr_assert_eq(after.ranges_merged - before.ranges_merged, (RANGES - 1) + 1 + 1,
+                 "%llu ranges went with the one before",
+                 (unsigned long long)(after.ranges_merged - before.ranges_merged));
+    cr_assert_eq(after.chunks_sent - before.chunks_sent, CHUNKS * RANGES);
+    cr_assert_eq(after.bytes_sent - before.bytes_sent,
+                 (uint64_t)CHUNKS * PER * LAYERS * geom.bytes_per_page);
+    cr_assert_eq(release_wait(dc.e, room, 5000), PDX_OK);
+    cr_assert_eq(release_wait(pf.e, room, 5000), PDX_OK);
+}
+
 /* Two chunks sent layer by layer, the second's gates opened one at a time:
  * decode counts a layer once both chunks wrote it, with its bytes there. */
 static void learn_layers(const char *const *decode_cfg)

@@ -119,6 +119,7 @@ STATS_FIELDS = (
     "rooms_success", "rooms_failed", "send_again", "worker_wakeups", "ring_high_water",
     "registrations", "nics", "peers", "handshakes", "peers_retired", "handshakes_refused",
     "auth_refused", "rooms_verified", "checksum_mismatches", "bytes_direct", "gates_on_gpu",
+    "ranges_merged",
 )
 
 

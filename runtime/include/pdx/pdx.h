@@ -744,6 +744,8 @@ typedef struct pdx_stats {
                                * host (the ipc transport) */
     uint64_t gates_on_gpu;    /* page copies to such peers posted before their gate
                                * opened, waiting for it on the GPU */
+    uint64_t ranges_merged;   /* layer ranges (pdx_send_layers) whose gate was open when
+                               * the range before them went: they went with it */
 } pdx_stats_t;
 
 PDX_API pdx_status_t pdx_engine_stats(pdx_engine_t *engine, pdx_stats_t *stats_p);
