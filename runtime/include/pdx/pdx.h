@@ -564,7 +564,8 @@ PDX_API pdx_status_t pdx_send(pdx_engine_t *engine, pdx_room_t room, uint32_t la
  * whose ranges stop short of the last layer, fails the room (PDX_ERR_RANGE,
  * saying which layers are missing); a range outside the layout's layers is
  * PDX_ERR_RANGE at once, an empty one PDX_ERR_INVALID. Not with PDX_VERIFY
- * (its sums are of whole chunks: the room fails, saying so).
+ * (its sums are of whole chunks: the room fails, saying so). Ranges whose
+ * gates are all open when the first of them is taken go as one.
  */
 PDX_API pdx_status_t pdx_send_layers(pdx_engine_t *engine, pdx_room_t room, uint32_t layout,
                                      uint32_t layer_begin, uint32_t layer_end,
