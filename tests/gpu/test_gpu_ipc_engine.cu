@@ -848,6 +848,65 @@ static void layer_waits_on_abort(const char *transport)
     side_close(&pf);
 }
 
+__global__ void set_word(volatile uint64_t *w, uint64_t v)
+{
+    *w = v;
+}
+
+/* A layer wait captured in a graph: the graph's launch waits until the room
+ * arrived, then its kernel runs. */
+static void layer_wait_in_graph(void)
+{
+    side_t pf, dc;
+    uint32_t peer, src[GPAGES], dst[GPAGES];
+    pdx_pages_t sp = {src, GPAGES}, dp = {dst, GPAGES};
+    volatile uint64_t *mark;
+    unsigned seed = 37;
+    cudaStream_t s;
+    cudaGraph_t g;
+    cudaGraphExec_t x;
+    pdx_status_t st;
+    cudaError_t q;
+    uint64_t end;
+
+    side_open(&pf, "ipc", GL, 1, GNP, GBPP, "5000");
+    side_open(&dc, "ipc", GL, 1, GNP, GBPP, "5000");
+    CUDA_OK(cudaHostAlloc((void **)&mark, sizeof(*mark), cudaHostAllocMapped));
+    *mark = 0;
+    CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CHECK(pdx_peer_connect(dc.e, pdx_engine_address(pf.e), 5000, &peer) == PDX_OK, "connect");
+    pick(src, GPAGES, 0, GNP, &seed);
+    pick(dst, GPAGES, 0, GNP, &seed);
+    CHECK(pdx_expect(dc.e, peer, 8600, dc.layout, &dp, NULL, 1, 10000) == PDX_OK, "expect");
+    CUDA_OK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    st = pdx_room_stream_wait_layer(dc.e, 8600, GL - 1, s, NULL);
+    set_word<<<1, 1, 0, s>>>(mark, 1);
+    CUDA_OK(cudaStreamEndCapture(s, &g));
+    CHECK(st == PDX_OK, "a layer wait in a stream being captured: %s", pdx_status_str(st));
+    CUDA_OK(cudaGraphInstantiate(&x, g, 0));
+    CUDA_OK(cudaGraphLaunch(x, s));
+    usleep(20000);
+    CHECK(*mark == 0 && cudaStreamQuery(s) == cudaErrorNotReady,
+          "the graph waits while the room has not arrived");
+    CHECK(pdx_send(pf.e, 8600, pf.layout, &sp, NULL, NULL, PDX_SEND_LAST) == PDX_OK, "send");
+    end = now_ns() + 5000000000ull;
+    while ((q = cudaStreamQuery(s)) == cudaErrorNotReady && now_ns() < end)
+        usleep(100);
+    CHECK(q == cudaSuccess && *mark == 1, "the graph went on once the room arrived (%s)",
+          cudaGetErrorName(q));
+    CHECK(pdx_poll(dc.e, 8600) == PDX_ROOM_SUCCESS, "the room arrived");
+    printf("a layer wait captured in a graph: held, then went on with the room\n");
+    wait_done(pf.e, 8600, 5000);
+    release_room(dc.e, 8600);
+    release_room(pf.e, 8600);
+    cudaGraphExecDestroy(x);
+    cudaGraphDestroy(g);
+    cudaStreamDestroy(s);
+    cudaFreeHost((void *)mark);
+    side_close(&dc);
+    side_close(&pf);
+}
+
 static void test_layers(void)
 {
     CUDA_OK(cudaHostAlloc((void **)&flag, sizeof(*flag), cudaHostAllocMapped));
@@ -859,6 +918,7 @@ static void test_layers(void)
     layer_rooms("ipc", false);
     layer_waits_on_abort("ipc");
     layer_waits_on_abort("tcp");
+    layer_wait_in_graph();
     cudaStreamDestroy(gstream);
     cudaFree(gbad);
     cudaFree(gpages);
