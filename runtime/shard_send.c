@@ -270,16 +270,20 @@ static step_t post_data(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **deps,
     const bool pinned = pdx_send_layers_pinned(c);
 
     while (c->budget > 0) {
+        const pdx_dep_t *pin = NULL;
         pdx_dep_t *dep = NULL;
         uint32_t room = 0, k;
         pdx_plan_t saved;
         pdx_status_t status;
         uint64_t bytes;
 
+        for (uint32_t i = 0; i < n && pinned && ext->wrs && !pin; i++)
+            if (deps[i] == ext->wr_dep)
+                pin = deps[i]; /* gone (reset): the rest go where they can */
         for (uint32_t i = 0; i < n && !dep; i++) {
             pdx_dep_t *d = deps[(ext->rr + i) % n];
 
-            if (pinned && ext->wrs && d != ext->wr_dep)
+            if (pin && d != pin)
                 continue;
             room = pdx_dep_room(d, pdx_dep_reserve(d));
             if (room) {

@@ -230,7 +230,7 @@ static void learn_layers(const char *const *decode_cfg)
     cr_assert_eq(landed(room), 0);
     /* the first chunk whole: every layer still waits for the second */
     for (uint32_t l = 0; l < LAYERS; l++)
-        flags[0][l] = 1;
+        __atomic_store_n(&flags[0][l], 1, __ATOMIC_RELEASE);
     usleep(50000);
     cr_assert_eq(landed(room), 0, "a layer landed with one of its two chunks");
     /* then the second chunk's layers one by one: each lands with its bytes */
