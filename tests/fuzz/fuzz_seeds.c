@@ -173,8 +173,10 @@ static void notifies(void)
         {.room = 7, .sender = 1, .seq = 4, .count = 2, .sum = 0x9e3779b97f4a7c15ull,
          .flags = PDX_WIRE_NOTIFY_LAST | PDX_WIRE_NOTIFY_SUM | PDX_WIRE_NOTIFY_AUX,
          .layer_begin = 0, .layer_end = 61},
+        {.room = 7, .sender = 1, .seq = 1, .count = 9, .flags = PDX_WIRE_NOTIFY_LAYERS,
+         .layer_begin = 5, .layer_end = 6, .cover_begin = 0, .cover_end = 61, .pages = 64},
     };
-    uint8_t buf[PDX_WIRE_NOTIFY_SUM_SIZE];
+    uint8_t buf[PDX_WIRE_NOTIFY_LAYERS_SIZE];
     char name[32];
     size_t len;
 
