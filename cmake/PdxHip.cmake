@@ -1,9 +1,14 @@
 # The GPU runtime hip/ builds against: pdx_find_hip().
 #
-#   PDX_HIP_PLATFORM=auto    amd when Debian's HIP is found (hip/hip_runtime_api.h
-#                            and libamdhip64), else nvidia when PDX_CUDA_ROOT has
+#   PDX_HIP_PLATFORM=auto    amd when HIP is found (hip/hip_runtime_api.h and
+#                            libamdhip64), else nvidia when PDX_CUDA_ROOT has
 #                            cuda_runtime_api.h and libcudart, else none
-#   PDX_HIP_PLATFORM=amd     HIP from Debian (libamdhip64-dev), plain C with gcc
+#   PDX_HIP_PLATFORM=amd     HIP, plain C with gcc: from PDX_ROCM_PATH (default
+#                            /opt/rocm: AMD's ROCm 6.x/7.x) where it is there,
+#                            else the system's (Debian's libamdhip64-dev); hipcc
+#                            the same way; the libraries hip/ opens at run time
+#                            (HSA, rocm-smi-lib, roctx) by name, then from
+#                            PDX_ROCM_PATH/lib
 #   PDX_HIP_PLATFORM=nvidia  the same sources against hip/hip_nvidia.h and the
 #                            CUDA runtime (libcudart; libcuda is never linked)
 #   PDX_HIP_PLATFORM=none    no GPU runtime: every hip call is unsupported
@@ -14,6 +19,8 @@
 set(PDX_HIP_PLATFORM "auto" CACHE STRING "GPU runtime for hip/: auto, amd, nvidia, none")
 set_property(CACHE PDX_HIP_PLATFORM PROPERTY STRINGS auto amd nvidia none)
 set(PDX_CUDA_ROOT "/usr/local/cuda" CACHE PATH "CUDA toolkit for PDX_HIP_PLATFORM=nvidia")
+set(PDX_ROCM_PATH "/opt/rocm" CACHE PATH
+    "ROCm tree the amd platform takes HIP, hipcc and its libraries from first")
 option(PDX_GPU_TESTS "Build tests/gpu (plain C GPU tests, run on a machine with a GPU)" OFF)
 
 # pdx_find_hip(): PDX_HIP_PLATFORM_RESOLVED (amd, nvidia or none),
@@ -29,13 +36,15 @@ function(pdx_find_hip)
   set(defs "")
 
   if(want STREQUAL "auto" OR want STREQUAL "amd")
-    find_path(PDX_HIP_INCLUDE_DIR hip/hip_runtime_api.h)
-    find_library(PDX_AMDHIP64_LIBRARY amdhip64)
+    find_path(PDX_HIP_INCLUDE_DIR hip/hip_runtime_api.h HINTS ${PDX_ROCM_PATH}/include)
+    find_library(PDX_AMDHIP64_LIBRARY amdhip64 HINTS ${PDX_ROCM_PATH}/lib ${PDX_ROCM_PATH}/lib64)
     if(PDX_HIP_INCLUDE_DIR AND PDX_AMDHIP64_LIBRARY)
       set(platform amd)
       set(incs ${PDX_HIP_INCLUDE_DIR})
       set(libs ${PDX_AMDHIP64_LIBRARY} ${CMAKE_DL_LIBS})
-      set(defs __HIP_PLATFORM_AMD__=1)
+      set(defs __HIP_PLATFORM_AMD__=1 PDX_ROCM_LIBDIR="${PDX_ROCM_PATH}/lib")
+      message(STATUS "HIP headers: ${PDX_HIP_INCLUDE_DIR}, library: ${PDX_AMDHIP64_LIBRARY} "
+                     "(PDX_ROCM_PATH=${PDX_ROCM_PATH}, then the system)")
     elseif(want STREQUAL "amd")
       message(FATAL_ERROR "PDX_HIP_PLATFORM=amd but HIP (hip/hip_runtime_api.h and "
                           "libamdhip64) was not found: install libamdhip64-dev")
@@ -103,11 +112,12 @@ function(pdx_hip_embed_kernel source name out_var)
       DEPENDS ${source} ${PROJECT_SOURCE_DIR}/cmake/PdxEmbed.cmake
       COMMENT "nvcc: ${name} to PTX (compute_75), embedded" VERBATIM)
   elseif(PDX_HIP_PLATFORM_RESOLVED STREQUAL "amd")
-    find_program(PDX_HIPCC hipcc PATHS /opt/rocm/bin)
+    find_program(PDX_HIPCC hipcc HINTS ${PDX_ROCM_PATH}/bin)
     if(NOT PDX_HIPCC)
       message(STATUS "no hipcc: ${name} is not built (its calls answer unsupported)")
       return()
     endif()
+    message(STATUS "hipcc: ${PDX_HIPCC}")
     set(probe ${CMAKE_CURRENT_BINARY_DIR}/${name}_probe.hip)
     file(WRITE ${probe} "#include <hip/hip_runtime.h>\n"
                         "extern \"C\" __global__ void probe(int *p) { *p = 1; }\n")

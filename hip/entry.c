@@ -163,6 +163,19 @@ static bool hsa_sym(void *lib, const char *name, void *fn_p)
     return true;
 }
 
+void *hipx_dlopen(const char *name)
+{
+    void *lib = dlopen(name, RTLD_NOW | RTLD_LOCAL);
+#ifdef PDX_ROCM_LIBDIR
+    char path[512];
+
+    if (!lib && !strchr(name, '/') &&
+        snprintf(path, sizeof(path), "%s/%s", PDX_ROCM_LIBDIR, name) < (int)sizeof(path))
+        lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+#endif
+    return lib;
+}
+
 static void hsa_resolve(void)
 {
     const char *text = NULL;
@@ -171,7 +184,7 @@ static void hsa_resolve(void)
     void *lib;
     bool yes = false;
 
-    lib = dlopen(HSA_LIBRARY, RTLD_NOW | RTLD_LOCAL);
+    lib = hipx_dlopen(HSA_LIBRARY);
     if (!lib) {
         pdx_warn("hip: dmabuf export unsupported: dlopen %s: %s", HSA_LIBRARY, dlerror());
         hsa_status = PDX_ERR_UNSUPPORTED;

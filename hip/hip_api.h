@@ -76,6 +76,11 @@ pdx_status_t hipx_fail(hipError_t err, const char *call, const char *what);
 /* Runtime ordinal of the calling thread's current device, -1 on error. */
 int hipx_current_device(void);
 
+/* dlopen(name, RTLD_NOW | RTLD_LOCAL) of a GPU runtime library: by name (the
+ * loader's path), then, on amd, from the ROCm tree the build took HIP from
+ * (PDX_ROCM_LIBDIR). NULL: dlerror() says why. */
+void *hipx_dlopen(const char *name);
+
 /* Keep the text of a runtime error for pdx_hip_last_error(). */
 void hipx_last_error_set(const char *name, const char *text);
 

@@ -65,7 +65,7 @@ static bool sym(void *lib, const char *name, void *fn_p)
 static void ops_resolve(void)
 {
     for (size_t i = 0; i < PDX_ARRAY_SIZE(roctx_libraries); i++) {
-        void *lib = dlopen(roctx_libraries[i], RTLD_NOW | RTLD_LOCAL);
+        void *lib = hipx_dlopen(roctx_libraries[i]);
         marker_ops_t o = {.backend = roctx_libraries[i]};
 
         if (!lib)

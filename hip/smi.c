@@ -95,7 +95,7 @@ static void *smi_open(const char *lib, const char **name_p)
     const char *why = NULL;
 
     for (size_t i = 0; i < count; i++) {
-        void *dl = dlopen(names[i], RTLD_NOW | RTLD_LOCAL);
+        void *dl = hipx_dlopen(names[i]);
 
         if (dl) {
             *name_p = names[i];
