@@ -1,0 +1,300 @@
+#!/usr/bin/env bash
+# One bounded, read-only qualification run of pdx on a node with AMD GPUs and
+# RDMA NICs: builds pdx against the node's ROCm, runs what has only been
+# simulated elsewhere, and writes OUT/qualify-report.json and
+# OUT/qualify-report.md to send back. It writes nothing outside OUT, runs
+# niced on half the CPUs, and stops each step at its share of --time-limit.
+#
+#   tools/qualify.sh [--dry-run] [--out DIR] [--rocm PATH] [--build DIR]
+#                    [--skip STEP,...|all] [--identify] [--time-limit SECONDS]
+#
+# Steps (each passes, fails, or is skipped with the reason; a skipped step
+# never counts as a pass):
+#   info        pdx-info's JSON (GPUs, NICs, ports, GIDs, GPU -> NIC, CPUs),
+#               ROCm and rdma-core versions, the kernel's dmabuf and P2PDMA
+#               support, a peer-memory module
+#   gpu-tests   tests/gpu on the amd platform (classification, dmabuf export
+#               at offsets, words and gates, IPC copies)
+#   bench       pdx-bench between two processes over the NICs, KV pools in
+#               GPU memory of two GPUs (one when there is one), every byte
+#               verified: DeepSeek-R1 and Llama-3-70B TP8 geometries, 1 NIC
+#               then 2, 4 and 8 where present
+#   visibility  a decode kernel reading pages right after SUCCESS, PDX_FLUSH
+#               off and auto
+#   perftest    ib_write_bw on the same NIC pair: pdx's share of line rate
+#   markers     a rocprofv3 marker trace of a short run: pdx's ranges in it
+#
+# --dry-run lists the steps and what this machine lacks for each, builds and
+# runs nothing. --identify keeps host names and addresses in the report.
+# Exit status: 0 when no check failed, 1 when one did, 2 for bad usage.
+set -uo pipefail
+src=$(cd "$(dirname "$0")/.." && pwd)
+out=$PWD/qualify-out
+rocm=${PDX_ROCM_PATH:-/opt/rocm}
+build=""
+skip=""
+dry=0
+identify=0
+limit=900
+steps=(info gpu-tests bench visibility perftest markers)
+
+usage() {
+  sed -n '8,9p' "$0" >&2
+  exit 2
+}
+while [ $# -gt 0 ]; do
+  case $1 in
+    --dry-run) dry=1 ;;
+    --identify) identify=1 ;;
+    --out) out=${2:?}; shift ;;
+    --rocm) rocm=${2:?}; shift ;;
+    --build) build=${2:?}; shift ;;
+    --skip) skip=${2:?}; shift ;;
+    --time-limit) limit=${2:?}; shift ;;
+    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    *) echo "qualify.sh: unknown option $1" >&2; usage ;;
+  esac
+  shift
+done
+case $limit in ''|*[!0-9]*) echo "qualify.sh: --time-limit takes seconds" >&2; usage ;; esac
+for s in ${skip//,/ }; do
+  [ "$s" = all ] || [[ " ${steps[*]} " == *" $s "* ]] ||
+    { echo "qualify.sh: no step '$s' (steps: ${steps[*]})" >&2; usage; }
+done
+t0=$(date +%s)
+jobs=$(( $(nproc) / 2 > 0 ? $(nproc) / 2 : 1 ))
+
+# ------------------------------------------------------------ the machine
+
+kconfig() { # CONFIG_X: y, m, n, or unknown
+  local f=/boot/config-$(uname -r) v
+  if [ -r "$f" ]; then v=$(grep -E "^$1=" "$f" | cut -d= -f2)
+  elif [ -r /proc/config.gz ]; then v=$(zcat /proc/config.gz | grep -E "^$1=" | cut -d= -f2)
+  else echo unknown; return; fi
+  echo "${v:-n}"
+}
+rocm_version=$(cat "$rocm/.info/version" 2>/dev/null || true)
+rdma_core=$(dpkg-query -W -f='${Version}' rdma-core 2>/dev/null || rpm -q --qf '%{VERSION}' rdma-core 2>/dev/null || true)
+peer_mem=$(awk '$1 ~ /^(amdp2p|ib_peer_mem|peer_mem|amd_peermem)$/ {print $1}' /proc/modules 2>/dev/null | paste -sd, -)
+ngpus=0
+for n in /sys/class/kfd/kfd/topology/nodes/*/gpu_id; do
+  [ -r "$n" ] && [ "$(cat "$n")" != 0 ] && ngpus=$((ngpus + 1))
+done
+nnics=$(ls /sys/class/infiniband 2>/dev/null | wc -l)
+hipcc=$( [ -x "$rocm/bin/hipcc" ] && echo "$rocm/bin/hipcc" || command -v hipcc || true)
+perftest=$(command -v ib_write_bw || true)
+rocprof=$( [ -x "$rocm/bin/rocprofv3" ] && echo "$rocm/bin/rocprofv3" || command -v rocprofv3 || true)
+
+# Why a step cannot run here ("" when it can).
+lacks() {
+  [ "$skip" = all ] || [[ ",$skip," == *",$1,"* ]] && { echo "skipped with --skip"; return; }
+  case $1 in
+    info) ;;
+    gpu-tests|markers)
+      [ "$ngpus" -gt 0 ] || { echo "no AMD GPU (/sys/class/kfd lists none)"; return; }
+      [ "$1" = markers ] && [ -z "$rocprof" ] && echo "no rocprofv3 (under $rocm/bin or on PATH)" ;;
+    bench|perftest)
+      [ "$nnics" -gt 0 ] || { echo "no RDMA device (/sys/class/infiniband is empty)"; return; }
+      [ "$1" = bench ] && [ "$ngpus" -eq 0 ] && { echo "no AMD GPU for the KV pools"; return; }
+      [ "$1" = perftest ] && [ -z "$perftest" ] && echo "no ib_write_bw (perftest)" ;;
+    visibility)
+      echo "the decode visibility kernel is not built for the amd platform yet" ;;
+  esac
+}
+
+if [ $dry = 1 ]; then
+  echo "qualify.sh --dry-run: ROCm ${rocm_version:-not found} at $rocm, rdma-core ${rdma_core:-not found}, kernel $(uname -r)"
+  echo "  dmabuf move notify: $(kconfig CONFIG_DMABUF_MOVE_NOTIFY), P2PDMA: $(kconfig CONFIG_PCI_P2PDMA), peer-memory module: ${peer_mem:-none}"
+  echo "  AMD GPUs: $ngpus, RDMA devices: $nnics, hipcc: ${hipcc:-none}, ib_write_bw: ${perftest:-none}, rocprofv3: ${rocprof:-none}"
+  for s in "${steps[@]}"; do
+    why=$(lacks "$s")
+    printf '  %-10s %s\n' "$s" "${why:+skipped: }${why:-runs}"
+  done
+  exit 0
+fi
+
+mkdir -p "$out" || exit 2
+: > "$out/results.tsv"
+result() { # step name status why [numbers]
+  printf '%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$(printf '%s' "$4" | tr '\t\n' '  ')" "${5:-}" \
+    >> "$out/results.tsv"
+  printf '%-10s %-40s %s%s\n' "$1" "$2" "$3" "${4:+: $4}"
+}
+left() { echo $(( limit - ($(date +%s) - t0) )); }
+run() { # seconds log command...: bounded, niced, its output in log
+  local s=$1 log=$2
+  shift 2
+  [ "$(left)" -lt "$s" ] && s=$(left)
+  [ "$s" -gt 0 ] || { echo "time limit reached" > "$log"; return 124; }
+  timeout "$s" nice -n 10 "$@" > "$log" 2>&1
+}
+jget() { # file key...: a number or string out of a JSON object
+  /usr/bin/python3 - "$@" <<'EOF' 2>/dev/null
+import json, sys
+v = json.load(open(sys.argv[1]))
+for k in sys.argv[2:]:
+    v = v.get(k) if isinstance(v, dict) else None
+print("" if v is None else v)
+EOF
+}
+
+# ------------------------------------------------------------------ build
+
+need_build=0
+for s in "${steps[@]}"; do [ -z "$(lacks "$s")" ] && need_build=1; done
+if [ $need_build = 1 ] && [ -z "$build" ]; then
+  build=$out/build
+  gpu_tests=OFF
+  [ "$ngpus" -gt 0 ] && gpu_tests=ON
+  if run 300 "$out/build.log" cmake -S "$src" -B "$build" -DPDX_HIP_PLATFORM=amd \
+       -DPDX_ROCM_PATH="$rocm" -DPDX_GPU_TESTS=$gpu_tests -DPDX_BUILD_TESTS=OFF \
+       -DPDX_BUILD_BENCH=OFF &&
+     run 600 "$out/build-2.log" cmake --build "$build" -j "$jobs"; then
+    result info build pass "amd platform, ROCm at $rocm" "jobs=$jobs"
+  else
+    result info build fail "see build.log and build-2.log"
+  fi
+fi
+tool() { echo "$build/tools/$1"; }
+
+# --------------------------------------------------------------- 1. info
+
+{
+  echo "rocm	${rocm_version:-none}"
+  echo "rdma_core	${rdma_core:-none}"
+  echo "kernel	$(uname -r)"
+  echo "dmabuf_move_notify	$(kconfig CONFIG_DMABUF_MOVE_NOTIFY)"
+  echo "p2pdma	$(kconfig CONFIG_PCI_P2PDMA)"
+  echo "peer_memory_module	${peer_mem:-none}"
+  echo "amd_gpus	$ngpus"
+  echo "rdma_devices	$nnics"
+  echo "hipcc	$( [ -n "$hipcc" ] && echo yes || echo none)"
+} > "$out/machine.tsv"
+why=$(lacks info)
+if [ -n "$why" ]; then
+  result info pdx-info skipped "$why"
+elif run 120 "$out/pdx-info.json" "$(tool pdx-info)" --json; then
+  result info pdx-info pass "GPUs, NICs, GPU -> NIC, CPUs in pdx_info" \
+    "gpus=$(jget "$out/pdx-info.json" gpus count);rdma_devices=$(jget "$out/pdx-info.json" rdma count)"
+else
+  result info pdx-info fail "pdx-info --json failed (pdx-info.json)"
+  rm -f "$out/pdx-info.json"
+fi
+
+# ---------------------------------------------------------- 2. gpu-tests
+
+why=$(lacks gpu-tests)
+if [ -n "$why" ]; then
+  result gpu-tests "tests/gpu" skipped "$why"
+else
+  for t in test_gpu test_gpu_ipc; do
+    run 180 "$out/$t.log" "$build/tests/gpu/$t"
+    rc=$?
+    counts=$(grep -Eo '[0-9]+ passed, [0-9]+ failed' "$out/$t.log" | tail -1)
+    nums="passed=${counts%% passed*};failed=$(echo "$counts" | sed -n 's/.*passed, \([0-9]*\) failed/\1/p')"
+    if [ $rc = 0 ]; then result gpu-tests "$t" pass "$counts" "$nums"
+    else result gpu-tests "$t" fail "exit $rc: ${counts:-no summary} ($t.log)" "$nums"; fi
+  done
+  result gpu-tests "gates with kernels, stale pages" skipped \
+    "test_gpu_gates is CUDA C++, not built for the amd platform yet"
+fi
+
+# -------------------------------------------------------------- 3. bench
+
+bench_pair() { # name nics flags...: decode on the last GPU, prefill on GPU 0
+  local name=$1 nics=$2 port=$((20000 + RANDOM % 20000)) dgpu=$((ngpus > 1 ? 1 : 0))
+  shift 2
+  PDX_NICS=$nics run 240 "$out/bench-$name-$nics-decode.json" "$(tool pdx-bench)" --role decode \
+    --listen "127.0.0.1:$port" --gpu $dgpu --transport rdma --json "$@" &
+  local dpid=$!
+  sleep 1
+  PDX_NICS=$nics run 240 "$out/bench-$name-$nics-prefill.json" "$(tool pdx-bench)" --role prefill \
+    --connect "127.0.0.1:$port" --gpu 0 --transport rdma --json "$@"
+  local prc=$?
+  wait $dpid
+  local drc=$? f=$out/bench-$name-$nics-decode.json
+  local gbps verified
+  gbps=$(jget "$f" decode bw_gbps)
+  verified=$(jget "$f" verified)
+  if [ $prc = 0 ] && [ $drc = 0 ] && [ "$verified" = True ]; then
+    result bench "$name, $nics NIC(s), GPU 0 -> GPU $dgpu" pass "every byte verified" \
+      "gbps=$gbps;lat_p50_us=$(jget "$f" decode lat_p50_us);lat_p99_us=$(jget "$f" decode lat_p99_us)"
+    echo "$gbps" > "$out/bench-$name-$nics.gbps"
+  else
+    result bench "$name, $nics NIC(s), GPU 0 -> GPU $dgpu" fail \
+      "exit $prc/$drc, verified '$verified' (bench-$name-$nics-*.json)"
+  fi
+}
+why=$(lacks bench)
+if [ -n "$why" ]; then
+  result bench "pdx-bench, GPU memory, rdma" skipped "$why"
+else
+  [ "$ngpus" -lt 2 ] && result bench "two GPUs" skipped "one AMD GPU: both pools on GPU 0"
+  for nics in 1 2 4 8; do
+    if [ "$nics" -gt "$nnics" ]; then
+      result bench "$nics NICs per engine" skipped "$nnics RDMA device(s)"
+      continue
+    fi
+    bench_pair deepseek "$nics" -L 61 -b 576 -P 64 -p 64 -n 64
+    bench_pair llama70b-tp8 "$nics" -L 160 -b 256 -P 16 -p 256 -n 64
+  done
+fi
+
+# --------------------------------------------------------- 4. visibility
+
+why=$(lacks visibility)
+result visibility "decode kernel after SUCCESS, PDX_FLUSH off and auto" skipped "$why"
+
+# ----------------------------------------------------------- 5. perftest
+
+why=$(lacks perftest)
+if [ -n "$why" ]; then
+  result perftest ib_write_bw skipped "$why"
+else
+  dev=$(ls /sys/class/infiniband | head -1)
+  run 60 "$out/ib_write_bw-server.log" "$perftest" -d "$dev" -D 5 --report_gbits &
+  spid=$!
+  sleep 1
+  run 60 "$out/ib_write_bw.log" "$perftest" -d "$dev" -D 5 --report_gbits 127.0.0.1
+  wait $spid
+  line=$(awk '/^ *65536 / {print $4}' "$out/ib_write_bw.log" | tail -1)
+  if [ -n "$line" ]; then
+    pdx=$(cat "$out/bench-deepseek-1.gbps" 2>/dev/null)
+    ratio=$( [ -n "$pdx" ] && awk -v p="$pdx" -v l="$line" 'BEGIN {printf "%.3f", p * 8 / l}')
+    result perftest "ib_write_bw on $dev, loopback" pass "line rate against pdx-bench, 1 NIC" \
+      "gbits=$line;pdx_share=${ratio:-}"
+  else
+    result perftest "ib_write_bw on $dev" fail "no bandwidth line (ib_write_bw.log)"
+  fi
+fi
+
+# ------------------------------------------------------------ 6. markers
+
+why=$(lacks markers)
+if [ -n "$why" ]; then
+  result markers "rocprofv3 --marker-trace" skipped "$why"
+else
+  PDX_MARKERS=on run 180 "$out/markers.log" "$rocprof" --marker-trace -d "$out/trace" -- \
+    "$(tool pdx-bench)" --loopback --gpu 0 --requests 8
+  found=0
+  for m in "pdx gate open" "pdx post" "pdx notify" "pdx room completed"; do
+    grep -rqs "$m" "$out/trace" && found=$((found + 1))
+  done
+  if [ $found = 4 ]; then
+    result markers "rocprofv3 --marker-trace" pass "gate, post, notify and room ranges in the trace" "ranges=4"
+  else
+    result markers "rocprofv3 --marker-trace" fail "$found of 4 kinds of pdx range in the trace" "ranges=$found"
+  fi
+fi
+
+# ------------------------------------------------------------- the report
+
+{
+  echo "pdx	$(sed -n 's/^project(pdx VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")"
+  echo "seconds	$(( $(date +%s) - t0 ))"
+  echo "identify	$identify"
+  echo "options	time-limit $limit${skip:+, skip $skip}"
+} > "$out/meta.tsv"
+/usr/bin/python3 "$src/tools/qualify_report.py" "$out" || exit 1
+echo "qualify.sh: $out/qualify-report.json, $out/qualify-report.md"
+! grep -qP '\tfail\t' "$out/results.tsv"
