@@ -11,8 +11,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import qualify_report as q  # noqa: E402
 
-MACHINE = ("rocm", "rdma_core", "kernel", "dmabuf_move_notify", "p2pdma",
-           "peer_memory_module", "amd_gpus", "rdma_devices", "hipcc")
+MACHINE = ("platform", "gpu_runtime", "rocm", "rdma_core", "kernel", "dmabuf_move_notify",
+           "p2pdma", "peer_memory_module", "gpus", "rdma_devices", "hipcc")
 
 
 def fail(why):

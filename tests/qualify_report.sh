@@ -14,7 +14,7 @@ for s in info gpu-tests bench visibility perftest markers; do
   grep -Eq "^  $s +(runs|skipped: .+)$" "$work/dry.txt" ||
     { cat "$work/dry.txt"; echo "qualify_report: --dry-run does not say what $s does" >&2; exit 1; }
 done
-grep -q "AMD GPUs: " "$work/dry.txt"
+grep -Eq "(amd|nvidia) GPUs: [0-9]+" "$work/dry.txt"
 
 bash "$src/tools/qualify.sh" --skip all --out "$work/skipped" > /dev/null
 /usr/bin/python3 "$src/tests/qualify_check.py" "$work/skipped" all-skipped

@@ -7,14 +7,16 @@
 #
 #   tools/qualify.sh [--dry-run] [--out DIR] [--rocm PATH] [--build DIR]
 #                    [--skip STEP,...|all] [--identify] [--time-limit SECONDS]
+#                    [--platform amd|nvidia]
 #
 # Steps (each passes, fails, or is skipped with the reason; a skipped step
 # never counts as a pass):
 #   info        pdx-info's JSON (GPUs, NICs, ports, GIDs, GPU -> NIC, CPUs),
 #               ROCm and rdma-core versions, the kernel's dmabuf and P2PDMA
 #               support, a peer-memory module
-#   gpu-tests   tests/gpu on the amd platform (classification, dmabuf export
-#               at offsets, words and gates, IPC copies)
+#   gpu-tests   tests/gpu on the platform (classification, dmabuf export at
+#               offsets, words and gates, IPC copies; on nvidia also the
+#               engine's gates with kernels and the stale-page test)
 #   bench       pdx-bench between two processes over the NICs, KV pools in
 #               GPU memory of two GPUs (one when there is one), every byte
 #               verified: DeepSeek-R1 and Llama-3-70B TP8 geometries, 1 NIC
@@ -26,11 +28,15 @@
 #
 # --dry-run lists the steps and what this machine lacks for each, builds and
 # runs nothing. --identify keeps host names and addresses in the report.
+# --platform: the GPUs' (default: amd where /sys/class/kfd lists a GPU, else
+# nvidia where the driver lists one, else amd); nvidia runs what the same
+# steps can on an NVIDIA GPU.
 # Exit status: 0 when no check failed, 1 when one did, 2 for bad usage.
 set -uo pipefail
 src=$(cd "$(dirname "$0")/.." && pwd)
 out=$PWD/qualify-out
 rocm=${PDX_ROCM_PATH:-/opt/rocm}
+platform=""
 build=""
 skip=""
 dry=0
@@ -51,12 +57,14 @@ while [ $# -gt 0 ]; do
     --build) build=${2:?}; shift ;;
     --skip) skip=${2:?}; shift ;;
     --time-limit) limit=${2:?}; shift ;;
+    --platform) platform=${2:?}; shift ;;
     -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
     *) echo "qualify.sh: unknown option $1" >&2; usage ;;
   esac
   shift
 done
 case $limit in ''|*[!0-9]*) echo "qualify.sh: --time-limit takes seconds" >&2; usage ;; esac
+case $platform in ''|amd|nvidia) ;; *) echo "qualify.sh: --platform amd or nvidia" >&2; usage ;; esac
 for s in ${skip//,/ }; do
   [ "$s" = all ] || [[ " ${steps[*]} " == *" $s "* ]] ||
     { echo "qualify.sh: no step '$s' (steps: ${steps[*]})" >&2; usage; }
@@ -76,10 +84,26 @@ kconfig() { # CONFIG_X: y, m, n, or unknown
 rocm_version=$(cat "$rocm/.info/version" 2>/dev/null || true)
 rdma_core=$(dpkg-query -W -f='${Version}' rdma-core 2>/dev/null || rpm -q --qf '%{VERSION}' rdma-core 2>/dev/null || true)
 peer_mem=$(awk '$1 ~ /^(amdp2p|ib_peer_mem|peer_mem|amd_peermem)$/ {print $1}' /proc/modules 2>/dev/null | paste -sd, -)
-ngpus=0
+amd_gpus=0
 for n in /sys/class/kfd/kfd/topology/nodes/*/gpu_id; do
-  [ -r "$n" ] && [ "$(cat "$n")" != 0 ] && ngpus=$((ngpus + 1))
+  [ -r "$n" ] && [ "$(cat "$n")" != 0 ] && amd_gpus=$((amd_gpus + 1))
 done
+nvidia_gpus=$(ls /proc/driver/nvidia/gpus 2>/dev/null | wc -l)
+if [ -z "$platform" ]; then
+  platform=amd
+  [ "$amd_gpus" = 0 ] && [ "$nvidia_gpus" -gt 0 ] && platform=nvidia
+fi
+if [ $platform = amd ]; then
+  ngpus=$amd_gpus
+  gpu_source="/sys/class/kfd lists none"
+  runtime=${rocm_version:+ROCm $rocm_version}
+else
+  ngpus=$nvidia_gpus
+  gpu_source="/proc/driver/nvidia/gpus lists none"
+  runtime=$(/usr/bin/python3 -c 'import json, sys; print("CUDA " + json.load(open(sys.argv[1]))["cuda"]["version"])' \
+            /usr/local/cuda/version.json 2>/dev/null ||
+          /usr/local/cuda/bin/nvcc --version 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/CUDA \1/p')
+fi
 nnics=$(ls /sys/class/infiniband 2>/dev/null | wc -l)
 hipcc=$( [ -x "$rocm/bin/hipcc" ] && echo "$rocm/bin/hipcc" || command -v hipcc || true)
 perftest=$(command -v ib_write_bw || true)
@@ -91,21 +115,22 @@ lacks() {
   case $1 in
     info) ;;
     gpu-tests|markers)
-      [ "$ngpus" -gt 0 ] || { echo "no AMD GPU (/sys/class/kfd lists none)"; return; }
+      [ "$ngpus" -gt 0 ] || { echo "no $platform GPU ($gpu_source)"; return; }
+      [ "$1" = markers ] && [ $platform != amd ] && { echo "rocprofv3 traces AMD GPUs"; return; }
       [ "$1" = markers ] && [ -z "$rocprof" ] && echo "no rocprofv3 (under $rocm/bin or on PATH)" ;;
     bench|perftest)
       [ "$nnics" -gt 0 ] || { echo "no RDMA device (/sys/class/infiniband is empty)"; return; }
-      [ "$1" = bench ] && [ "$ngpus" -eq 0 ] && { echo "no AMD GPU for the KV pools"; return; }
+      [ "$1" = bench ] && [ "$ngpus" -eq 0 ] && { echo "no $platform GPU for the KV pools"; return; }
       [ "$1" = perftest ] && [ -z "$perftest" ] && echo "no ib_write_bw (perftest)" ;;
     visibility)
-      echo "the decode visibility kernel is not built for the amd platform yet" ;;
+      echo "the decode visibility kernel is not built yet" ;;
   esac
 }
 
 if [ $dry = 1 ]; then
-  echo "qualify.sh --dry-run: ROCm ${rocm_version:-not found} at $rocm, rdma-core ${rdma_core:-not found}, kernel $(uname -r)"
+  echo "qualify.sh --dry-run: platform $platform (${runtime:-no GPU runtime found}), ROCm ${rocm_version:-not found} at $rocm, rdma-core ${rdma_core:-not found}, kernel $(uname -r)"
   echo "  dmabuf move notify: $(kconfig CONFIG_DMABUF_MOVE_NOTIFY), P2PDMA: $(kconfig CONFIG_PCI_P2PDMA), peer-memory module: ${peer_mem:-none}"
-  echo "  AMD GPUs: $ngpus, RDMA devices: $nnics, hipcc: ${hipcc:-none}, ib_write_bw: ${perftest:-none}, rocprofv3: ${rocprof:-none}"
+  echo "  $platform GPUs: $ngpus, RDMA devices: $nnics, hipcc: ${hipcc:-none}, ib_write_bw: ${perftest:-none}, rocprofv3: ${rocprof:-none}"
   for s in "${steps[@]}"; do
     why=$(lacks "$s")
     printf '  %-10s %s\n' "$s" "${why:+skipped: }${why:-runs}"
@@ -146,11 +171,11 @@ if [ $need_build = 1 ] && [ -z "$build" ]; then
   build=$out/build
   gpu_tests=OFF
   [ "$ngpus" -gt 0 ] && gpu_tests=ON
-  if run 300 "$out/build.log" cmake -S "$src" -B "$build" -DPDX_HIP_PLATFORM=amd \
+  if run 300 "$out/build.log" cmake -S "$src" -B "$build" -DPDX_HIP_PLATFORM=$platform \
        -DPDX_ROCM_PATH="$rocm" -DPDX_GPU_TESTS=$gpu_tests -DPDX_BUILD_TESTS=OFF \
        -DPDX_BUILD_BENCH=OFF &&
      run 600 "$out/build-2.log" cmake --build "$build" -j "$jobs"; then
-    result info build pass "amd platform, ROCm at $rocm" "jobs=$jobs"
+    result info build pass "$platform platform${runtime:+, $runtime}" "jobs=$jobs"
   else
     result info build fail "see build.log and build-2.log"
   fi
@@ -160,13 +185,15 @@ tool() { echo "$build/tools/$1"; }
 # --------------------------------------------------------------- 1. info
 
 {
+  echo "platform	$platform"
+  echo "gpu_runtime	${runtime:-none}"
   echo "rocm	${rocm_version:-none}"
   echo "rdma_core	${rdma_core:-none}"
   echo "kernel	$(uname -r)"
   echo "dmabuf_move_notify	$(kconfig CONFIG_DMABUF_MOVE_NOTIFY)"
   echo "p2pdma	$(kconfig CONFIG_PCI_P2PDMA)"
   echo "peer_memory_module	${peer_mem:-none}"
-  echo "amd_gpus	$ngpus"
+  echo "gpus	$ngpus"
   echo "rdma_devices	$nnics"
   echo "hipcc	$( [ -n "$hipcc" ] && echo yes || echo none)"
 } > "$out/machine.tsv"
@@ -187,7 +214,9 @@ why=$(lacks gpu-tests)
 if [ -n "$why" ]; then
   result gpu-tests "tests/gpu" skipped "$why"
 else
-  for t in test_gpu test_gpu_ipc; do
+  tests="test_gpu test_gpu_ipc"
+  [ $platform = nvidia ] && tests="$tests test_gpu_gates test_gpu_ipc_engine"
+  for t in $tests; do
     run 180 "$out/$t.log" "$build/tests/gpu/$t"
     rc=$?
     counts=$(grep -Eo '[0-9]+ passed, [0-9]+ failed' "$out/$t.log" | tail -1)
@@ -195,7 +224,7 @@ else
     if [ $rc = 0 ]; then result gpu-tests "$t" pass "$counts" "$nums"
     else result gpu-tests "$t" fail "exit $rc: ${counts:-no summary} ($t.log)" "$nums"; fi
   done
-  result gpu-tests "gates with kernels, stale pages" skipped \
+  [ $platform = amd ] && result gpu-tests "gates with kernels, stale pages" skipped \
     "test_gpu_gates is CUDA C++, not built for the amd platform yet"
 fi
 
@@ -229,7 +258,7 @@ why=$(lacks bench)
 if [ -n "$why" ]; then
   result bench "pdx-bench, GPU memory, rdma" skipped "$why"
 else
-  [ "$ngpus" -lt 2 ] && result bench "two GPUs" skipped "one AMD GPU: both pools on GPU 0"
+  [ "$ngpus" -lt 2 ] && result bench "two GPUs" skipped "one $platform GPU: both pools on GPU 0"
   for nics in 1 2 4 8; do
     if [ "$nics" -gt "$nnics" ]; then
       result bench "$nics NICs per engine" skipped "$nnics RDMA device(s)"
