@@ -14,9 +14,11 @@
 #   info        pdx-info's JSON (GPUs, NICs, ports, GIDs, GPU -> NIC, CPUs),
 #               ROCm and rdma-core versions, the kernel's dmabuf and P2PDMA
 #               support, a peer-memory module
-#   gpu-tests   tests/gpu on the platform (classification, dmabuf export at
-#               offsets, words and gates, IPC copies; on nvidia also the
-#               engine's gates with kernels and the stale-page test)
+#   gpu-tests   tests/gpu on the platform: classification, dmabuf export at
+#               offsets, words and gates, IPC copies; the engine's gates with
+#               kernels, the stale-page test and its control, gate latency
+#               and launch rate (test_gpu_gates: hipcc on amd); on nvidia
+#               also the ipc transport between engines
 #   bench       pdx-bench between two processes over the NICs, KV pools in
 #               GPU memory of two GPUs (one when there is one), every byte
 #               verified: DeepSeek-R1 and Llama-3-70B TP8 geometries, 1 NIC
@@ -215,7 +217,8 @@ if [ -n "$why" ]; then
   result gpu-tests "tests/gpu" skipped "$why"
 else
   tests="test_gpu test_gpu_ipc"
-  [ $platform = nvidia ] && tests="$tests test_gpu_gates test_gpu_ipc_engine"
+  [ -x "$build/tests/gpu/test_gpu_gates" ] && tests="$tests test_gpu_gates"
+  [ $platform = nvidia ] && tests="$tests test_gpu_ipc_engine"
   for t in $tests; do
     run 180 "$out/$t.log" "$build/tests/gpu/$t"
     rc=$?
@@ -224,8 +227,10 @@ else
     if [ $rc = 0 ]; then result gpu-tests "$t" pass "$counts" "$nums"
     else result gpu-tests "$t" fail "exit $rc: ${counts:-no summary} ($t.log)" "$nums"; fi
   done
-  [ $platform = amd ] && result gpu-tests "gates with kernels, stale pages" skipped \
-    "test_gpu_gates is CUDA C++, not built for the amd platform yet"
+  [ -x "$build/tests/gpu/test_gpu_gates" ] || result gpu-tests "gates with kernels, stale pages" \
+    skipped "test_gpu_gates was not built (no hipcc for these GPUs: build.log)"
+  [ $platform = amd ] && result gpu-tests "ipc transport between engines" skipped \
+    "test_gpu_ipc_engine is CUDA C++, not built for the amd platform yet"
 fi
 
 # -------------------------------------------------------------- 3. bench

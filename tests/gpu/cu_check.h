@@ -8,7 +8,7 @@
 #ifndef PDX_CU_CHECK_H
 #define PDX_CU_CHECK_H
 
-#include <cuda_runtime.h>
+#include "gpu_rt.h"
 
 #include <signal.h>
 #include <stdint.h>

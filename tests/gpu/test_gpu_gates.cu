@@ -20,7 +20,7 @@
  *
  * Output ends with "N passed, N failed"; exit status 1 on any failure.
  */
-#include <cuda_runtime.h>
+#include "gpu_rt.h"
 
 #include <math.h>
 #include <signal.h>

@@ -52,7 +52,7 @@
  *
  * Output ends with "N passed, N failed"; exit status 1 on any failure.
  */
-#include <cuda_runtime.h>
+#include "gpu_rt.h"
 
 #include <signal.h>
 #include <spawn.h>
