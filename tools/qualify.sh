@@ -17,8 +17,8 @@
 #   gpu-tests   tests/gpu on the platform: classification, dmabuf export at
 #               offsets, words and gates, IPC copies; the engine's gates with
 #               kernels, the stale-page test and its control, gate latency
-#               and launch rate (test_gpu_gates: hipcc on amd); on nvidia
-#               also the ipc transport between engines
+#               and launch rate, the ipc transport between engines
+#               (test_gpu_gates, test_gpu_ipc_engine: hipcc on amd)
 #   bench       pdx-bench between two processes over the NICs, KV pools in
 #               GPU memory of two GPUs (one when there is one), every byte
 #               verified: DeepSeek-R1 and Llama-3-70B TP8 geometries, 1 NIC
@@ -217,8 +217,9 @@ if [ -n "$why" ]; then
   result gpu-tests "tests/gpu" skipped "$why"
 else
   tests="test_gpu test_gpu_ipc"
-  [ -x "$build/tests/gpu/test_gpu_gates" ] && tests="$tests test_gpu_gates"
-  [ $platform = nvidia ] && tests="$tests test_gpu_ipc_engine"
+  for t in test_gpu_gates test_gpu_ipc_engine; do
+    [ -x "$build/tests/gpu/$t" ] && tests="$tests $t"
+  done
   for t in $tests; do
     run 180 "$out/$t.log" "$build/tests/gpu/$t"
     rc=$?
@@ -227,10 +228,9 @@ else
     if [ $rc = 0 ]; then result gpu-tests "$t" pass "$counts" "$nums"
     else result gpu-tests "$t" fail "exit $rc: ${counts:-no summary} ($t.log)" "$nums"; fi
   done
-  [ -x "$build/tests/gpu/test_gpu_gates" ] || result gpu-tests "gates with kernels, stale pages" \
-    skipped "test_gpu_gates was not built (no hipcc for these GPUs: build.log)"
-  [ $platform = amd ] && result gpu-tests "ipc transport between engines" skipped \
-    "test_gpu_ipc_engine is CUDA C++, not built for the amd platform yet"
+  [ -x "$build/tests/gpu/test_gpu_gates" ] ||
+    result gpu-tests "gates with kernels, stale pages, the ipc transport" skipped \
+      "test_gpu_gates and test_gpu_ipc_engine were not built (no hipcc for these GPUs: build.log)"
 fi
 
 # -------------------------------------------------------------- 3. bench

@@ -934,9 +934,9 @@ __global__ void busy(uint64_t ns)
 {
     uint64_t t0, t;
 
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+    t0 = gpu_ns();
     do
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        t = gpu_ns();
     while (t - t0 < ns);
 }
 
@@ -1040,9 +1040,9 @@ __global__ void forward_layer(uint8_t *pool, const uint32_t *pages, uint32_t n, 
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         uint64_t t0, t;
 
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t0));
+        t0 = gpu_ns();
         do
-            asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+            t = gpu_ns();
         while (t - t0 < ns);
         end[layer] = t;
     }
@@ -1063,7 +1063,7 @@ __global__ void layer_landed(const uint8_t *pool, const uint32_t *pages, uint32_
     if (blockIdx.x == 0 && threadIdx.x == 0) {
         uint64_t t;
 
-        asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+        t = gpu_ns();
         start[layer] = t;
     }
     for (uint64_t w = threadIdx.x; w < bpp / 8; w += blockDim.x)
@@ -1642,6 +1642,7 @@ int main(int argc, char **argv)
                             (uint32_t)strtoul(argv[4], NULL, 10), strtoull(argv[5], NULL, 10));
     progress("setup", 0);
     CUDA_OK(cudaSetDevice(0));
+    CHECK(gpu_clock_ok(), "the device clock of the benches counts nanoseconds");
     if (argc == 2 && strcmp(argv[1], "--gates") == 0) {
         test_gates("auto");
         test_gates("off");
