@@ -1636,6 +1636,7 @@ int main(int argc, char **argv)
     if (argc == 4 && strcmp(argv[3], "waits") == 0) {
         setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0);
         setenv("CUDA_MODULE_LOADING", "EAGER", 0);
+        setenv("GPU_MAX_HW_QUEUES", "16", 0); /* amd's */
     }
     if (argc == 6 && strcmp(argv[1], "--decode-child") == 0)
         return decode_child(argv[2], strtoull(argv[3], NULL, 10),
