@@ -23,8 +23,10 @@
 #               GPU memory of two GPUs (one when there is one), every byte
 #               verified: DeepSeek-R1 and Llama-3-70B TP8 geometries, 1 NIC
 #               then 2, 4 and 8 where present
-#   visibility  a decode kernel reading pages right after SUCCESS, PDX_FLUSH
-#               off and auto
+#   visibility  a decode kernel queued behind pdx_room_stream_wait reading
+#               every byte right after SUCCESS (tests/gpu/visibility), over
+#               rdma (tcp without a NIC), PDX_FLUSH off (does the hazard show
+#               here?) and auto (it must not)
 #   perftest    ib_write_bw on the same NIC pair: pdx's share of line rate
 #   markers     a rocprofv3 marker trace of a short run: pdx's ranges in it
 #
@@ -125,7 +127,8 @@ lacks() {
       [ "$1" = bench ] && [ "$ngpus" -eq 0 ] && { echo "no $platform GPU for the KV pools"; return; }
       [ "$1" = perftest ] && [ -z "$perftest" ] && echo "no ib_write_bw (perftest)" ;;
     visibility)
-      echo "the decode visibility kernel is not built yet" ;;
+      [ "$ngpus" -gt 0 ] || { echo "no $platform GPU ($gpu_source)"; return; }
+      [ $platform = amd ] && [ -z "$hipcc" ] && echo "no hipcc to build its kernels" ;;
   esac
 }
 
@@ -277,7 +280,32 @@ fi
 # --------------------------------------------------------- 4. visibility
 
 why=$(lacks visibility)
-result visibility "decode kernel after SUCCESS, PDX_FLUSH off and auto" skipped "$why"
+vis=$build/tests/gpu/visibility
+if [ -n "$why" ]; then
+  result visibility "decode kernel after SUCCESS" skipped "$why"
+elif [ ! -x "$vis" ]; then
+  result visibility "decode kernel after SUCCESS" skipped "tests/gpu/visibility was not built (build.log)"
+else
+  tp=tcp
+  [ "$nnics" -gt 0 ] && tp=rdma
+  dgpu=$((ngpus > 1 ? 1 : 0))
+  for flush in off auto; do
+    PDX_FLUSH=$flush PDX_TRANSPORT=$tp run 240 "$out/visibility-$flush.log" "$vis" --rooms 64 \
+      --gpu 0 --decode-gpu $dgpu
+    rc=$?
+    line=$(grep -E '^visibility: ' "$out/visibility-$flush.log" | tail -1)
+    stale=$(echo "$line" | sed -n 's/.*SUCCESS, \([0-9]*\) stale.*/\1/p')
+    name="PDX_FLUSH=$flush over $tp, GPU 0 -> GPU $dgpu"
+    nums="stale_words=${stale:-};rooms=64"
+    if [ $rc = 0 ]; then
+      result visibility "$name" pass "every byte seen right after SUCCESS" "$nums"
+    elif [ $rc = 3 ] && [ $flush = off ]; then
+      result visibility "$name" pass "the hazard shows without the flush: stale words after SUCCESS" "$nums"
+    else
+      result visibility "$name" fail "exit $rc: ${line:-no result} (visibility-$flush.log)" "$nums"
+    fi
+  done
+fi
 
 # ----------------------------------------------------------- 5. perftest
 

@@ -16,7 +16,7 @@ build=${BUILD:-/tmp/pdx-gpu}
 cmake -S "$src" -B "$build" -DPDX_HIP_PLATFORM=nvidia -DPDX_BUILD_TESTS=OFF \
       -DPDX_BUILD_BENCH=OFF -DPDX_GPU_TESTS=ON || { echo "run.sh: configure failed" >&2; exit 2; }
 cmake --build "$build" --target pdx test_gpu test_gpu_ipc test_gpu_gates test_gpu_ipc_engine \
-      bench_ipc pdx-bench pdx-info -j "$(nproc)" ||
+      visibility bench_ipc pdx-bench pdx-info -j "$(nproc)" ||
   { echo "run.sh: build failed" >&2; exit 2; }
 rc=0
 echo "=== pdx-info (the build, GPUs, RDMA devices, GPU -> NIC, CPUs, transport) ==="
@@ -42,6 +42,10 @@ echo "=== test_gpu_ipc_engine --bench-layers (exposed transfer time: whole rooms
 "$build/tests/gpu/test_gpu_ipc_engine" --bench-layers || rc=1
 echo "=== test_gpu_ipc_engine --bench-layers all waits (decode's kernels waiting per layer) ==="
 "$build/tests/gpu/test_gpu_ipc_engine" --bench-layers all waits || rc=1
+echo "=== visibility (decode kernels behind pdx_room_stream_wait read every byte; tcp, two processes) ==="
+for flush in off auto; do
+  PDX_FLUSH=$flush PDX_TRANSPORT=tcp "$build/tests/gpu/visibility" --rooms 64 || rc=1
+done
 echo "=== test_gpu_python.py (GPU memory, gates and streams from Python) ==="
 PDX_LIBRARY="$build/libpdx.so" PYTHONPATH="$src/python" PYTHONDONTWRITEBYTECODE=1 \
   python3 "$src/tests/gpu/test_gpu_python.py" || rc=1
