@@ -138,7 +138,8 @@ static uint32_t wait_all(pdx_engine_t *e, uint64_t first, uint32_t n, uint32_t *
     const uint64_t end = now_ns() + 60000000000ull;
 
     for (uint32_t i = 0; i < n; i++) {
-        pdx_room_state_t st = wait_done(e, first + i, (int)((end - now_ns()) / 1000000));
+        const uint64_t now = now_ns();
+        pdx_room_state_t st = wait_done(e, first + i, now < end ? (int)((end - now) / 1000000) : 0);
 
         done += st == PDX_ROOM_SUCCESS || st == PDX_ROOM_FAILED;
         ok += st == PDX_ROOM_SUCCESS;
