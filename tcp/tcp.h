@@ -14,7 +14,8 @@
  * Hold (paused = true) or release the receive side of every endpoint of tp:
  * its progress thread stops reading from sockets, so incoming frames wait in
  * the kernel before placement and nothing is acknowledged. Everything else
- * (sending, commands, deadlines, close) keeps working.
+ * (sending, commands, deadlines, close) keeps working. Returns once the
+ * thread applied it (bounded).
  */
 void pdx_tcp_pause(pdx_tp_t *tp, bool paused);
 

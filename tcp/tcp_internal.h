@@ -519,6 +519,7 @@ struct tcp_tp {
     _Atomic int       sleeping;       /* in epoll_wait: posts must write wake_fd */
     _Atomic bool      stop;
     _Atomic bool      paused;
+    _Atomic bool      paused_seen;    /* progress thread -> pdx_tcp_pause: applied */
     _Atomic bool      cmd_pending;
     pthread_mutex_t   cmd_lock;
     pthread_cond_t    cmd_cond;

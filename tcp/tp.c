@@ -324,6 +324,7 @@ static void *progress_main(void *arg)
                 if (ep->state == TCP_EP_UP && ep->rx_ready)
                     tcp_work_add(ep);
         }
+        atomic_store(&tp->paused_seen, paused);
         now = pdx_now_ns();
         if (atomic_exchange(&tp->doorbell, 0)) {
             active = true;
@@ -374,8 +375,13 @@ void pdx_tcp_pause(pdx_tp_t *ptp, bool paused)
 {
     tcp_tp_t *tp = tcp_tp(ptp);
 
+    uint64_t deadline = pdx_deadline_ns(TCP_CMD_TIMEOUT_MS);
+
     atomic_store(&tp->paused, paused);
     tp_wake(tp);
+    /* back once the progress thread reads no more (or lets reading go on) */
+    while (atomic_load(&tp->paused_seen) != paused && pdx_now_ns() < deadline)
+        usleep(100);
 }
 
 /* ---------------------------------------------------------- open/close */
