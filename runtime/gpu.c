@@ -347,21 +347,20 @@ void pdx_gpu_gate_done(pdx_engine_t *e, const pdx_gate_t *gate)
         pdx_gpu_word_done(e, (volatile uint64_t *)(uintptr_t)gate->word, gate->value);
 }
 
-pdx_status_t pdx_gpu_word_take(pdx_engine_t *e, uint64_t span, volatile uint64_t **word_p,
-                               uint64_t *base_p)
+pdx_status_t pdx_gpu_word_take(pdx_engine_t *e, const char *api, uint64_t span,
+                               volatile uint64_t **word_p, uint64_t *base_p)
 {
     volatile uint64_t *word;
     uint64_t base;
     pdx_status_t st;
 
     if (e->gpu.device < 0) {
-        pdx_error("pdx_room_stream_wait_layer: no GPU (%s): stream waits need one",
-                  no_gpu_why());
+        pdx_error("%s: no GPU (%s): stream waits need one", api, no_gpu_why());
         return PDX_ERR_UNSUPPORTED;
     }
     st = pdx_hip_word_alloc(e->gpu.words, &word);
     if (st == PDX_ERR_FULL) {
-        pdx_warn("pdx_room_stream_wait_layer: all %d stream words are in use", PDX_GPU_WORDS);
+        pdx_warn("%s: all %d stream words are in use", api, PDX_GPU_WORDS);
         return PDX_ERR_AGAIN;
     }
     if (st != PDX_OK)
@@ -383,28 +382,17 @@ pdx_status_t pdx_gpu_stream_wait(pdx_engine_t *e, void *stream, volatile uint64_
     uint64_t base;
     pdx_status_t st;
 
-    if (e->gpu.device < 0) {
-        pdx_error("pdx_room_stream_wait: no GPU (%s): stream waits need one", no_gpu_why());
-        return PDX_ERR_UNSUPPORTED;
-    }
-    st = pdx_hip_word_alloc(e->gpu.words, &word);
-    if (st == PDX_ERR_FULL) {
-        pdx_warn("pdx_room_stream_wait: all %d stream words are in use", PDX_GPU_WORDS);
-        return PDX_ERR_AGAIN;
-    }
+    /* the stream waits for base + 1 (the room ended) and writes base + 2
+     * (it passed) */
+    st = pdx_gpu_word_take(e, "pdx_room_stream_wait", 2, &word, &base);
     if (st != PDX_OK)
         return st;
-    /* the word holds base, its last value: the stream waits for base + 1
-     * (the room ended) and writes base + 2 (it passed) */
-    base = atomic_fetch_add(&e->gpu.word_gen[word_state(e, word) - e->gpu.word_state], 2);
     st = pdx_hip_stream_wait_word(stream, word, base + 1);
     if (st != PDX_OK) {
-        atomic_fetch_sub(&e->gpu.word_gen[word_state(e, word) - e->gpu.word_state], 2);
-        pdx_hip_word_free(e->gpu.words, word);
+        __atomic_store_n(word, base + 2, __ATOMIC_RELEASE); /* nothing waits for it */
+        pdx_gpu_word_done(e, word, base + 2);
         return st;
     }
-    atomic_fetch_add_explicit(&e->gpu.armed, 1, memory_order_relaxed);
-    atomic_store(word_state(e, word), WORD_HELD);
     st = pdx_hip_stream_write_word(stream, word, base + 2);
     if (st != PDX_OK) {
         /* The wait is queued and nothing will say when the stream passed it:

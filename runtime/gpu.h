@@ -74,13 +74,13 @@ pdx_status_t pdx_gpu_gate_poll(const pdx_gate_t *gate, char *err, size_t len);
 bool pdx_gpu_gate_on_device(pdx_engine_t *e, const pdx_gate_t *gate);
 /* The gate's chunk is done with it (opened, or its room ended). */
 void pdx_gpu_gate_done(pdx_engine_t *e, const pdx_gate_t *gate);
-/* A word of the pool for values base .. base + span, set to base, that
- * streams only wait on (pdx_room_stream_wait_layer); back with
- * pdx_gpu_word_done(word, a value it reached). */
-pdx_status_t pdx_gpu_word_take(pdx_engine_t *e, uint64_t span, volatile uint64_t **word_p,
-                               uint64_t *base_p);
-/* Enqueue on stream a wait until a fresh word reaches 1, then a write of 2
- * to it (the stream passed): pdx_room_stream_wait. */
+/* A word of the pool for values base .. base + span, set to base (api
+ * names the caller in messages); back with pdx_gpu_word_done(word, a value
+ * it reached). */
+pdx_status_t pdx_gpu_word_take(pdx_engine_t *e, const char *api, uint64_t span,
+                               volatile uint64_t **word_p, uint64_t *base_p);
+/* Enqueue on stream a wait until a fresh word reaches base + 1, then a
+ * write of base + 2 to it (the stream passed): pdx_room_stream_wait. */
 pdx_status_t pdx_gpu_stream_wait(pdx_engine_t *e, void *stream, volatile uint64_t **word_p,
                                  uint64_t *base_p);
 /* A pool word nobody will raise any more goes back once it reached value. */

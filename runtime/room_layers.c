@@ -312,11 +312,13 @@ pdx_status_t pdx_room_stream_wait_layer(pdx_engine_t *e, pdx_room_t room, uint32
     } else if (!(t = layers_of_locked(ext))) {
         st = PDX_ERR_NOMEM;
     } else {
-        if (!t->word && (st = pdx_gpu_word_take(e, (uint64_t)t->n + 2, &t->word, &t->base)) ==
-                            PDX_OK) {
-            if (pdx_rooms_terminal(pdx_room_state(obj)))
+        if (!t->word) {
+            st = pdx_gpu_word_take(e, "pdx_room_stream_wait_layer", (uint64_t)t->n + 2,
+                                   &t->word, &t->base);
+            if (st == PDX_OK && pdx_rooms_terminal(pdx_room_state(obj)))
                 pdx_layers_end_locked(ext, pdx_room_state(obj) != PDX_ROOM_SUCCESS);
-            publish_locked(t);
+            if (st == PDX_OK)
+                publish_locked(t);
         }
         /* layer i waits for base + i + 1; a room whose layers are not
          * counted, for its end */
