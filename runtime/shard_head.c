@@ -52,10 +52,13 @@ void pdx_send_layers_merge(send_ctx_t *c)
     pdx_room_ext_t *ext = c->ext;
     pdx_chunk_t *ch = &c->cell->chunk;
     const uint32_t at = (uint32_t)(c->cell - s->ring.cells);
-    const pdx_layout_t *src = pdx_engine_layout(c->L->e, ch->layout);
+    const pdx_layout_t *src;
     char err[PDX_ERRMSG_MAX];
 
-    if (!src || !(ch->flags & PDX_CHUNK_RANGE) || ext->gpu_gate || ext->xfer)
+    if (!(ch->flags & PDX_CHUNK_RANGE) || (ch->flags & PDX_SEND_LAST) || ext->gpu_gate ||
+        ext->xfer || s->cell_next[at] == PDX_SHARD_NONE)
+        return; /* the common case: a whole chunk, or nothing queued behind it */
+    if (!(src = pdx_engine_layout(c->L->e, ch->layout)))
         return;
     while (!(ch->flags & PDX_SEND_LAST) && s->cell_next[at] != PDX_SHARD_NONE) {
         const uint32_t nx = s->cell_next[at];
