@@ -204,6 +204,11 @@ int main(int argc, char **argv)
     cudaStream_t g;
     pid_t pid;
 
+    /* Decode's check kernel is launched behind a stream wait that the
+     * engine's own staging copies (tcp into GPU memory) must get past: a
+     * kernel loaded lazily at that launch holds them up until the room's
+     * deadline (pdx_room_stream_wait_layer in pdx.h). */
+    setenv("CUDA_MODULE_LOADING", "EAGER", 0);
     cu_check_init();
     if (argc == 5 && strcmp(argv[1], "--decode") == 0)
         return decode_child(argv[2], (uint32_t)strtoul(argv[3], NULL, 10), atoi(argv[4]));

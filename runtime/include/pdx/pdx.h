@@ -580,7 +580,12 @@ PDX_API pdx_status_t pdx_send_layers(pdx_engine_t *engine, pdx_room_t room, uint
  * the pages without pdx_poll() saying SUCCESS (or it checks its own flag).
  * One wait per room (PDX_ERR_EXISTS for another); PDX_ERR_STATE for a room
  * not expected here; PDX_ERR_UNSUPPORTED without a GPU. pdx_release() of the
- * room lets a stream still waiting go on.
+ * room lets a stream still waiting go on. The kernels behind the wait must
+ * be loaded before it is enqueued (CUDA_MODULE_LOADING=EAGER, or one launch
+ * beforehand): a kernel loaded lazily at its first launch behind the wait
+ * holds up the GPU copies that land the room (staged transports, and
+ * writers in the same process; see pdx_room_stream_wait_layer) until the
+ * room's deadline.
  */
 PDX_API pdx_status_t pdx_room_stream_wait(pdx_engine_t *engine, pdx_room_t room,
                                           void *hip_stream);
@@ -602,10 +607,9 @@ PDX_API pdx_status_t pdx_room_stream_wait(pdx_engine_t *engine, pdx_room_t room,
  * expected here, PDX_ERR_UNSUPPORTED without a GPU. Where the kernels that
  * write the layers run in the same process (one engine sending to another
  * in it), the waiting stream must not share a hardware queue with them
- * (CUDA_DEVICE_MAX_CONNECTIONS, GPU_MAX_HW_QUEUES above the streams in use)
- * and the kernel behind the wait must not be loaded at its first launch
- * (CUDA_MODULE_LOADING=EAGER, or one launch beforehand): either holds up
- * the writer behind the wait until the room's deadline.
+ * (CUDA_DEVICE_MAX_CONNECTIONS, GPU_MAX_HW_QUEUES above the streams in use):
+ * that holds up the writer behind the wait until the room's deadline. As
+ * with pdx_room_stream_wait, the kernels behind the wait are loaded first.
  */
 PDX_API pdx_status_t pdx_room_stream_wait_layer(pdx_engine_t *engine, pdx_room_t room,
                                                 uint32_t layer, void *hip_stream,
