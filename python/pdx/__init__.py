@@ -377,7 +377,10 @@ class Engine:
         """Make a GPU stream (a raw hipStream_t) wait until the room ended, or
         with layer= until that layer (and those before it) landed. With a
         layer, returns the room's failure gate: its word (a device-readable
-        address) reaches its value once the room failed."""
+        address) reaches its value once the room failed. The kernels queued
+        behind the wait must already be loaded (one launch beforehand, or
+        CUDA_MODULE_LOADING=EAGER): a lazy load at that launch holds up the
+        copies that land the room until its deadline."""
         if layer is None:
             _check(_lib.pdx_room_stream_wait(self._h(), room, stream), "pdx_room_stream_wait")
             return None
