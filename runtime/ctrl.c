@@ -14,6 +14,13 @@
  *   (counted from the accept: bytes do not extend it). It closes the socket
  *   of every FAILED peer and fails its data endpoints (pdx_peer_reap), and
  *   retires it once its shards dropped those (pdx_peer_retire).
+ * - Idle: when a sweep finds nothing to watch (no room, held notify or GPU
+ *   word to free; every connection READY with nothing to send and no BYE
+ *   pending) the thread naps until the next heartbeat instead of ticking.
+ *   Any event ends the nap, and so does pdx_ctrl_nudge() from the threads
+ *   that add rooms, held notifies or words: they set what they add, then
+ *   read ctrl_napping; the thread sets ctrl_napping, then looks (both
+ *   seq_cst), so one of the two sees the other.
  * - Admission: a connection in holds a slot of the connection table, not a
  *   peer slot, until its READY. At most PDX_MAX_HANDSHAKES of them are in
  *   their handshake, PDX_HANDSHAKES_PER_HOST from one address: one more from
@@ -72,6 +79,7 @@ typedef struct ctrl_ctx {
     pdx_engine_t *e;
     bool          more[PDX_MAX_CONNS];   /* input left unread: budget spent */
     bool          accept_retry;          /* accept stopped on an error */
+    bool          napping;               /* next_sweep is the next heartbeat */
     uint64_t      next_sweep, next_beat, beat_seq;
 } ctrl_ctx_t;
 
@@ -115,6 +123,14 @@ bool pdx_ctrl_kick(pdx_engine_t *e)
 void pdx_ctrl_wake(pdx_engine_t *e)
 {
     pdx_ctrl_kick(e);
+}
+
+void pdx_ctrl_nudge(pdx_engine_t *e)
+{
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load_explicit(&e->ctrl_napping, memory_order_relaxed) &&
+        atomic_exchange(&e->ctrl_napping, false))
+        pdx_ctrl_kick(e);
 }
 
 pdx_status_t pdx_ctrl_watch(pdx_engine_t *e, pdx_peer_t *peer)
@@ -410,6 +426,35 @@ static void accept_all(ctrl_ctx_t *ctx)
 
 /* ----------------------------------------------------------------- sweep */
 
+/* Whether the sweep has nothing to do before the next heartbeat (idle). */
+static bool nothing_to_watch(ctrl_ctx_t *ctx)
+{
+    pdx_engine_t *e = ctx->e;
+    bool held, orphans;
+
+    if (ctx->accept_retry || pdx_room_span(&e->rooms))
+        return false;
+    pthread_mutex_lock(&e->held_lock);
+    held = e->nheld > 0;
+    pthread_mutex_unlock(&e->held_lock);
+    orphans = false;
+    if (e->gpu.words) {
+        pthread_mutex_lock(&e->gpu.lock);
+        orphans = e->gpu.norphans > 0;
+        pthread_mutex_unlock(&e->gpu.lock);
+    }
+    if (held || orphans)
+        return false;
+    for (uint32_t i = 0; i < PDX_MAX_CONNS; i++) {
+        pdx_peer_t *peer = atomic_load_explicit(&e->conns[i], memory_order_acquire);
+
+        if (peer && (atomic_load_explicit(&peer->state, memory_order_acquire) != PDX_PEER_READY ||
+                     pdx_peer_bye_reason(peer) || pdx_peer_output_pending(peer)))
+            return false;
+    }
+    return true;
+}
+
 static void sweep(ctrl_ctx_t *ctx, uint64_t now)
 {
     pdx_engine_t *e = ctx->e;
@@ -468,6 +513,13 @@ static void sweep(ctrl_ctx_t *ctx, uint64_t now)
     if (ctx->accept_retry)
         accept_all(ctx);
     ctx->next_sweep = now + PDX_SWEEP_MS * 1000000ull;
+    /* set, then look: a nudge after our look sees it set */
+    atomic_store(&e->ctrl_napping, true);
+    ctx->napping = nothing_to_watch(ctx);
+    if (ctx->napping && ctx->next_beat > ctx->next_sweep)
+        ctx->next_sweep = ctx->next_beat;
+    else
+        atomic_store(&e->ctrl_napping, false);
 }
 
 /* ------------------------------------------------------------------ loop */
@@ -526,6 +578,13 @@ static void *ctrl_main(void *arg)
         }
         for (int i = 0; i < n; i++)
             handle_event(ctx, &evs[i]);
+        if (n > 0 && ctx->napping) { /* woken: watch again from the next tick */
+            ctx->napping = false;
+            atomic_store(&e->ctrl_napping, false);
+            now = pdx_now_ns();
+            if (ctx->next_sweep > now + PDX_SWEEP_MS * 1000000ull)
+                ctx->next_sweep = now + PDX_SWEEP_MS * 1000000ull;
+        }
         for (uint32_t i = 0; i < PDX_MAX_CONNS; i++) {
             pdx_peer_t *peer;
 

@@ -58,7 +58,7 @@
 /* ----------------------------------------------------------------- engine */
 
 typedef struct pdx_engine_stats_acc {
-    _Atomic uint64_t rooms_success, rooms_failed, send_again;
+    _Atomic uint64_t rooms_success, rooms_failed, send_again, send_kicks;
     _Atomic uint64_t peers_admitted, peers_retired, handshakes_refused, auth_refused;
     _Atomic uint64_t rooms_verified, checksum_mismatches;
 } pdx_engine_stats_acc_t;
@@ -116,6 +116,7 @@ struct pdx_engine {
     /* control thread */
     pthread_t                  ctrl_thread;
     _Atomic uint32_t           ctrl_stop;
+    _Atomic bool               ctrl_napping; /* it sleeps to the next heartbeat */
     int                        listen_fd;
     int                        ctrl_epfd;
     int                        ctrl_wake_fd;
@@ -151,6 +152,10 @@ pdx_status_t pdx_ctrl_listen(pdx_engine_t *e);
 pdx_status_t pdx_ctrl_start(pdx_engine_t *e);
 void pdx_ctrl_stop(pdx_engine_t *e);
 void pdx_ctrl_wake(pdx_engine_t *e);
+/* Something now needs the control thread's tick (a room, a held notify, a
+ * GPU word to free): wake it if it naps until the next heartbeat. One
+ * atomic load when it does not. */
+void pdx_ctrl_nudge(pdx_engine_t *e);
 
 /* PDX_PROTOCOL_VERSION; an engine speaks the value this has when it is
  * created (tests change it to make an engine speak another version). */

@@ -425,6 +425,7 @@ void pdx_gpu_word_done(pdx_engine_t *e, volatile uint64_t *word, uint64_t value)
         g->orphan_value[g->norphans++] = value;
     }
     pthread_mutex_unlock(&g->lock);
+    pdx_ctrl_nudge(e);
 }
 
 void pdx_gpu_sweep(pdx_engine_t *e)

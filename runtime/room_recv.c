@@ -218,6 +218,8 @@ static pdx_status_t expect_held(pdx_engine_t *e, pdx_peer_t *peer, pdx_room_t ro
     }
     st = pdx_room_insert(&e->rooms, room, PDX_ROOM_WAITING, &obj);
     created = st == PDX_OK;
+    if (created)
+        pdx_ctrl_nudge(e);
     if (st != PDX_OK && st != PDX_ERR_EXISTS) {
         pdx_error("pdx_expect: room %llu: the room table is full (PDX_ROOMS=%u)",
                   (unsigned long long)room, e->cfg.rooms);
@@ -360,7 +362,9 @@ static void hold(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_notify_t *n)
         n = NULL;
     }
     pthread_mutex_unlock(&e->held_lock);
-    if (n)
+    if (!n)
+        pdx_ctrl_nudge(e);
+    else
         pdx_warn("room %llu: notify dropped, %u already held (PDX_HELD_NOTIFIES)",
                  (unsigned long long)n->room, e->cfg.held_notifies);
 }

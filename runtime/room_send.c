@@ -29,6 +29,7 @@ static pdx_status_t send_room(pdx_engine_t *e, pdx_room_t room, pdx_room_obj_t *
         if (st == PDX_OK) {
             atomic_store(&pdx_room_ext(e, obj)->deadline_ns,
                          pdx_deadline_ns(e->cfg.bootstrap_timeout_ms));
+            pdx_ctrl_nudge(e);
         } else if (st != PDX_ERR_EXISTS) { /* EXISTS: its metadata came meanwhile */
             pdx_error("pdx_send: room %llu: the room table is full (PDX_ROOMS=%u)",
                       (unsigned long long)room, e->cfg.rooms);
@@ -204,7 +205,8 @@ static pdx_status_t send_chunk(pdx_engine_t *e, pdx_room_t room, uint32_t layout
         atomic_store(&ext->last_queued, 1);
     if (atomic_load(&ext->xfer_deadline_ns) == 0)
         atomic_store(&ext->xfer_deadline_ns, pdx_deadline_ns(e->cfg.transfer_timeout_ms));
-    pdx_shard_wake(shard);
+    if (pdx_shard_wake(shard))
+        atomic_fetch_add_explicit(&e->stats.send_kicks, 1, memory_order_relaxed);
     return PDX_OK;
 }
 

@@ -185,6 +185,7 @@ static pdx_status_t enqueue(pdx_engine_t *e, pdx_xfer_job_t *job, pdx_peer_t *pe
         pdx_peer_put(peer);
         return st == PDX_ERR_EXISTS ? PDX_ERR_STATE : st;
     }
+    pdx_ctrl_nudge(e);
     ext = pdx_room_ext(e, obj);
     pthread_mutex_lock(&ext->lock);
     pdx_rooms_app_claim_locked(ext);
@@ -215,7 +216,8 @@ static pdx_status_t enqueue(pdx_engine_t *e, pdx_xfer_job_t *job, pdx_peer_t *pe
         pdx_rooms_remove(e, obj, id);
         return st;
     }
-    pdx_shard_wake(shard);
+    if (pdx_shard_wake(shard))
+        atomic_fetch_add_explicit(&e->stats.send_kicks, 1, memory_order_relaxed);
     *xfer_p = id;
     return PDX_OK;
 }

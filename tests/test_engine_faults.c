@@ -69,6 +69,38 @@ Test(faults, bootstrap_deadline, .fini = fini, .timeout = 30)
     expect_a_good_room(51);
 }
 
+/* An idle engine's control thread naps until the next heartbeat; a room
+ * made then wakes it, so its deadline is kept to the tick, not the nap. */
+Test(faults, deadlines_after_an_idle_nap, .fini = fini, .timeout = 30)
+{
+    static const char *const cfg[] = {"PDX_BOOTSTRAP_TIMEOUT_MS=200", "PDX_HEARTBEAT_MS=5000",
+                                      "PDX_SHARDS=1", NULL};
+    uint32_t pages[1] = {1};
+    pdx_pages_t p = {pages, 1};
+    uint64_t t0;
+
+    open_pair(cfg);
+    for (int i = 0; i < 3000 && !(atomic_load(&pf.e->ctrl_napping) &&
+                                  atomic_load(&dc.e->ctrl_napping)); i++)
+        usleep(1000);
+    cr_assert(atomic_load(&pf.e->ctrl_napping) && atomic_load(&dc.e->ctrl_napping),
+              "an idle engine's control thread still ticks");
+    t0 = pdx_now_ns();
+    cr_assert_eq(pdx_send(pf.e, 80, pf.layout, &p, NULL, NULL, PDX_SEND_LAST), PDX_OK);
+    expect_failed(pf.e, 80, "PDX_BOOTSTRAP_TIMEOUT_MS");
+    cr_expect_lt(pdx_now_ns() - t0, 2500000000ull, "the deadline waited for the nap: %llu ms",
+                 (unsigned long long)((pdx_now_ns() - t0) / 1000000u));
+    cr_assert_eq(release_wait(pf.e, 80, 5000), PDX_OK);
+    for (int i = 0; i < 3000 && !atomic_load(&dc.e->ctrl_napping); i++)
+        usleep(1000);
+    cr_assert(atomic_load(&dc.e->ctrl_napping));
+    t0 = pdx_now_ns();
+    cr_assert_eq(pdx_expect(dc.e, peer, 81, dc.layout, &p, NULL, 1, 200), PDX_OK);
+    expect_failed(dc.e, 81, "deadline");
+    cr_expect_lt(pdx_now_ns() - t0, 2500000000ull, "the deadline waited for the nap");
+    expect_a_good_room(82);
+}
+
 Test(faults, transfer_deadline, .fini = fini, .timeout = 30)
 {
     static const char *const cfg[] = {"PDX_TRANSFER_TIMEOUT_MS=300", "PDX_SHARDS=1", NULL};
