@@ -77,6 +77,9 @@ static const pdx_config_row_t config_table[] = {
             HANDSHAKE_TIMEOUT, handshake_timeout_ms, 10, 600000),
     ROW_INT("PDX_GATE_BACKOFF_US", "20", "Longest sleep of a shard while gates are pending",
             GATE_BACKOFF, gate_backoff_us, 0, 100000),
+    ROW_INT("PDX_SHARD_SPIN_US", "20", "A shard polls its queue and completions this long after its "
+            "last work before it sleeps; a pdx_send that finds it awake makes no system call",
+            SHARD_SPIN, shard_spin_us, 0, 100000),
     ROW_INT("PDX_QPS_PER_PEER", "2", "Endpoints (QPs) per shard, peer and NIC lane; a room's runs "
             "are striped over them", QPS_PER_PEER, qps_per_peer, 1, 64),
     ROW_INT("PDX_NICS", "1", "NICs the engine uses: the first usable ones of PDX_IB_DEVICES, else "

@@ -569,6 +569,7 @@ pdx_status_t pdx_engine_stats(pdx_engine_t *e, pdx_stats_t *stats_p)
     s.rooms_success = atomic_load_explicit(&e->stats.rooms_success, memory_order_relaxed);
     s.rooms_failed = atomic_load_explicit(&e->stats.rooms_failed, memory_order_relaxed);
     s.send_again = atomic_load_explicit(&e->stats.send_again, memory_order_relaxed);
+    s.send_kicks = atomic_load_explicit(&e->stats.send_kicks, memory_order_relaxed);
     s.registrations = atomic_load_explicit(&e->nregs, memory_order_relaxed);
     s.nics = e->ntps;
     pthread_mutex_lock(&e->peers_lock);

@@ -30,7 +30,7 @@
  *   a dep's send queue and receives only by the shard that owns it.
  *   The worker's last access to a room is the release decrement of `queued`
  *   or `inflight` that lets pdx_release free it.
- * - Sleeping: after a short spin, arm the CQ, set `sleeping`, make one more
+ * - Sleeping: after PDX_SHARD_SPIN_US of polling without work, arm the CQ, set `sleeping`, make one more
  *   pass (pdx_shard_wake pairs with it: both sides read-modify-write
  *   `sleeping`), then sleep in epoll on the CQ fd and the eventfd: with no
  *   timeout when idle (an idle engine's workers never wake), at most
@@ -68,7 +68,6 @@
  * all; the shard polls and arms every one.
  */
 #define PDX_SHARD_CQ_MAX   (1u << 18)
-#define PDX_SHARD_SPIN_NS  20000u     /* poll this long after activity before sleeping */
 #define PDX_SHARD_RETRY_US 1000u      /* sleep while a credit record waits for a slot */
 #define PDX_SHARD_JOIN_MS  10000u
 
@@ -238,7 +237,7 @@ static void shard_kick(pdx_shard_t *s)
         pdx_error("shard %u: eventfd write: %s", s->index, strerror(errno));
 }
 
-void pdx_shard_wake(pdx_shard_t *s)
+bool pdx_shard_wake(pdx_shard_t *s)
 {
     /*
      * A read-modify-write, like the worker's when it announces its sleep:
@@ -247,8 +246,10 @@ void pdx_shard_wake(pdx_shard_t *s)
      * from this one and acquires the caller's stores (ring cell, ndests,
      * credits) before its last pass. No fence: sanitizers see it all.
      */
-    if (PDX_UNLIKELY(atomic_fetch_or_explicit(&s->sleeping, 0, memory_order_acq_rel)))
-        shard_kick(s);
+    if (PDX_LIKELY(!atomic_fetch_or_explicit(&s->sleeping, 0, memory_order_acq_rel)))
+        return false;
+    shard_kick(s);
+    return true;
 }
 
 /* -------------------------------------------------------------- endpoints */
@@ -646,6 +647,7 @@ static void *shard_main(void *arg)
     pdx_shard_loop_t loop = {.s = s, .e = e}; /* on its stack: the loop never allocates */
     pdx_shard_loop_t *L = &loop;
     uint64_t idle_since = 0;
+    const uint64_t spin_ns = (uint64_t)e->cfg.shard_spin_us * 1000u;
     bool armed = false, spin = true;
     char name[16];
 
@@ -675,7 +677,7 @@ static void *shard_main(void *arg)
              * close); not after a backoff that ran out (gates only). */
             if (idle_since == 0)
                 idle_since = now;
-            if (spin && now - idle_since < PDX_SHARD_SPIN_NS) {
+            if (spin && now - idle_since < spin_ns) {
                 pdx_cpu_relax();
                 continue;
             }

@@ -89,7 +89,8 @@ pdx_status_t pdx_shard_init(pdx_engine_t *e, pdx_shard_t *s, uint32_t index);
 pdx_status_t pdx_shard_start(pdx_shard_t *s);
 void pdx_shard_stop(pdx_shard_t *s);
 void pdx_shard_fini(pdx_shard_t *s);
-void pdx_shard_wake(pdx_shard_t *s);
+/* Wake the worker if it sleeps (then true: an eventfd write). */
+bool pdx_shard_wake(pdx_shard_t *s);
 /* flush.c: decode visibility. pdx_flush_defer queues a room whose data all
  * arrived (true) when flushes are on, instead of its SUCCESS. */
 pdx_status_t pdx_flush_init(pdx_shard_t *s);

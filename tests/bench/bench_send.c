@@ -6,7 +6,16 @@
  *
  * Geometry: DeepSeek-R1 MLA KV, 61 layers, 576 B per token per layer, page
  * size 1 token; chunks of 16, 64 and 256 random pages; tcp on 127.0.0.1.
+ *
+ * Each PDX_SHARD_SPIN_US given (default 20 and 200) runs with its own pair
+ * of engines, and prints what the spin costs and saves: the wake-ups
+ * written to prefill's sleeping shards while the calls ran, per pdx_send (a
+ * call that finds its shard asleep writes its eventfd: a system call), and
+ * the CPU the shard threads of both engines used over the run, in cores.
+ *
+ *     bench_send [--json] [SPIN_US ...]
  */
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +53,7 @@ static void geometry_init(geometry_t *g, uint32_t mem)
                                   .groups = &g->group};
 }
 
-static int open_side(side_t *s)
+static int open_side(side_t *s, const char *spin_us)
 {
     geometry_t geo;
     pdx_config_t cfg;
@@ -52,12 +61,53 @@ static int open_side(side_t *s)
 
     pdx_config_init(&cfg);
     pdx_config_set(&cfg, "PDX_LISTEN", "127.0.0.1:0");
+    if (pdx_config_set(&cfg, "PDX_SHARD_SPIN_US", spin_us) != PDX_OK)
+        return -1;
     s->pool = calloc(1, len);
     if (!s->pool || pdx_engine_create(&cfg, &s->e) != PDX_OK ||
         pdx_mem_register(s->e, s->pool, len, &s->mem) != PDX_OK)
         return -1;
     geometry_init(&geo, s->mem);
     return pdx_layout_create(s->e, &geo.desc, &s->layout) == PDX_OK ? 0 : -1;
+}
+
+/* CPU time of this process's shard threads so far, ns (schedstat). */
+static uint64_t shard_cpu_ns(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *t;
+    uint64_t sum = 0;
+
+    while (d && (t = readdir(d))) {
+        char path[300], comm[32] = "";
+        unsigned long long ns = 0;
+        FILE *f;
+
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", t->d_name);
+        if (!(f = fopen(path, "r")))
+            continue;
+        if (!fgets(comm, sizeof(comm), f))
+            comm[0] = 0;
+        fclose(f);
+        if (strncmp(comm, "pdx-shard", 9) != 0)
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/schedstat", t->d_name);
+        if ((f = fopen(path, "r"))) {
+            if (fscanf(f, "%llu", &ns) == 1)
+                sum += ns;
+            fclose(f);
+        }
+    }
+    if (d)
+        closedir(d);
+    return sum;
+}
+
+static uint64_t kicks(pdx_engine_t *e)
+{
+    pdx_stats_t st;
+
+    return pdx_engine_stats(e, &st) == PDX_OK ? st.send_kicks : 0;
 }
 
 static void shuffle(uint32_t *v, uint32_t n, unsigned *seed)
@@ -85,9 +135,10 @@ static int wait_room(pdx_engine_t *e, uint64_t room)
     return st == PDX_ROOM_SUCCESS ? 0 : -1;
 }
 
-/* pdx_send of `pages`-page chunks: per-call times in ns into out. */
+/* pdx_send of `pages`-page chunks: per-call times in ns into out, and the
+ * wake-ups written to prefill's shards while the calls ran into *kicks_p. */
 static int measure_send(side_t *pf, side_t *dc, uint32_t peer, uint32_t pages, uint64_t *out,
-                        uint32_t *n_p)
+                        uint32_t *n_p, uint64_t *kicks_p)
 {
     static uint64_t room = 1;
     uint32_t src[NPAGES], dst[NPAGES], n = 0;
@@ -111,6 +162,7 @@ static int measure_send(side_t *pf, side_t *dc, uint32_t peer, uint32_t pages, u
             while (pdx_poll(pf->e, first + r) != PDX_ROOM_WAITING && pdx_now_ns() < deadline)
                 usleep(20);
         }
+        *kicks_p -= kicks(pf->e);
         for (uint32_t r = 0; r < ROOMS_PER_BATCH; r++) {
             pdx_pages_t s = {src + r * pages, pages};
             uint64_t t0 = pdx_now_ns();
@@ -121,6 +173,7 @@ static int measure_send(side_t *pf, side_t *dc, uint32_t peer, uint32_t pages, u
             if (st != PDX_OK)
                 return -1;
         }
+        *kicks_p += kicks(pf->e);
         for (uint32_t r = 0; r < ROOMS_PER_BATCH; r++)
             if (wait_room(dc->e, first + r) != 0 || wait_room(pf->e, first + r) != 0)
                 return -1;
@@ -247,49 +300,95 @@ out:
     return rc;
 }
 
-int main(int argc, char **argv)
+/* One pair of engines at PDX_SHARD_SPIN_US=spin_us: every chunk size. */
+static int run_spin(const char *spin_us, int json)
 {
     static uint64_t send_ns[BATCHES * ROOMS_PER_BATCH], sync_ns[BATCHES * ROOMS_PER_BATCH];
     static const uint32_t sizes[] = {16, 64, 256};
-    int json = argc > 1 && strcmp(argv[1], "--json") == 0;
     side_t pf = {0}, dc = {0};
     uint32_t peer, n, m;
+    int rc = -1;
 
-    if (open_side(&pf) != 0 || open_side(&dc) != 0 ||
+    if (open_side(&pf, spin_us) != 0 || open_side(&dc, spin_us) != 0 ||
         pdx_peer_connect(dc.e, pdx_engine_address(pf.e), 5000, &peer) != PDX_OK) {
-        fprintf(stderr, "bench_send: setup failed\n");
-        return 1;
-    }
-    if (!json) {
-        printf("pdx_send on the caller's thread vs synchronous post + wait (tcp, 127.0.0.1)\n");
-        printf("DeepSeek-R1 MLA: %d layers x %d B per page (page size 1), random page maps\n",
-               LAYERS, BPP);
-        printf("%-6s %10s %10s %10s %12s %14s %10s\n", "pages", "p50[ns]", "p99[ns]", "ns/page",
-               "<=1us,<=5us", "sync p50[us]", "ratio");
-        printf("--------------------------------------------------------------------------\n");
+        fprintf(stderr, "bench_send: setup failed (PDX_SHARD_SPIN_US=%s)\n", spin_us);
+        goto out;
     }
     for (size_t i = 0; i < PDX_ARRAY_SIZE(sizes); i++) {
         uint32_t pages = sizes[i];
+        uint64_t c0 = shard_cpu_ns(), t0 = pdx_now_ns(), wall, cpu, woke = 0;
 
-        if (measure_send(&pf, &dc, peer, pages, send_ns, &n) != 0 ||
-            measure_sync(&pf, &dc, pages, sync_ns, &m) != 0) {
+        if (measure_send(&pf, &dc, peer, pages, send_ns, &n, &woke) != 0) {
             fprintf(stderr, "bench_send: a transfer failed at %u pages\n", pages);
-            return 1;
+            goto out;
         }
+        wall = pdx_now_ns() - t0;
+        cpu = shard_cpu_ns() - c0;
+        if (measure_sync(&pf, &dc, pages, sync_ns, &m) != 0) {
+            fprintf(stderr, "bench_send: a synchronous transfer failed at %u pages\n", pages);
+            goto out;
+        }
+        /* the first call of each batch: its caller comes back from a sleep */
+        uint64_t firsts[BATCHES], rest[BATCHES * ROOMS_PER_BATCH];
+        uint32_t nf = 0, nr = 0;
+
+        for (uint32_t k = 0; k < n; k++) {
+            if (k % ROOMS_PER_BATCH == 0)
+                firsts[nf++] = send_ns[k];
+            else
+                rest[nr++] = send_ns[k];
+        }
+        double f50 = bench_percentile(firsts, nf, 50), r99 = bench_percentile(rest, nr, 99);
         double p50 = bench_percentile(send_ns, n, 50), p99 = bench_percentile(send_ns, n, 99);
         double s50 = bench_percentile(sync_ns, m, 50);
+        double wake = (double)woke / n, cores = (double)cpu / (double)wall;
         if (json)
-            printf("{\"pages\":%u,\"send_ns_p50\":%.0f,\"send_ns_p99\":%.0f,\"ns_per_page\":%.2f,"
-                   "\"sync_ns_p50\":%.0f,\"ratio\":%.1f}\n", pages, p50, p99, p50 / pages, s50,
-                   s50 / p50);
+            printf("{\"spin_us\":%s,\"pages\":%u,\"send_ns_p50\":%.0f,\"send_ns_p99\":%.0f,"
+                   "\"ns_per_page\":%.2f,\"sync_ns_p50\":%.0f,\"ratio\":%.1f,"
+                   "\"kicks_per_send\":%.3f,\"shard_cores\":%.3f,\"first_ns_p50\":%.0f,"
+                   "\"rest_ns_p99\":%.0f}\n", spin_us, pages, p50, p99, p50 / pages, s50, s50 / p50,
+                   wake, cores, f50, r99);
         else
-            printf("%-6u %10.0f %10.0f %10.2f %12s %14.1f %9.0fx\n", pages, p50, p99,
-                   p50 / pages, p50 <= 1000 && p99 <= 5000 ? "yes" : "NO", s50 / 1000,
-                   s50 / p50);
+            printf("%-5s %-6u %8.0f %8.0f %8.0f %8.0f %7.2f %6s %9.1f %7.0fx %9.3f %6.3f\n",
+                   spin_us, pages, p50, p99, f50, r99, p50 / pages,
+                   p50 <= 1000 && p99 <= 5000 ? "yes" : "NO", s50 / 1000, s50 / p50, wake, cores);
     }
+    rc = 0;
+out:
     pdx_engine_destroy(pf.e);
     pdx_engine_destroy(dc.e);
     free(pf.pool);
     free(dc.pool);
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    static const char *const spins[] = {"20", "200"};
+    int json = argc > 1 && strcmp(argv[1], "--json") == 0, first = 1 + json;
+
+    if (!json) {
+        printf("pdx_send on the caller's thread vs synchronous post + wait (tcp, 127.0.0.1)\n");
+        printf("DeepSeek-R1 MLA: %d layers x %d B per page (page size 1), random page maps\n",
+               LAYERS, BPP);
+        printf("spin: PDX_SHARD_SPIN_US; kick/send: wake-ups written to a sleeping shard per "
+               "pdx_send; cores: the shard threads' CPU over the run\n");
+        printf("first: the first call of each batch (its caller just woke from a sleep), p50; "
+               "rest: the others, p99\n");
+        printf("%-5s %-6s %8s %8s %8s %8s %7s %6s %9s %8s %9s %6s\n", "spin", "pages", "p50[ns]",
+               "p99[ns]", "first", "rest p99", "ns/page", "target", "sync[us]", "ratio",
+               "kick/send", "cores");
+        printf("------------------------------------------------------------------------------"
+               "-------------\n");
+    }
+    if (argc > first) {
+        for (int i = first; i < argc; i++)
+            if (run_spin(argv[i], json) != 0)
+                return 1;
+        return 0;
+    }
+    for (size_t i = 0; i < PDX_ARRAY_SIZE(spins); i++)
+        if (run_spin(spins[i], json) != 0)
+            return 1;
     return 0;
 }

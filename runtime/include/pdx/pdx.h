@@ -152,6 +152,7 @@ enum {
     PDX_CONFIG_FIELD_ADVERTISE_ADDR      = 1ull << 33,
     PDX_CONFIG_FIELD_CPU_AFFINITY        = 1ull << 34,
     PDX_CONFIG_FIELD_GPU_GATES           = 1ull << 35,
+    PDX_CONFIG_FIELD_SHARD_SPIN          = 1ull << 36,
 };
 
 /* PDX_VERIFY: decode checks each room's bytes against its senders' checksums. */
@@ -212,6 +213,8 @@ typedef struct pdx_config {
                                                 * default route's interface) */
     char            cpu_affinity[PDX_NAME_MAX]; /* PDX_CPU_AFFINITY: auto, off or a CPU list */
     pdx_mode_t      gpu_gates;                 /* PDX_GPU_GATES: auto, off */
+    uint32_t        shard_spin_us;             /* PDX_SHARD_SPIN_US: a shard polls this long
+                                                * after its last work before it sleeps */
 } pdx_config_t;
 
 /*
@@ -751,6 +754,9 @@ typedef struct pdx_stats {
                                * opened, waiting for it on the GPU */
     uint64_t ranges_merged;   /* layer ranges (pdx_send_layers) whose gate was open when
                                * the range before them went: they went with it */
+    uint64_t send_kicks;      /* pdx_send/pdx_xfer_post calls that found their shard
+                               * asleep and woke it: a system call on the caller's
+                               * thread (PDX_SHARD_SPIN_US) */
 } pdx_stats_t;
 
 PDX_API pdx_status_t pdx_engine_stats(pdx_engine_t *engine, pdx_stats_t *stats_p);
