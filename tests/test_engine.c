@@ -317,6 +317,42 @@ Test(engine, idle_engine_does_not_wake_its_workers, .timeout = 30)
     side_close(&pf);
 }
 
+/* One room on one shard of prefill, sent once the shard had `idle_ms` of
+ * nothing to do: how many pdx_send calls woke it (send_kicks). */
+static uint64_t kicks_of_a_late_send(uint32_t room, unsigned idle_ms)
+{
+    uint32_t pages[2] = {3, 5};
+    pdx_pages_t p = {pages, 2};
+    pdx_stats_t a, b;
+
+    cr_assert_eq(pdx_expect(dc.e, peer, room, dc.layout, &p, NULL, 1, 10000), PDX_OK);
+    for (int i = 0; i < 5000 && pdx_poll(pf.e, room) != PDX_ROOM_WAITING; i++)
+        usleep(1000);
+    usleep(idle_ms * 1000u);
+    cr_assert_eq(pdx_engine_stats(pf.e, &a), PDX_OK);
+    cr_assert_eq(pdx_send(pf.e, room, pf.layout, &p, NULL, NULL, PDX_SEND_LAST), PDX_OK);
+    cr_assert_eq(pdx_engine_stats(pf.e, &b), PDX_OK);
+    cr_assert_eq(wait_done(dc.e, room, 10000), PDX_ROOM_SUCCESS);
+    cr_assert_eq(wait_done(pf.e, room, 10000), PDX_ROOM_SUCCESS);
+    return b.send_kicks - a.send_kicks;
+}
+
+/* PDX_SHARD_SPIN_US: a shard still polling takes a chunk without a wake-up
+ * (no system call on the caller's thread); one that slept is woken. */
+Test(engine, a_spinning_shard_takes_chunks_without_a_wakeup, .fini = fini, .timeout = 30)
+{
+    static const char *const spin[] = {"PDX_SHARDS=1", "PDX_SHARD_SPIN_US=100000", NULL};
+    static const char *const none[] = {"PDX_SHARDS=1", "PDX_SHARD_SPIN_US=0", NULL};
+    geom_t g = {.layers = 2, .bytes_per_page = 4096, .npages = 8};
+
+    open_pair(&g, none);
+    cr_expect_eq(kicks_of_a_late_send(1, 50), 1, "a sleeping shard was not woken");
+    fini();
+    open_pair(&g, spin);
+    /* decode's metadata woke the shard (the ROOM message); it still polls */
+    cr_expect_eq(kicks_of_a_late_send(2, 0), 0, "pdx_send woke a shard that was polling");
+}
+
 /* The listening side learns each incoming peer once, and can expect on it. */
 Test(engine, accept_returns_each_incoming_peer_once, .fini = fini, .timeout = 30)
 {
