@@ -77,7 +77,7 @@ static const pdx_config_row_t config_table[] = {
             HANDSHAKE_TIMEOUT, handshake_timeout_ms, 10, 600000),
     ROW_INT("PDX_GATE_BACKOFF_US", "20", "Longest sleep of a shard while gates are pending",
             GATE_BACKOFF, gate_backoff_us, 0, 100000),
-    ROW_INT("PDX_SHARD_SPIN_US", "20", "A shard polls its queue and completions this long after its "
+    ROW_INT("PDX_SHARD_SPIN_US", "100", "A shard polls its queue and completions this long after its "
             "last work before it sleeps; a pdx_send that finds it awake makes no system call",
             SHARD_SPIN, shard_spin_us, 0, 100000),
     ROW_INT("PDX_QPS_PER_PEER", "2", "Endpoints (QPs) per shard, peer and NIC lane; a room's runs "

@@ -40,6 +40,23 @@ void pdx_ring_prefer_node(pdx_ring_t *ring, int node)
     pdx_map_prefer_node(ring->pages, pages_bytes(ring), node);
 }
 
+#define PDX_RING_POPULATE_MAX (16u << 20)
+
+static void populate(void *p, size_t len)
+{
+    volatile uint8_t *b = p;
+
+    for (size_t off = 0; off < PDX_MIN(len, (size_t)PDX_RING_POPULATE_MAX); off += 4096)
+        b[off] = 0;
+}
+
+void pdx_ring_populate(pdx_ring_t *ring)
+{
+    populate(ring->cells, cells_bytes(ring));
+    populate(ring->done, done_bytes(ring));
+    populate(ring->pages, pages_bytes(ring));
+}
+
 void pdx_ring_fini(pdx_ring_t *ring)
 {
     pdx_unmap(ring->pages, pages_bytes(ring));

@@ -68,6 +68,10 @@ typedef struct pdx_ring {
 pdx_status_t pdx_ring_init(pdx_ring_t *ring, uint32_t nchunks, uint32_t npages);
 /* Its memory goes on NUMA node `node` when first touched (-1: anywhere). */
 void pdx_ring_prefer_node(pdx_ring_t *ring, int node);
+/* Touch its memory (up to 16 MiB of each array) before
+ * anyone uses it, so that pushes do not take page faults on their first
+ * trip round the ring. */
+void pdx_ring_populate(pdx_ring_t *ring);
 void pdx_ring_fini(pdx_ring_t *ring);
 
 /*

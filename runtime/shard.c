@@ -115,6 +115,7 @@ pdx_status_t pdx_shard_init(pdx_engine_t *e, pdx_shard_t *s, uint32_t index)
         return status;
     }
     pdx_ring_prefer_node(&s->ring, e->mem_node);
+    pdx_ring_populate(&s->ring);
     s->cell_next = malloc((size_t)s->ring.nchunks * sizeof(*s->cell_next));
     if (!s->cell_next) {
         pdx_error("shard %u: out of memory for %u ring links", index, s->ring.nchunks);
