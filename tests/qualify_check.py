@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """Checks a qualify-report.json against the report's schema (tools/qualify.sh).
 
-usage: qualify_check.py REPORT_DIR all-skipped|info-only
+usage: qualify_check.py REPORT_DIR all-skipped|info-only|bench-tcp
 """
 import json
 import os
@@ -50,6 +50,15 @@ def main():
     counts = {s: sum(c["status"] == s for c in r["checks"]) for s in q.STATUSES}
     if counts != r["summary"]:
         fail("summary %s, checks %s" % (r["summary"], counts))
+    if mode == "bench-tcp":
+        bench = [c for c in r["checks"] if c["step"] == "bench" and c["status"] == "pass"]
+        if len(bench) != 2 or counts["fail"]:
+            fail("bench over tcp: %s" % [c for c in r["checks"] if c["step"] == "bench"])
+        for c in bench:
+            n = c["numbers"]
+            if not (isinstance(n.get("gbps"), (int, float)) and n["gbps"] > 0 and
+                    n.get("lat_p50_us", 0) > 0 and n.get("lat_p99_us", 0) >= n["lat_p50_us"]):
+                fail("bench numbers of %s: %s" % (c["name"], n))
     if mode == "all-skipped":
         if counts["skipped"] != len(r["checks"]) or r["pdx_info"] is not None:
             fail("with --skip all: %s, pdx_info %r" % (counts, r["pdx_info"]))

@@ -2,7 +2,8 @@
 # tools/qualify.sh here, where no step but pdx-info can run: --dry-run names
 # every step and what is missing; --skip all writes a report of skipped
 # steps; pdx-info alone (from this build) passes and leaves the engine's
-# address and the host name out. Usage: qualify_report.sh SOURCE_DIR BUILD_DIR
+# address and the host name out; the bench step over tcp (--bench-transport
+# tcp) verifies its transfers and reports their numbers. Usage: qualify_report.sh SOURCE_DIR BUILD_DIR
 set -euo pipefail
 src=$1
 build=$2
@@ -22,3 +23,9 @@ bash "$src/tools/qualify.sh" --skip all --out "$work/skipped" > /dev/null
 bash "$src/tools/qualify.sh" --build "$build" --out "$work/info" \
   --skip gpu-tests,bench,visibility,perftest,markers > /dev/null
 /usr/bin/python3 "$src/tests/qualify_check.py" "$work/info" info-only
+
+# The bench step's own plumbing (two pdx-bench processes, their JSON, the
+# numbers in the report) over tcp with host memory: no NIC here.
+bash "$src/tools/qualify.sh" --build "$build" --out "$work/bench" --bench-transport tcp \
+  --skip gpu-tests,visibility,perftest,markers > /dev/null
+/usr/bin/python3 "$src/tests/qualify_check.py" "$work/bench" bench-tcp

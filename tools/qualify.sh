@@ -7,7 +7,7 @@
 #
 #   tools/qualify.sh [--dry-run] [--out DIR] [--rocm PATH] [--build DIR]
 #                    [--skip STEP,...|all] [--identify] [--time-limit SECONDS]
-#                    [--platform amd|nvidia]
+#                    [--platform amd|nvidia] [--bench-transport rdma|tcp]
 #
 # Steps (each passes, fails, or is skipped with the reason; a skipped step
 # never counts as a pass):
@@ -32,6 +32,9 @@
 #
 # --dry-run lists the steps and what this machine lacks for each, builds and
 # runs nothing. --identify keeps host names and addresses in the report.
+# --bench-transport tcp runs the bench step over tcp (one connection per
+# engine, 8 requests, host memory without a GPU): a check of the step
+# itself where there is no NIC; its numbers say nothing of a NIC.
 # --platform: the GPUs' (default: amd where /sys/class/kfd lists a GPU, else
 # nvidia where the driver lists one, else amd); nvidia runs what the same
 # steps can on an NVIDIA GPU.
@@ -45,11 +48,12 @@ build=""
 skip=""
 dry=0
 identify=0
+bench_tp=rdma
 limit=900
 steps=(info gpu-tests bench visibility perftest markers)
 
 usage() {
-  sed -n '8,9p' "$0" >&2
+  sed -n '8,10p' "$0" >&2
   exit 2
 }
 while [ $# -gt 0 ]; do
@@ -62,13 +66,15 @@ while [ $# -gt 0 ]; do
     --skip) skip=${2:?}; shift ;;
     --time-limit) limit=${2:?}; shift ;;
     --platform) platform=${2:?}; shift ;;
-    -h|--help) sed -n '2,30p' "$0"; exit 0 ;;
+    --bench-transport) bench_tp=${2:?}; shift ;;
+    -h|--help) sed -n '2,/^# Exit status/p' "$0"; exit 0 ;;
     *) echo "qualify.sh: unknown option $1" >&2; usage ;;
   esac
   shift
 done
 case $limit in ''|*[!0-9]*) echo "qualify.sh: --time-limit takes seconds" >&2; usage ;; esac
 case $platform in ''|amd|nvidia) ;; *) echo "qualify.sh: --platform amd or nvidia" >&2; usage ;; esac
+case $bench_tp in rdma|tcp) ;; *) echo "qualify.sh: --bench-transport rdma or tcp" >&2; usage ;; esac
 for s in ${skip//,/ }; do
   [ "$s" = all ] || [[ " ${steps[*]} " == *" $s "* ]] ||
     { echo "qualify.sh: no step '$s' (steps: ${steps[*]})" >&2; usage; }
@@ -123,6 +129,7 @@ lacks() {
       [ "$1" = markers ] && [ $platform != amd ] && { echo "rocprofv3 traces AMD GPUs"; return; }
       [ "$1" = markers ] && [ -z "$rocprof" ] && echo "no rocprofv3 (under $rocm/bin or on PATH)" ;;
     bench|perftest)
+      [ "$1" = bench ] && [ $bench_tp = tcp ] && return
       [ "$nnics" -gt 0 ] || { echo "no RDMA device (/sys/class/infiniband is empty)"; return; }
       [ "$1" = bench ] && [ "$ngpus" -eq 0 ] && { echo "no $platform GPU for the KV pools"; return; }
       [ "$1" = perftest ] && [ -z "$perftest" ] && echo "no ib_write_bw (perftest)" ;;
@@ -157,6 +164,13 @@ run() { # seconds log command...: bounded, niced, its output in log
   [ "$(left)" -lt "$s" ] && s=$(left)
   [ "$s" -gt 0 ] || { echo "time limit reached" > "$log"; return 124; }
   timeout "$s" nice -n 10 "$@" > "$log" 2>&1
+}
+run_json() { # seconds json command...: as run, stderr in the json's .log
+  local s=$1 json=$2
+  shift 2
+  [ "$(left)" -lt "$s" ] && s=$(left)
+  [ "$s" -gt 0 ] || { echo "time limit reached" > "${json%.json}.log"; return 124; }
+  timeout "$s" nice -n 10 "$@" > "$json" 2> "${json%.json}.log"
 }
 jget() { # file key...: a number or string out of a JSON object
   /usr/bin/python3 - "$@" <<'EOF' 2>/dev/null
@@ -240,13 +254,16 @@ fi
 
 bench_pair() { # name nics flags...: decode on the last GPU, prefill on GPU 0
   local name=$1 nics=$2 port=$((20000 + RANDOM % 20000)) dgpu=$((ngpus > 1 ? 1 : 0))
+  local dmem=(--gpu $dgpu) pmem=(--gpu 0) what="$name, $nics NIC(s), GPU 0 -> GPU $dgpu"
   shift 2
-  PDX_NICS=$nics run 240 "$out/bench-$name-$nics-decode.json" "$(tool pdx-bench)" --role decode \
-    --listen "127.0.0.1:$port" --gpu $dgpu --transport rdma --json "$@" &
+  [ $bench_tp = tcp ] && what="$name over tcp, GPU 0 -> GPU $dgpu"
+  [ "$ngpus" -eq 0 ] && { dmem=(); pmem=(); what="$name over tcp, host memory"; }
+  PDX_NICS=$nics run_json 240 "$out/bench-$name-$nics-decode.json" "$(tool pdx-bench)" \
+    --role decode --listen "127.0.0.1:$port" "${dmem[@]}" --transport $bench_tp --json "$@" &
   local dpid=$!
   sleep 1
-  PDX_NICS=$nics run 240 "$out/bench-$name-$nics-prefill.json" "$(tool pdx-bench)" --role prefill \
-    --connect "127.0.0.1:$port" --gpu 0 --transport rdma --json "$@"
+  PDX_NICS=$nics run_json 240 "$out/bench-$name-$nics-prefill.json" "$(tool pdx-bench)" \
+    --role prefill --connect "127.0.0.1:$port" "${pmem[@]}" --transport $bench_tp --json "$@"
   local prc=$?
   wait $dpid
   local drc=$? f=$out/bench-$name-$nics-decode.json
@@ -254,19 +271,23 @@ bench_pair() { # name nics flags...: decode on the last GPU, prefill on GPU 0
   gbps=$(jget "$f" decode bw_gbps)
   verified=$(jget "$f" verified)
   if [ $prc = 0 ] && [ $drc = 0 ] && [ "$verified" = True ]; then
-    result bench "$name, $nics NIC(s), GPU 0 -> GPU $dgpu" pass "every byte verified" \
+    result bench "$what" pass "every byte verified" \
       "gbps=$gbps;lat_p50_us=$(jget "$f" decode lat_p50_us);lat_p99_us=$(jget "$f" decode lat_p99_us)"
     echo "$gbps" > "$out/bench-$name-$nics.gbps"
   else
-    result bench "$name, $nics NIC(s), GPU 0 -> GPU $dgpu" fail \
-      "exit $prc/$drc, verified '$verified' (bench-$name-$nics-*.json)"
+    result bench "$what" fail \
+      "exit $prc/$drc, verified '$verified' (bench-$name-$nics-*.json and .log)"
   fi
 }
 why=$(lacks bench)
 if [ -n "$why" ]; then
   result bench "pdx-bench, GPU memory, rdma" skipped "$why"
+elif [ $bench_tp = tcp ]; then
+  result bench "the NICs" skipped "--bench-transport tcp: one tcp connection per engine instead"
+  bench_pair deepseek 1 -L 61 -b 576 -P 64 -p 64 -n 8
+  bench_pair llama70b-tp8 1 -L 160 -b 256 -P 16 -p 256 -n 8
 else
-  [ "$ngpus" -lt 2 ] && result bench "two GPUs" skipped "one $platform GPU: both pools on GPU 0"
+  [ "$ngpus" -lt 2 ] && result bench "two GPUs" skipped "$ngpus $platform GPU(s): both pools on GPU 0"
   for nics in 1 2 4 8; do
     if [ "$nics" -gt "$nnics" ]; then
       result bench "$nics NICs per engine" skipped "$nnics RDMA device(s)"
@@ -355,7 +376,7 @@ fi
   echo "pdx	$(sed -n 's/^project(pdx VERSION \([0-9.]*\).*/\1/p' "$src/CMakeLists.txt")"
   echo "seconds	$(( $(date +%s) - t0 ))"
   echo "identify	$identify"
-  echo "options	time-limit $limit${skip:+, skip $skip}"
+  echo "options	time-limit $limit${skip:+, skip $skip}, bench over $bench_tp"
 } > "$out/meta.tsv"
 /usr/bin/python3 "$src/tools/qualify_report.py" "$out" || exit 1
 echo "qualify.sh: $out/qualify-report.json, $out/qualify-report.md"
