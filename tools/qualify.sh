@@ -219,11 +219,11 @@ tool() { echo "$build/tools/$1"; }
 why=$(lacks info)
 if [ -n "$why" ]; then
   result info pdx-info skipped "$why"
-elif run 120 "$out/pdx-info.json" "$(tool pdx-info)" --json; then
+elif run_json 120 "$out/pdx-info.json" "$(tool pdx-info)" --json; then
   result info pdx-info pass "GPUs, NICs, GPU -> NIC, CPUs in pdx_info" \
     "gpus=$(jget "$out/pdx-info.json" gpus count);rdma_devices=$(jget "$out/pdx-info.json" rdma count)"
 else
-  result info pdx-info fail "pdx-info --json failed (pdx-info.json)"
+  result info pdx-info fail "pdx-info --json failed (pdx-info.log)"
   rm -f "$out/pdx-info.json"
 fi
 
