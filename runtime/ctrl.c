@@ -19,8 +19,8 @@
  *   pending) the thread naps until the next heartbeat instead of ticking.
  *   Any event ends the nap, and so does pdx_ctrl_nudge() from the threads
  *   that add rooms, held notifies or words: they set what they add, then
- *   read ctrl_napping; the thread sets ctrl_napping, then looks (both
- *   seq_cst), so one of the two sees the other.
+ *   read ctrl_napping; the thread sets ctrl_napping, then looks, each with
+ *   a seq_cst fence between, so one of the two sees the other.
  * - Admission: a connection in holds a slot of the connection table, not a
  *   peer slot, until its READY. At most PDX_MAX_HANDSHAKES of them are in
  *   their handshake, PDX_HANDSHAKES_PER_HOST from one address: one more from
@@ -513,8 +513,11 @@ static void sweep(ctrl_ctx_t *ctx, uint64_t now)
     if (ctx->accept_retry)
         accept_all(ctx);
     ctx->next_sweep = now + PDX_SWEEP_MS * 1000000ull;
-    /* set, then look: a nudge after our look sees it set */
+    /* set, then look (the fence orders the look's loads after the store,
+     * as pdx_ctrl_nudge's orders its read after what it added): a nudge
+     * after our look sees it set */
     atomic_store(&e->ctrl_napping, true);
+    atomic_thread_fence(memory_order_seq_cst);
     ctx->napping = nothing_to_watch(ctx);
     if (ctx->napping && ctx->next_beat > ctx->next_sweep)
         ctx->next_sweep = ctx->next_beat;
