@@ -262,7 +262,8 @@ bench_pair() { # name nics flags...: decode on the last GPU, prefill on GPU 0
     --role decode --listen "127.0.0.1:$port" "${dmem[@]}" --transport $bench_tp --json "$@" &
   local dpid=$!
   sleep 1
-  PDX_NICS=$nics run_json 240 "$out/bench-$name-$nics-prefill.json" "$(tool pdx-bench)" \
+  PDX_LISTEN=127.0.0.1:0 PDX_NICS=$nics run_json 240 "$out/bench-$name-$nics-prefill.json" \
+    "$(tool pdx-bench)" \
     --role prefill --connect "127.0.0.1:$port" "${pmem[@]}" --transport $bench_tp --json "$@"
   local prc=$?
   wait $dpid
