@@ -19,8 +19,10 @@
  *   pending) the thread naps until the next heartbeat instead of ticking.
  *   Any event ends the nap, and so does pdx_ctrl_nudge() from the threads
  *   that add rooms, held notifies or words: they set what they add, then
- *   read ctrl_napping; the thread sets ctrl_napping, then looks, each with
- *   a seq_cst fence between, so one of the two sees the other.
+ *   clear ctrl_napping; the thread sets it, then looks. Every change of
+ *   ctrl_napping is an exchange, so of two that race the later reads the
+ *   earlier: either the nudge finds it set and wakes the thread, or the
+ *   thread's exchange acquires what the nudge added before it.
  * - Admission: a connection in holds a slot of the connection table, not a
  *   peer slot, until its READY. At most PDX_MAX_HANDSHAKES of them are in
  *   their handshake, PDX_HANDSHAKES_PER_HOST from one address: one more from
@@ -127,9 +129,7 @@ void pdx_ctrl_wake(pdx_engine_t *e)
 
 void pdx_ctrl_nudge(pdx_engine_t *e)
 {
-    atomic_thread_fence(memory_order_seq_cst);
-    if (atomic_load_explicit(&e->ctrl_napping, memory_order_relaxed) &&
-        atomic_exchange(&e->ctrl_napping, false))
+    if (atomic_exchange(&e->ctrl_napping, false))
         pdx_ctrl_kick(e);
 }
 
@@ -513,16 +513,14 @@ static void sweep(ctrl_ctx_t *ctx, uint64_t now)
     if (ctx->accept_retry)
         accept_all(ctx);
     ctx->next_sweep = now + PDX_SWEEP_MS * 1000000ull;
-    /* set, then look (the fence orders the look's loads after the store,
-     * as pdx_ctrl_nudge's orders its read after what it added): a nudge
-     * after our look sees it set */
-    atomic_store(&e->ctrl_napping, true);
-    atomic_thread_fence(memory_order_seq_cst);
+    /* set, then look: a nudge before the exchange is acquired by it, one
+     * after it finds the flag set */
+    (void)atomic_exchange(&e->ctrl_napping, true);
     ctx->napping = nothing_to_watch(ctx);
     if (ctx->napping && ctx->next_beat > ctx->next_sweep)
         ctx->next_sweep = ctx->next_beat;
     else
-        atomic_store(&e->ctrl_napping, false);
+        (void)atomic_exchange(&e->ctrl_napping, false);
 }
 
 /* ------------------------------------------------------------------ loop */
@@ -583,7 +581,7 @@ static void *ctrl_main(void *arg)
             handle_event(ctx, &evs[i]);
         if (n > 0 && ctx->napping) { /* woken: watch again from the next tick */
             ctx->napping = false;
-            atomic_store(&e->ctrl_napping, false);
+            (void)atomic_exchange(&e->ctrl_napping, false);
             now = pdx_now_ns();
             if (ctx->next_sweep > now + PDX_SWEEP_MS * 1000000ull)
                 ctx->next_sweep = now + PDX_SWEEP_MS * 1000000ull;
