@@ -1,5 +1,7 @@
 #include "transport.h"
 
+#include "log.h"
+
 pdx_status_t pdx_tp_unsupported_post_recv(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,
                                           uint64_t offset, uint32_t len)
 {
@@ -48,4 +50,41 @@ pdx_status_t pdx_tp_unsupported_post_pages(pdx_tp_ep_t *ep, const pdx_tp_pages_t
 {
     (void)ep; (void)pages;
     return PDX_ERR_UNSUPPORTED;
+}
+
+pdx_status_t pdx_tp_post_runs_as_writes(pdx_status_t (*post_write)(pdx_tp_ep_t *,
+                                                                   const pdx_tp_write_t *,
+                                                                   uint32_t),
+                                        pdx_tp_ep_t *ep, const pdx_tp_runs_t *runs,
+                                        uint64_t max_msg, uint64_t src_mr_len, uint32_t *bad_p)
+{
+    pdx_tp_write_t wr[PDX_TP_RUNS_MAX];
+    const pdx_tp_rkey_t *d = runs->dst;
+    const uint32_t every = runs->signal_every;
+
+    if (runs->n == 0)
+        return PDX_OK;
+    if (runs->n > PDX_TP_RUNS_MAX || !d || runs->src_base > src_mr_len ||
+        runs->src_len > src_mr_len - runs->src_base) {
+        pdx_error("%u runs (at most %u): no peer region, or a window of %llu bytes at %llu "
+                  "outside the source region", runs->n, PDX_TP_RUNS_MAX,
+                  (unsigned long long)runs->src_len, (unsigned long long)runs->src_base);
+        return PDX_ERR_INVALID;
+    }
+    for (uint32_t i = 0; i < runs->n; i++) {
+        const pdx_tp_run_t *r = &runs->runs[i];
+
+        if (!pdx_tp_run_fits(runs, r, max_msg)) {
+            *bad_p = i;
+            return PDX_ERR_RANGE;
+        }
+        wr[i] = (pdx_tp_write_t){
+            .wr_id = pdx_tp_runs_wr_id(runs, i), .mr = runs->mr,
+            .offset = runs->src_base + r->src_offset, .length = r->len,
+            .remote_addr = d->addr + r->dst_offset, .rkey = pdx_tp_rkey_at(d, r->dst_offset),
+            .flags = (every && (i + 1) % every == 0) || i + 1 == runs->n ? PDX_TP_SIGNALED : 0,
+            .rmr = runs->rmr,
+        };
+    }
+    return post_write(ep, wr, runs->n);
 }

@@ -158,6 +158,39 @@ typedef struct pdx_tp_write {
 } pdx_tp_write_t;
 
 /*
+ * WRITEs of one region pair, as runs (post_runs): each WR is built once,
+ * from its run, and checked once, by the transport. Run i writes len bytes
+ * from byte src_base + src_offset of mr to byte dst_offset of the peer's
+ * region dst (its addr on, by rkey, the piece's rkey where it is registered
+ * in pieces), or of the region rmr opened from it (PDX_TP_CAP_DIRECT).
+ * WR i's wr_id is wr_id with its wr_id_mask bits advanced by i (they
+ * wrap); WR i is signaled when i + 1 is a multiple of signal_every (0:
+ * none but the last), and the last always is.
+ */
+#define PDX_TP_RUNS_MAX 64u
+
+typedef struct pdx_tp_run {
+    uint32_t src_mem;            /* the caller's names of the two regions: */
+    uint32_t dst_mem;            /* the transport does not read them */
+    uint64_t src_offset;         /* from src_base */
+    uint64_t dst_offset;         /* from the peer region's byte 0 */
+    uint64_t len;
+} pdx_tp_run_t;
+
+typedef struct pdx_tp_runs {
+    uint64_t             wr_id;
+    uint64_t             wr_id_mask;
+    uint32_t             signal_every;
+    uint32_t             n;           /* 1 .. PDX_TP_RUNS_MAX */
+    const pdx_tp_run_t  *runs;
+    const pdx_tp_mr_t   *mr;          /* local source */
+    uint64_t             src_base;    /* the runs' byte 0 inside mr */
+    uint64_t             src_len;     /* bytes from src_base the runs may read */
+    const pdx_tp_rkey_t *dst;
+    const pdx_tp_rmr_t  *rmr;         /* as pdx_tp_write_t.rmr */
+} pdx_tp_runs_t;
+
+/*
  * Page copies (PDX_TP_CAP_DIRECT, a direct ep): one WR that copies, for
  * every buffer b and list position i, bytes_per_page bytes from page src[i]
  * of bufs[b] (local, page 0 at offset in mr) to page dst[i] of its peer
@@ -311,6 +344,12 @@ struct pdx_transport_ops {
      * send queue lacks room for all n now, PDX_ERR_INVALID when n exceeds its
      * depth; PDX_ERR_PEER once the ep is in error. */
     pdx_status_t (*post_write)(pdx_tp_ep_t *ep, const pdx_tp_write_t *wr, uint32_t n);
+    /* Post the WRITEs of runs (pdx_tp_runs_t) at once, as post_write would.
+     * A run outside [0, src_len) or the peer's region, across one of the
+     * peer's pieces (or the source's), or above max_msg_size: PDX_ERR_RANGE,
+     * nothing posted, *bad_p the first such run. PDX_ERR_INVALID when the
+     * source region or the window [src_base, src_base + src_len) is bad. */
+    pdx_status_t (*post_runs)(pdx_tp_ep_t *ep, const pdx_tp_runs_t *runs, uint32_t *bad_p);
     /* SEND of len <= PDX_TP_SEND_MAX bytes, copied before return (inline). */
     pdx_status_t (*post_send)(pdx_tp_ep_t *ep, uint64_t wr_id, const void *data, uint32_t len,
                               unsigned flags);
@@ -357,6 +396,33 @@ pdx_status_t pdx_tp_unsupported_rmr_open(pdx_tp_t *tp, const void *bytes, size_t
                                          const pdx_tp_rkey_t *remote, pdx_tp_rmr_t **rmr_p);
 void pdx_tp_unsupported_rmr_close(pdx_tp_rmr_t *rmr);
 pdx_status_t pdx_tp_unsupported_post_pages(pdx_tp_ep_t *ep, const pdx_tp_pages_t *pages);
+
+/* post_runs for a transport that builds its WRs in post_write: the runs as
+ * pdx_tp_write_t, checked, then posted with post_write on ep. */
+pdx_status_t pdx_tp_post_runs_as_writes(pdx_status_t (*post_write)(pdx_tp_ep_t *,
+                                                                   const pdx_tp_write_t *,
+                                                                   uint32_t),
+                                        pdx_tp_ep_t *ep, const pdx_tp_runs_t *runs,
+                                        uint64_t max_msg, uint64_t src_mr_len, uint32_t *bad_p);
+/* Whether run r of runs fits the window, the peer's region and its pieces,
+ * and max_msg: what every post_runs checks. */
+static inline bool pdx_tp_run_fits(const pdx_tp_runs_t *runs, const pdx_tp_run_t *r,
+                                   uint64_t max_msg)
+{
+    const pdx_tp_rkey_t *d = runs->dst;
+
+    return r->len <= max_msg && r->src_offset <= runs->src_len &&
+           r->len <= runs->src_len - r->src_offset && r->dst_offset <= d->len &&
+           r->len <= d->len - r->dst_offset &&
+           (d->npieces <= 1 || r->len == 0 ||
+            r->dst_offset / d->piece == (r->dst_offset + r->len - 1) / d->piece);
+}
+
+/* WR i's wr_id of runs. */
+static inline uint64_t pdx_tp_runs_wr_id(const pdx_tp_runs_t *runs, uint32_t i)
+{
+    return (runs->wr_id & ~runs->wr_id_mask) | ((runs->wr_id + i) & runs->wr_id_mask);
+}
 
 /* Transports compiled into this library. pdx_rdma_ops exists when the build
  * found libibverbs (PDX_HAVE_RDMA). */

@@ -428,6 +428,17 @@ pdx_status_t ipc_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_t
     return PDX_OK;
 }
 
+/* The inner transport checks its own message limit (a passthrough or a
+ * WRITE over it); copies take any length. */
+pdx_status_t ipc_post_runs(pdx_tp_ep_t *pep, const pdx_tp_runs_t *runs, uint32_t *bad_p)
+{
+    const ipc_mr_t *mr = (const ipc_mr_t *)(const void *)runs->mr;
+
+    if (!mr)
+        return PDX_ERR_INVALID;
+    return pdx_tp_post_runs_as_writes(ipc_post_write, pep, runs, UINT64_MAX, mr->len, bad_p);
+}
+
 /* A page-copies WR: its tables (buffers, then both page lists) in the run
  * ring, uploaded, one pdx_pages kernel, its own batch. */
 pdx_status_t ipc_post_pages(pdx_tp_ep_t *pep, const pdx_tp_pages_t *p)

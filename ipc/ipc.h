@@ -263,6 +263,7 @@ void         ipc_ep_fail(pdx_tp_ep_t *ep, pdx_status_t why, const char *msg);
 void         ipc_ep_destroy(pdx_tp_ep_t *ep);
 const char  *ipc_ep_error(const pdx_tp_ep_t *ep);
 pdx_status_t ipc_post_write(pdx_tp_ep_t *ep, const pdx_tp_write_t *wr, uint32_t n);
+pdx_status_t ipc_post_runs(pdx_tp_ep_t *ep, const pdx_tp_runs_t *runs, uint32_t *bad_p);
 pdx_status_t ipc_post_send(pdx_tp_ep_t *ep, uint64_t wr_id, const void *data, uint32_t len,
                            unsigned flags);
 pdx_status_t ipc_post_recv(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,

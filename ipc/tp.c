@@ -234,6 +234,7 @@ static const pdx_transport_ops_t ipc_template = {
     .ep_destroy    = ipc_ep_destroy,
     .ep_error      = ipc_ep_error,
     .post_write    = ipc_post_write,
+    .post_runs     = ipc_post_runs,
     .post_send     = ipc_post_send,
     .post_recv     = ipc_post_recv,
     .post_read     = ipc_post_read,

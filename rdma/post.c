@@ -101,18 +101,6 @@ static void ref_runs(rdma_wqe_t *ring, uint32_t mask, uint64_t head, uint32_t n)
         atomic_fetch_add_explicit(&run_mr->refs, run, memory_order_relaxed);
 }
 
-/*
- * Whether WRITE x, whose remote range starts where the ibv WR w ends, joins
- * it: the same rkey, no signaled WRITE ended it, an SGE and bytes to spare
- * (a WRITE of no bytes joins none). t is x's own template.
- */
-static inline bool gathers(const struct ibv_send_wr *w, const struct ibv_send_wr *t,
-                           const pdx_tp_write_t *x, uint32_t max_sge, uint64_t max_msg)
-{
-    return x->rkey == w->wr.rdma.rkey && !w->send_flags && (uint64_t)(t - w) < max_sge &&
-           x->length - 1 < max_msg - (x->remote_addr - w->wr.rdma.remote_addr);
-}
-
 /* After a post of gathered WRs: put the chain from w (its ibv WRs) back to
  * templates of one SGE, each chained to the one after it. */
 static void __attribute__((noinline)) templates_restore(rdma_ep_t *ep, struct ibv_send_wr *w)
@@ -139,6 +127,116 @@ void rdma_post_write_init(rdma_ep_t *ep)
         };
 }
 
+/* The chain of ibv WRs one post call builds in the templates. */
+typedef struct chain {
+    struct ibv_send_wr *w;        /* the ibv WR being built */
+    uint64_t            w_end;    /* its remote end (none yet: never equal) */
+    uint64_t            id_base;
+    uint64_t            max_msg;
+    uint32_t            max_sge;
+    bool                gathered;
+} chain_t;
+
+static inline chain_t chain_start(rdma_ep_t *ep, uint64_t first_raddr)
+{
+    return (chain_t){.w = ep->wrs, .w_end = ~first_raddr, .id_base = rdma_wr_id(ep, false, 0),
+                     .max_msg = ep->tp->max_msg_size, .max_sge = ep->max_sge};
+}
+
+/*
+ * WRITE seq, whose SGE is filled in its template t, into the chain. It
+ * joins the ibv WR being built when its remote range starts where that
+ * one's ends, under the same rkey, no signaled WRITE ended it, and an SGE
+ * and bytes are to spare (a WRITE of no bytes joins none); else it starts
+ * one in its template.
+ */
+static inline void chain_add(chain_t *c, struct ibv_send_wr *t, uint64_t seq, uint64_t raddr,
+                             uint32_t rkey, uint64_t len, unsigned send_flags)
+{
+    struct ibv_send_wr *w = c->w;
+
+    if (PDX_UNLIKELY(raddr == c->w_end) && rkey == w->wr.rdma.rkey && !w->send_flags &&
+        (uint64_t)(t - w) < c->max_sge &&
+        len - 1 < c->max_msg - (raddr - w->wr.rdma.remote_addr)) {
+        /* its bytes follow the WR's at the remote: one more SGE */
+        const uint64_t k = (uint64_t)(t - w); /* WRITEs in the WR before it */
+
+        w->next = t + 1;
+        w->num_sge = (int)k + 1;
+        w->wr_id = c->id_base | (seq & RDMA_WR_IDX_MASK) | k << RDMA_WR_GATHER_SHIFT;
+        c->gathered = true;
+    } else {
+        c->w = w = t;
+        w->wr_id = c->id_base | (seq & RDMA_WR_IDX_MASK);
+        w->wr.rdma.remote_addr = raddr;
+        w->wr.rdma.rkey = rkey;
+    }
+    w->send_flags = send_flags;
+    c->w_end = raddr + len;
+}
+
+/*
+ * Post the chain of n WRITEs from head (their ring entries and references
+ * in place). A refused call hands out no completions. The caller gets
+ * PDX_ERR_PEER and keeps no record of any of its n WRs, but a provider may
+ * have taken the WRs before *bad_wr (they are on the wire). Those stay in
+ * the ring marked `hidden`, holding their regions: when their CQEs come
+ * (flushed, as the ep is failed and its QP moved to ERR, or done before
+ * that), cq_poll frees their slots and region references and hands their
+ * completions to nobody. A completion of one of them that also covers
+ * earlier unsignaled WRs of earlier calls is handed out as that of the last
+ * of those (cq.c). The ring entries posted are those before *bad_wr, the
+ * template of its first WRITE.
+ *
+ * The post path never clears `hidden` (the ring starts zeroed): only a
+ * refused call sets it, that call fails the ep for good before it returns,
+ * and an ep in error posts nothing more, so a hidden entry is never reused.
+ */
+static pdx_status_t chain_post(rdma_ep_t *ep, chain_t *c, uint64_t head, uint32_t n)
+{
+    struct ibv_send_wr *const wrs = ep->wrs, *w = c->w, *bad = NULL;
+    const uint32_t mask = ep->sq_mask;
+    uint32_t posted;
+    int rc;
+
+    w->next = NULL; /* the chain ends here; the templates are put back below */
+    rc = ibv_post_send(ep->qp, wrs, &bad);
+    if (PDX_UNLIKELY(c->gathered))
+        templates_restore(ep, wrs);
+    else
+        w->next = w + 1 < wrs + ep->sq_depth ? w + 1 : NULL;
+    if (PDX_LIKELY(rc == 0)) {
+        atomic_store_explicit(&ep->sq_head, head + n, memory_order_release);
+        return PDX_OK;
+    }
+    /* the ring entries of the ibv WRs before *bad_wr (each a template) */
+    posted = bad >= wrs && bad < wrs + n ? (uint32_t)(bad - wrs) : 0;
+    rdma_mr_unref_range(ep->sq, mask, head + posted, head + n);
+    for (uint32_t i = 0; i < posted; i++)
+        ep->sq[(head + i) & mask].hidden = true;
+    /* after the marks: a poller that met their CQEs first waits for this */
+    atomic_store_explicit(&ep->sq_head, head + posted, memory_order_release);
+    return post_refused(ep, "ibv_post_send of WRITEs", rc, posted, n);
+}
+
+/* What every WRITE post checks first: the ep, n against the send queue. */
+static inline pdx_status_t write_admit(rdma_ep_t *ep, uint64_t head, uint32_t n)
+{
+    if (PDX_UNLIKELY(ep_failed(ep)))
+        return PDX_ERR_PEER;
+    if (PDX_UNLIKELY(n == 0 || n > ep->sq_depth)) {
+        if (n == 0)
+            return PDX_OK;
+        pdx_error("rdma: %u chained WRITEs never fit a send queue of %u", n, ep->sq_depth);
+        return PDX_ERR_INVALID;
+    }
+    if (PDX_UNLIKELY(!atomic_load_explicit(&ep->connected, memory_order_acquire)))
+        return not_connected(ep);
+    if (n > sq_free(ep, head))
+        return PDX_ERR_AGAIN;
+    return PDX_OK;
+}
+
 static pdx_status_t __attribute__((cold, noinline))
 write_invalid(const rdma_ep_t *ep, const pdx_tp_write_t *wr, uint32_t i, uint32_t n)
 {
@@ -155,29 +253,11 @@ write_invalid(const rdma_ep_t *ep, const pdx_tp_write_t *wr, uint32_t i, uint32_
  * posted, its references given back; what was written of the ring and the WR
  * array lies past sq_head, free, and is overwritten by the next post.
  *
- * Gather: WRITE i fills sges[i] and ring entry head + i. It starts an ibv
- * WR in place, the template wrs[i] (whose SGEs begin at sges[i]), unless
- * its remote range starts where the WR being built ends, under the same
- * rkey, within max_sge and max_msg_size, and no signaled WRITE ended that
- * WR: then it joins it as one more SGE, and the WR's next skips its
- * template. A WRITE that starts a WR writes what it did before gathering
- * existed (one compare more); joins write the WR's next and num_sge, and
- * the templates are put back after the post.
- *
- * A refused call hands out no completions. The caller gets PDX_ERR_PEER and
- * keeps no record of any of its n WRs, but a provider may have taken the
- * WRs before *bad_wr (they are on the wire). Those stay in the ring marked
- * `hidden`, holding their regions: when their CQEs come (flushed, as the ep
- * is failed and its QP moved to ERR, or done before that), cq_poll frees
- * their slots and region references and hands their completions to nobody.
- * A completion of one of them that also covers earlier unsignaled WRs of
- * earlier calls is handed out as that of the last of those (cq.c). The
- * ring entries posted are those before *bad_wr, the template of its first
- * WRITE.
- *
- * The post path never clears `hidden` (the ring starts zeroed): only a
- * refused call sets it, that call fails the ep for good before it returns,
- * and an ep in error posts nothing more, so a hidden entry is never reused.
+ * Gather: WRITE i fills sges[i] and ring entry head + i, then joins the ibv
+ * WR being built or starts one in its template wrs[i] (chain_add). A WRITE
+ * that starts a WR writes what it did before gathering existed (one compare
+ * more); joins write the WR's next and num_sge, and the templates are put
+ * back after the post.
  */
 pdx_status_t rdma_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_t n)
 {
@@ -185,41 +265,26 @@ pdx_status_t rdma_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_
     const uint64_t head = sq_head(ep);
     const rdma_tp_t *const tp = ep->tp;
     rdma_wqe_t *const ring = ep->sq;
-    struct ibv_send_wr *const wrs = ep->wrs;
-    const uint32_t mask = ep->sq_mask, max_sge = ep->max_sge;
-    const uint64_t max_msg = tp->max_msg_size;
-    const uint64_t id_base = rdma_wr_id(ep, false, 0);
+    const uint32_t mask = ep->sq_mask;
     const pdx_tp_write_t *x = wr, *end;
-    struct ibv_send_wr *t = wrs;        /* WRITE i's template, wrs[i] */
-    struct ibv_send_wr *w = wrs;        /* the ibv WR being built */
+    struct ibv_send_wr *t = ep->wrs;    /* WRITE i's template, wrs[i] */
     uint64_t seq = head;
     rdma_mr_t *first, *run_mr = NULL;
     uint64_t run_base = 0, run_len = 0;
-    uint64_t w_end = ~wr[0].remote_addr; /* the ibv WR's remote end: none yet */
     uint32_t run_lkey = 0, runs = 0;
-    bool run_pieces = false, gathered = false;
-    struct ibv_send_wr *bad = NULL;
-    uint32_t posted;
-    int rc;
+    bool run_pieces = false;
+    pdx_status_t st;
+    chain_t c;
 
     _Static_assert(PDX_TP_SIGNALED << 1 == IBV_SEND_SIGNALED, "a shift makes the flag");
     _Static_assert(RDMA_MAX_SGE <= RDMA_WR_GATHER_MASK + 1, "the wr_id counts its WRITEs");
-    if (PDX_UNLIKELY(ep_failed(ep)))
-        return PDX_ERR_PEER;
-    if (PDX_UNLIKELY(n == 0 || n > ep->sq_depth)) {
-        if (n == 0)
-            return PDX_OK;
-        pdx_error("rdma: %u chained WRITEs never fit a send queue of %u", n, ep->sq_depth);
-        return PDX_ERR_INVALID;
-    }
-    if (PDX_UNLIKELY(!atomic_load_explicit(&ep->connected, memory_order_acquire)))
-        return not_connected(ep);
-    if (n > sq_free(ep, head))
-        return PDX_ERR_AGAIN;
+    if ((st = write_admit(ep, head, n)) != PDX_OK || n == 0)
+        return st;
     end = wr + n;
     first = rdma_mr(wr[0].mr);
     if (PDX_UNLIKELY(!first || first->tp != tp))
         return write_invalid(ep, wr, 0, n);
+    c = chain_start(ep, wr[0].remote_addr);
     /*
      * The references, all n on the first WR's region, before the stores
      * below: a locked add waits for the pending stores to drain, and here
@@ -229,7 +294,7 @@ pdx_status_t rdma_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_
     atomic_fetch_add_explicit(&first->refs, n, memory_order_relaxed);
     for (; x != end; x++, t++, seq++) {
         rdma_mr_t *mr = rdma_mr(x->mr);
-        const uint64_t off = x->offset, len = x->length, raddr = x->remote_addr;
+        const uint64_t off = x->offset, len = x->length;
         rdma_wqe_t *q = &ring[seq & mask];
         struct ibv_sge *sge = t->sg_list; /* the template's */
 
@@ -243,7 +308,7 @@ pdx_status_t rdma_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_
             run_pieces = mr->npieces > 1;
             runs++;
         }
-        if (PDX_UNLIKELY(len > max_msg || off > run_len || len > run_len - off))
+        if (PDX_UNLIKELY(len > c.max_msg || off > run_len || len > run_len - off))
             goto err_invalid;
         if (PDX_UNLIKELY(run_pieces)) {
             if (len && !rdma_mr_one_piece(mr, off, len))
@@ -256,49 +321,96 @@ pdx_status_t rdma_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_
         sge->addr = run_base + off;
         sge->length = (uint32_t)len;
         sge->lkey = run_lkey;
-        if (PDX_UNLIKELY(raddr == w_end) && gathers(w, t, x, max_sge, max_msg)) {
-            /* its bytes follow the WR's at the remote: one more SGE */
-            const uint64_t k = (uint64_t)(t - w); /* WRITEs in the WR before it */
-
-            w->next = t + 1;
-            w->num_sge = (int)k + 1;
-            w->wr_id = id_base | (seq & RDMA_WR_IDX_MASK) | k << RDMA_WR_GATHER_SHIFT;
-            gathered = true;
-        } else {
-            w = t;
-            w->wr_id = id_base | (seq & RDMA_WR_IDX_MASK);
-            w->wr.rdma.remote_addr = raddr;
-            w->wr.rdma.rkey = x->rkey;
-        }
-        w->send_flags = (x->flags & PDX_TP_SIGNALED) << 1;
-        w_end = raddr + len;
+        chain_add(&c, t, seq, x->remote_addr, x->rkey, len, (x->flags & PDX_TP_SIGNALED) << 1);
     }
     if (PDX_UNLIKELY(runs != 1)) {
         atomic_fetch_sub_explicit(&first->refs, n, memory_order_relaxed);
         ref_runs(ring, mask, head, n);
     }
-    w->next = NULL; /* the chain ends here; the templates are put back below */
-    rc = ibv_post_send(ep->qp, wrs, &bad);
-    if (PDX_UNLIKELY(gathered))
-        templates_restore(ep, wrs);
-    else
-        w->next = w + 1 < wrs + ep->sq_depth ? w + 1 : NULL;
-    if (PDX_LIKELY(rc == 0)) {
-        atomic_store_explicit(&ep->sq_head, head + n, memory_order_release);
-        return PDX_OK;
-    }
-    /* the ring entries of the ibv WRs before *bad_wr (each a template) */
-    posted = bad >= wrs && bad < t ? (uint32_t)(bad - wrs) : 0;
-    rdma_mr_unref_range(ring, mask, head + posted, head + n);
-    for (uint32_t i = 0; i < posted; i++)
-        ring[(head + i) & mask].hidden = true;
-    /* after the marks: a poller that met their CQEs first waits for this */
-    atomic_store_explicit(&ep->sq_head, head + posted, memory_order_release);
-    return post_refused(ep, "ibv_post_send of WRITEs", rc, posted, n);
+    return chain_post(ep, &c, head, n);
 
 err_invalid:
     atomic_fetch_sub_explicit(&first->refs, n, memory_order_relaxed);
     return write_invalid(ep, wr, (uint32_t)(x - wr), n);
+}
+
+/*
+ * The runs of one region pair (base/transport.h): each run is checked once,
+ * against the window on the source and the peer's region, and written once,
+ * into its ring entry, SGE and template, as rdma_post_write writes a WRITE.
+ */
+pdx_status_t rdma_post_runs(pdx_tp_ep_t *pep, const pdx_tp_runs_t *runs, uint32_t *bad_p)
+{
+    rdma_ep_t *ep = rdma_ep(pep);
+    const uint64_t head = sq_head(ep);
+    const uint32_t n = runs->n, mask = ep->sq_mask, every = runs->signal_every;
+    rdma_mr_t *const mr = rdma_mr(runs->mr);
+    const pdx_tp_rkey_t *const dst = runs->dst;
+    const pdx_tp_run_t *r = runs->runs;
+    rdma_wqe_t *const ring = ep->sq;
+    struct ibv_send_wr *t = ep->wrs;
+    uint64_t seq = head, id = runs->wr_id;
+    const uint64_t id_mask = runs->wr_id_mask, id_hi = id & ~id_mask;
+    uint64_t base, src_len, dst_addr, dst_len, max_msg;
+    uint32_t lkey, rkey, tick = every;
+    bool pieces;
+    pdx_status_t st;
+    chain_t c;
+
+    if ((st = write_admit(ep, head, n)) != PDX_OK || n == 0)
+        return st;
+    if (PDX_UNLIKELY(!mr || mr->tp != ep->tp || !dst || n > PDX_TP_RUNS_MAX ||
+                     runs->src_base > mr->len || runs->src_len > mr->len - runs->src_base)) {
+        pdx_error("rdma: %u runs: no source region of this device, or a window of %llu bytes "
+                  "at %llu outside it", n, (unsigned long long)runs->src_len,
+                  (unsigned long long)runs->src_base);
+        return PDX_ERR_INVALID;
+    }
+    /* in locals: the stores below may alias anything the pointers reach */
+    base = (uint64_t)(uintptr_t)mr->base + runs->src_base;
+    src_len = runs->src_len;
+    dst_addr = dst->addr;
+    dst_len = dst->len;
+    lkey = mr->mr[0]->lkey;
+    rkey = dst->rkey;
+    pieces = mr->npieces > 1 || dst->npieces > 1;
+    c = chain_start(ep, dst_addr + r[0].dst_offset);
+    max_msg = c.max_msg;
+    atomic_fetch_add_explicit(&mr->refs, n, memory_order_relaxed);
+    for (uint32_t i = 0; i < n; i++, r++, t++, seq++, id++) {
+        const uint64_t so = r->src_offset, d = r->dst_offset, len = r->len;
+        rdma_wqe_t *q = &ring[seq & mask];
+        struct ibv_sge *sge = t->sg_list;
+        unsigned flags = 0;
+
+        if (PDX_UNLIKELY(len > max_msg || so > src_len || len > src_len - so || d > dst_len ||
+                         len > dst_len - d))
+            goto err_range;
+        if (PDX_UNLIKELY(pieces)) {
+            if (!pdx_tp_run_fits(runs, r, max_msg) ||
+                (len && !rdma_mr_one_piece(mr, runs->src_base + so, len)))
+                goto err_range;
+            lkey = rdma_mr_lkey(mr, runs->src_base + so);
+            rkey = pdx_tp_rkey_at(dst, d);
+        }
+        if (--tick == 0 || i + 1 == n) {
+            flags = IBV_SEND_SIGNALED;
+            tick = every;
+        }
+        q->wr_id = id_hi | (id & id_mask);
+        q->mr = mr;
+        q->opcode = PDX_TP_OP_WRITE;
+        sge->addr = base + so;
+        sge->length = (uint32_t)len;
+        sge->lkey = lkey;
+        chain_add(&c, t, seq, dst_addr + d, rkey, len, flags);
+    }
+    return chain_post(ep, &c, head, n);
+
+err_range:
+    atomic_fetch_sub_explicit(&mr->refs, n, memory_order_relaxed);
+    *bad_p = (uint32_t)(r - runs->runs);
+    return PDX_ERR_RANGE;
 }
 
 pdx_status_t rdma_post_send(pdx_tp_ep_t *pep, uint64_t wr_id, const void *data, uint32_t len,

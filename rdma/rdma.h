@@ -475,6 +475,7 @@ const char *rdma_ep_errmsg_wait(rdma_ep_t *ep);
  * takes the SGEs after its own, and its next skips their templates). */
 void rdma_post_write_init(rdma_ep_t *ep);
 pdx_status_t rdma_post_write(pdx_tp_ep_t *ep, const pdx_tp_write_t *wr, uint32_t n);
+pdx_status_t rdma_post_runs(pdx_tp_ep_t *ep, const pdx_tp_runs_t *runs, uint32_t *bad_p);
 pdx_status_t rdma_post_send(pdx_tp_ep_t *ep, uint64_t wr_id, const void *data, uint32_t len,
                             unsigned flags);
 pdx_status_t rdma_post_recv(pdx_tp_ep_t *ep, uint64_t wr_id, const pdx_tp_mr_t *mr,

@@ -208,6 +208,7 @@ const pdx_transport_ops_t pdx_rdma_ops = {
     .ep_destroy    = rdma_ep_destroy,
     .ep_error      = rdma_ep_error,
     .post_write    = rdma_post_write,
+    .post_runs     = rdma_post_runs,
     .post_send     = rdma_post_send,
     .post_recv     = rdma_post_recv,
     .post_read     = rdma_post_read,

@@ -21,17 +21,15 @@
 #define PDX_PLAN_H
 
 #include "layout.h"
+#include "transport.h"
 #include "util.h"
 
 #include <stdbool.h>
 
-typedef struct pdx_run {
-    uint32_t src_mem;    /* src layout's buffer.mem */
-    uint32_t dst_mem;    /* dst layout's buffer.mem */
-    uint64_t src_offset; /* inside src_mem */
-    uint64_t dst_offset; /* inside dst_mem */
-    uint64_t len;
-} pdx_run_t;
+/* A run is what the transport posts (base/transport.h): src_mem is the src
+ * layout's buffer.mem, dst_mem the dst layout's, src_offset and dst_offset
+ * are inside them. */
+typedef pdx_tp_run_t pdx_run_t;
 
 enum {
     PDX_PLAN_STATE = 1u << 0,

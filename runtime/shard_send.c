@@ -32,6 +32,7 @@
 #include "verify.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -86,111 +87,143 @@ step_t pdx_send_refused(send_ctx_t *c, pdx_dep_t *dep, pdx_status_t status, cons
     return STEP_FAILED;
 }
 
-/*
- * Fill L->wrs[0, n) from runs; false (room failed) when one cannot be written.
- * Both memories are looked up once per run of equal (src_mem, dst_mem); every
- * WR is still checked against both.
- */
-static bool build_writes(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
-                         const pdx_run_t *runs, uint32_t n, uint64_t *bytes_p)
+/* The regions of one memory pair on an endpoint. */
+typedef struct pair {
+    pdx_tp_mr_t         *mr;
+    uint64_t             src_off;   /* the memory's byte 0 inside mr */
+    uint64_t             src_len;
+    const pdx_tp_rkey_t *dst;
+    const pdx_tp_rmr_t  *rmr;
+    bool                 copy;      /* ipc copies the bytes on the GPU */
+} pair_t;
+
+static bool __attribute__((cold, noinline))
+run_fail(send_ctx_t *c, const pdx_peer_t *peer, const pdx_dep_t *dep, const pdx_run_t *r,
+         const pair_t *p)
 {
-    pdx_shard_loop_t *L = c->L;
-    pdx_engine_t *e = L->e;
-    const pdx_peer_t *peer = dest->peer;
-    pdx_tp_write_t *const wrs = L->wrs;
-    const uint32_t every = PDX_MAX(e->cfg.signal_every, 1u);
-    const uint64_t id_base = pdx_wr_id_send(dep, wr_room(c), 0);
-    const pdx_run_t *r = runs, *const end = runs + n;
-    pdx_tp_write_t *w = wrs;
-    uint64_t seq = dep->posted, mems;
-    uint64_t src_len = 0, src_off = 0, dst_len = 0, dst_addr = 0, bytes = 0, direct = 0;
-    bool copy = false;
-    const pdx_tp_rkey_t *dst = NULL;
-    const pdx_tp_rmr_t *rmr = NULL;
-    pdx_tp_mr_t *mr = NULL;
-    uint32_t rkey = 0;
+    if (!p->mr || r->src_offset > p->src_len || r->len > p->src_len - r->src_offset)
+        pdx_send_fail(c, PDX_ERR_RANGE, "%llu bytes at offset %llu are outside local memory %u",
+                      (unsigned long long)r->len, (unsigned long long)r->src_offset, r->src_mem);
+    else if (!p->dst)
+        pdx_send_fail(c, PDX_ERR_RANGE, "memory %u of peer %s is unknown (on its NIC %u)",
+                      r->dst_mem, peer->addr, dep->rnic);
+    else if (r->dst_offset > p->dst->len || r->len > p->dst->len - r->dst_offset)
+        pdx_send_fail(c, PDX_ERR_RANGE, "%llu bytes at offset %llu are outside memory %u of "
+                      "peer %s (%llu bytes)", (unsigned long long)r->len,
+                      (unsigned long long)r->dst_offset, r->dst_mem, peer->addr,
+                      (unsigned long long)p->dst->len);
+    else /* the plan cuts runs at pieces and at the message size: neither is reached */
+        pdx_send_fail(c, PDX_ERR_STATE, "%llu bytes at offset %llu cross a piece of memory %u of "
+                      "peer %s or exceed PDX_MAX_MSG_SIZE", (unsigned long long)r->len,
+                      (unsigned long long)r->dst_offset, r->dst_mem, peer->addr);
+    return false;
+}
 
-    if (n == 0) {
-        *bytes_p = 0;
-        return true;
-    }
-    mems = ~((uint64_t)runs[0].dst_mem << 32 | runs[0].src_mem); /* the first run looks up */
-    for (; r != end; r++, w++, seq++) {
-        const uint64_t key = (uint64_t)r->dst_mem << 32 | r->src_mem;
+/* The regions of run r's memory pair on dep; false (room failed) when one
+ * is not there. */
+static bool pair_find(send_ctx_t *c, const pdx_peer_t *peer, const pdx_dep_t *dep,
+                      const pdx_run_t *r, pair_t *p)
+{
+    const pdx_engine_t *e = c->L->e;
+    const pdx_mem_t *m = r->src_mem < PDX_MAX_MEMS ? &e->mems[r->src_mem] : NULL;
+    const pdx_remote_mem_t *rm = r->dst_mem < PDX_MAX_MEMS ? &peer->mems[r->dst_mem] : NULL;
 
-        if (PDX_UNLIKELY(key != mems)) {
-            const pdx_mem_t *m = r->src_mem < PDX_MAX_MEMS ? &e->mems[r->src_mem] : NULL;
-            const pdx_remote_mem_t *rm = r->dst_mem < PDX_MAX_MEMS ? &peer->mems[r->dst_mem]
-                                                                   : NULL;
-
-            if (PDX_UNLIKELY(!m || !m->used || !m->mr[dep->nic]))
-                goto err_src;
-            src_len = m->len;
-            src_off = m->mr_off;
-            if (PDX_UNLIKELY(!rm || !(atomic_load_explicit(&rm->valid, memory_order_acquire) >>
-                                      dep->rnic & 1)))
-                goto err_unknown;
-            mems = key;
-            mr = m->mr[dep->nic];
-            dst = &rm->rkey[dep->rnic];
-            rmr = atomic_load_explicit(&rm->rmr, memory_order_acquire);
-            copy = rmr && peer->direct && m->reg && m->reg->gpu; /* what ipc copies */
-            dst_len = dst->len;
-            dst_addr = dst->addr;
-            rkey = dst->rkey;
-        }
-        if (PDX_UNLIKELY(r->src_offset > src_len || r->len > src_len - r->src_offset))
-            goto err_src;
-        if (PDX_UNLIKELY(r->dst_offset > dst_len || r->len > dst_len - r->dst_offset))
-            goto err_dst;
-        if (PDX_UNLIKELY(dst->npieces > 1)) {
-            /* the plan cuts runs at piece boundaries (pdx_engine_plan_piece()) */
-            if (r->dst_offset / dst->piece != (r->dst_offset + r->len - 1) / dst->piece)
-                goto err_piece;
-            rkey = pdx_tp_rkey_at(dst, r->dst_offset);
-        }
-        w->wr_id = id_base | (seq & PDX_WR_SEQ_MASK);
-        w->mr = mr;
-        w->offset = src_off + r->src_offset;
-        w->length = r->len;
-        w->remote_addr = dst_addr + r->dst_offset;
-        w->rkey = rkey;
-        w->flags = 0;
-        w->rmr = rmr;
-        bytes += r->len;
-        direct += copy ? r->len : 0;
-    }
-    /* Signaled: every K-th, and the last of the batch: the worker may wait
-     * after it, and a completion then covers this room's WRs only (dep.h). */
-    for (uint32_t i = every - 1; i < n; i += every)
-        wrs[i].flags = PDX_TP_SIGNALED;
-    wrs[n - 1].flags = PDX_TP_SIGNALED;
-    *bytes_p = bytes;
-    c->direct = direct;
+    *p = (pair_t){0};
+    if (PDX_UNLIKELY(!m || !m->used || !m->mr[dep->nic]))
+        return run_fail(c, peer, dep, r, p);
+    p->mr = m->mr[dep->nic];
+    p->src_off = m->mr_off;
+    p->src_len = m->len;
+    if (PDX_UNLIKELY(!rm || !(atomic_load_explicit(&rm->valid, memory_order_acquire) >>
+                              dep->rnic & 1)))
+        return run_fail(c, peer, dep, r, p);
+    p->dst = &rm->rkey[dep->rnic];
+    p->rmr = atomic_load_explicit(&rm->rmr, memory_order_acquire);
+    p->copy = p->rmr && peer->direct && m->reg && m->reg->gpu; /* what ipc copies */
     return true;
+}
 
-err_unknown:
-    if (r->src_offset > src_len || r->len > src_len - r->src_offset)
-        goto err_src; /* the source is checked first */
-    pdx_send_fail(c, PDX_ERR_RANGE, "memory %u of peer %s is unknown (on its NIC %u)", r->dst_mem,
-              peer->addr, dep->rnic);
-    return false;
-err_src:
-    pdx_send_fail(c, PDX_ERR_RANGE, "%llu bytes at offset %llu are outside local memory %u",
-              (unsigned long long)r->len, (unsigned long long)r->src_offset, r->src_mem);
-    return false;
-err_piece:
-    pdx_send_fail(c, PDX_ERR_STATE, "%llu bytes at offset %llu cross a piece of memory %u of peer "
-              "%s (registered in pieces of %llu bytes)", (unsigned long long)r->len,
-              (unsigned long long)r->dst_offset, r->dst_mem, peer->addr,
-              (unsigned long long)dst->piece);
-    return false;
-err_dst:
-    pdx_send_fail(c, PDX_ERR_RANGE, "%llu bytes at offset %llu are outside memory %u of "
-              "peer %s (%llu bytes)", (unsigned long long)r->len,
-              (unsigned long long)r->dst_offset, r->dst_mem, peer->addr,
-              (unsigned long long)dst_len);
-    return false;
+/* A run's memory pair as one word. */
+static inline uint64_t run_pair(const pdx_run_t *r)
+{
+    uint64_t v;
+
+    _Static_assert(offsetof(pdx_run_t, dst_mem) == offsetof(pdx_run_t, src_mem) + 4,
+                   "the pair is one word");
+    memcpy(&v, &r->src_mem, sizeof(v));
+    return v;
+}
+
+/*
+ * Post runs[0, n) on dep: one post_runs per stretch of one memory pair,
+ * each run checked and written once, by the transport. Signaled: every
+ * K-th of a stretch, and its last: the worker may wait after it, and a
+ * completion then covers this room's WRs only (dep.h).
+ */
+static step_t post_runs(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
+                        const pdx_run_t *runs, uint32_t n, const char *what)
+{
+    pdx_engine_t *e = c->L->e;
+    const uint32_t every = PDX_MAX(e->cfg.signal_every, 1u);
+
+    for (uint32_t i = 0, j; i < n; i = j) {
+        const uint64_t pair = run_pair(&runs[i]);
+        uint64_t bytes = runs[i].len;
+        uint32_t bad = 0;
+        pdx_status_t status;
+        pdx_tp_runs_t tr;
+        pair_t p;
+
+        for (j = i + 1; j < n && run_pair(&runs[j]) == pair; j++)
+            bytes += runs[j].len;
+        if (!pair_find(c, dest->peer, dep, &runs[i], &p))
+            return STEP_FAILED;
+        tr = (pdx_tp_runs_t){
+            .wr_id = pdx_wr_id_send(dep, wr_room(c), dep->posted), .wr_id_mask = PDX_WR_SEQ_MASK,
+            .signal_every = every, .n = j - i, .runs = runs + i, .mr = p.mr,
+            .src_base = p.src_off, .src_len = p.src_len, .dst = p.dst, .rmr = p.rmr,
+        };
+        PDX_MARKER_PUSH_ROOM("pdx post", c->chunk->room);
+        status = e->ops->post_runs(dep->ep, &tr, &bad);
+        PDX_MARKER_POP();
+        if (PDX_UNLIKELY(status == PDX_ERR_RANGE && bad < j - i)) {
+            run_fail(c, dest->peer, dep, &runs[i + bad], &p);
+            return STEP_FAILED;
+        }
+        if (PDX_UNLIKELY(status != PDX_OK))
+            return pdx_send_refused(c, dep, status, what);
+        pdx_send_count(c, dep, j - i, bytes, p.copy ? bytes : 0);
+    }
+    return STEP_DONE;
+}
+
+/* A READ transfer's runs as L->wrs[0, n) (each READ's local region is the
+ * source side of its run); false (room failed) when one cannot be read. */
+static bool build_reads(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
+                        const pdx_run_t *runs, uint32_t n)
+{
+    const uint64_t id_base = pdx_wr_id_send(dep, wr_room(c), 0);
+    uint64_t seq = dep->posted;
+
+    for (uint32_t i = 0; i < n; i++, seq++) {
+        const pdx_run_t *r = &runs[i];
+        pair_t p;
+
+        if (!pair_find(c, dest->peer, dep, r, &p))
+            return false;
+        if (r->src_offset > p.src_len || r->len > p.src_len - r->src_offset ||
+            r->dst_offset > p.dst->len || r->len > p.dst->len - r->dst_offset ||
+            (p.dst->npieces > 1 &&
+             r->dst_offset / p.dst->piece != (r->dst_offset + r->len - 1) / p.dst->piece))
+            return run_fail(c, dest->peer, dep, r, &p);
+        c->L->wrs[i] = (pdx_tp_write_t){
+            .wr_id = id_base | (seq & PDX_WR_SEQ_MASK), .mr = p.mr,
+            .offset = p.src_off + r->src_offset, .length = r->len,
+            .remote_addr = p.dst->addr + r->dst_offset,
+            .rkey = pdx_tp_rkey_at(p.dst, r->dst_offset), .flags = PDX_TP_SIGNALED,
+        };
+    }
+    return true;
 }
 
 /* n WRs of L->wrs went out on dep: the room's counters; direct of their
@@ -223,19 +256,6 @@ void pdx_send_count(send_ctx_t *c, pdx_dep_t *dep, uint32_t n, uint64_t bytes, u
     c->ext->wrs += n;
     c->budget = n < c->budget ? c->budget - n : 0;
     L->progress = true;
-}
-
-/* Post n WRITEs of L->wrs on dep. */
-static pdx_status_t post_writes(send_ctx_t *c, pdx_dep_t *dep, uint32_t n, uint64_t bytes)
-{
-    pdx_status_t status;
-
-    PDX_MARKER_PUSH_ROOM("pdx post", c->chunk->room);
-    status = c->L->e->ops->post_write(dep->ep, c->L->wrs, n);
-    PDX_MARKER_POP();
-    if (status == PDX_OK)
-        pdx_send_count(c, dep, n, bytes, c->direct);
-    return status;
 }
 
 /* A READ transfer's WRs: L->wrs read into their local regions, one signaled
@@ -275,7 +295,6 @@ static step_t post_data(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **deps,
         uint32_t room = 0, k;
         pdx_plan_t saved;
         pdx_status_t status;
-        uint64_t bytes;
 
         for (uint32_t i = 0; i < n && pinned && ext->wrs && !pin; i++)
             if (deps[i] == ext->wr_dep)
@@ -297,18 +316,17 @@ static step_t post_data(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **deps,
             return pdx_plan_next(&saved, L->runs, 1) ? STEP_WAIT /* completions free slots */
                                                      : STEP_DONE;
         }
-        saved = ext->plan;
         k = pdx_plan_next(&ext->plan, L->runs, PDX_MIN(PDX_MIN(room, PDX_SHARD_BATCH), c->budget));
         if (k == 0)
             return STEP_DONE;
-        if (!build_writes(c, dest, dep, L->runs, k, &bytes))
+        if (ext->xfer && ext->xfer->op == PDX_XFER_READ) {
+            if (!build_reads(c, dest, dep, L->runs, k))
+                return STEP_FAILED;
+            status = post_reads(c, dep, k);
+            if (status != PDX_OK)
+                return pdx_send_refused(c, dep, status, "reading");
+        } else if (post_runs(c, dest, dep, L->runs, k, "writing the chunk") != STEP_DONE) {
             return STEP_FAILED;
-        status = ext->xfer && ext->xfer->op == PDX_XFER_READ ? post_reads(c, dep, k)
-                                                             : post_writes(c, dep, k, bytes);
-        if (status != PDX_OK) {
-            ext->plan = saved;
-            return pdx_send_refused(c, dep, status, ext->xfer && ext->xfer->op == PDX_XFER_READ
-                                                    ? "reading" : "writing the chunk");
         }
         ext->rr++;
     }
@@ -401,21 +419,6 @@ static step_t aux_check(send_ctx_t *c, const pdx_dest_t *dest, uint32_t *n_p)
     return STEP_DONE;
 }
 
-/* The aux runs aux_check() left in L->runs. */
-static step_t post_aux(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep, uint32_t n)
-{
-    pdx_shard_loop_t *L = c->L;
-    uint64_t bytes;
-    pdx_status_t status;
-
-    if (!build_writes(c, dest, dep, L->runs, n, &bytes))
-        return STEP_FAILED;
-    status = post_writes(c, dep, n, bytes);
-    if (status != PDX_OK)
-        return pdx_send_refused(c, dep, status, "writing aux");
-    return STEP_DONE;
-}
-
 /*
  * After the data: aux and the notifies, all or nothing. Nothing is posted
  * until every endpoint needed has a credit and the slots, so a resumed
@@ -477,7 +480,7 @@ static step_t finish_dest(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t **dep
             return pdx_send_fail(c, status, "checksum of the aux bytes: %s", err);
     }
     if (pieces) {
-        r = post_aux(c, dest, aux_dep, pieces);
+        r = post_runs(c, dest, aux_dep, c->L->runs, pieces, "writing aux"); /* aux_check()'s */
         if (r != STEP_DONE)
             return r;
     }

@@ -23,7 +23,6 @@ typedef struct send_ctx {
     pdx_ring_cell_t  *cell;
     const pdx_chunk_t *chunk;
     uint32_t          budget;   /* WRs it may still post this pass */
-    uint64_t          direct;   /* bytes of the WRs built last that are GPU copies */
 } send_ctx_t;
 
 /* The room of the context, as its WRs' wr_ids name it (dep.h). */

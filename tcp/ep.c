@@ -250,6 +250,16 @@ pdx_status_t tcp_post_write(pdx_tp_ep_t *pep, const pdx_tp_write_t *wr, uint32_t
     return PDX_OK;
 }
 
+pdx_status_t tcp_post_runs(pdx_tp_ep_t *pep, const pdx_tp_runs_t *runs, uint32_t *bad_p)
+{
+    const tcp_mr_t *mr = (const tcp_mr_t *)(const void *)runs->mr;
+
+    if (PDX_UNLIKELY(!mr))
+        return PDX_ERR_INVALID;
+    return pdx_tp_post_runs_as_writes(tcp_post_write, pep, runs, tcp_ep(pep)->tp->max_msg_size,
+                                      mr->len, bad_p);
+}
+
 pdx_status_t tcp_post_send(pdx_tp_ep_t *pep, uint64_t wr_id, const void *data, uint32_t len,
                            unsigned flags)
 {

@@ -652,6 +652,7 @@ const pdx_transport_ops_t pdx_tcp_ops = {
     .ep_destroy    = tcp_ep_destroy,
     .ep_error      = tcp_ep_error,
     .post_write    = tcp_post_write,
+    .post_runs     = tcp_post_runs,
     .post_send     = tcp_post_send,
     .post_recv     = tcp_post_recv,
     .post_read     = tcp_post_read,

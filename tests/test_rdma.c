@@ -72,6 +72,15 @@ Test(rdma, write_both_ways_and_cq_fd)
     fx_rig_close(&r, false);
 }
 
+Test(rdma, post_runs_checks_once_and_posts_whole)
+{
+    fx_rig_t r;
+
+    fx_rig_open(&r, NULL, 2 * FX_MAXMSG, 16, 0);
+    fx_check_post_runs(ops, r.ep[0], r.cq[0], r.smr, r.src, r.len, &r.rk, r.dst, FX_MAXMSG);
+    fx_rig_close(&r, true); /* the bad windows are logged */
+}
+
 Test(rdma, signaled_and_unsignaled_slots)
 {
     pdx_tp_write_t w[9];

@@ -383,6 +383,15 @@ Test(tcp, out_of_range_write_fails_only_itself)
     rig_close(&r, false);
 }
 
+Test(tcp, post_runs_checks_once_and_posts_whole)
+{
+    rig_t r;
+
+    rig_open(&r, 2 * MAXMSG, 16, 0);
+    fx_check_post_runs(ops, r.ep[0], r.cq[0], r.smr, r.src, r.len, &r.rk, r.dst, MAXMSG);
+    rig_close(&r, true); /* the bad windows are logged */
+}
+
 Test(tcp, full_send_queue_is_again)
 {
     pdx_tp_write_t w[5];

@@ -628,3 +628,69 @@ void fx_gpu_free(uint8_t *base)
     }
     pthread_mutex_unlock(&fk.lock);
 }
+
+void fx_check_post_runs(const pdx_transport_ops_t *ops, pdx_tp_ep_t *ep, pdx_tp_cq_t *cq,
+                        pdx_tp_mr_t *smr, const uint8_t *src, size_t len,
+                        const pdx_tp_rkey_t *rk, const uint8_t *dst, uint64_t max_msg)
+{
+    const uint64_t base = 4096, window = len - 2 * 4096, mask = 0xff;
+    pdx_tp_run_t runs[PDX_TP_RUNS_MAX + 1];
+    pdx_tp_runs_t tr = {.wr_id = 0xab00 | 0xfc, .wr_id_mask = mask, .signal_every = 4,
+                        .n = 10, .runs = runs, .mr = smr, .src_base = base,
+                        .src_len = window, .dst = rk};
+    const uint32_t want_signaled[] = {3, 7, 9};
+    pdx_tp_wc_t wc[4];
+    uint32_t bad = 99;
+
+    cr_assert_geq(len, 64u << 10);
+    /* ten runs of 1000 bytes, every other one backwards on both sides */
+    for (uint32_t i = 0; i < 10; i++)
+        runs[i] = (pdx_tp_run_t){.src_mem = 7, .dst_mem = 9,
+                                 .src_offset = (i % 2 ? 9 - i : i) * 4000 + 10,
+                                 .dst_offset = (i % 2 ? i : 9 - i) * 5000 + 3, .len = 1000};
+    runs[6].len = 0; /* a run of no bytes is a WR too */
+
+    /* refused whole, each with the index of the first bad run */
+    struct { uint32_t i; pdx_tp_run_t r; } bads[] = {
+        {2, {.src_offset = window - 10, .len = 11}},          /* past the window */
+        {5, {.src_offset = window + 1, .len = 0}},            /* starts past it */
+        {9, {.dst_offset = rk->len - 999, .len = 1000}},      /* past the peer's region */
+        {0, {.dst_offset = rk->len + 1, .len = 0}},
+    };
+    for (size_t k = 0; k < sizeof(bads) / sizeof(bads[0]); k++) {
+        pdx_tp_run_t keep = runs[bads[k].i];
+
+        runs[bads[k].i] = bads[k].r;
+        bad = 99;
+        cr_assert_eq(ops->post_runs(ep, &tr, &bad), PDX_ERR_RANGE, "bad run %zu", k);
+        cr_assert_eq(bad, bads[k].i, "bad run %zu reported as %u", k, bad);
+        runs[bads[k].i] = keep;
+    }
+    if (max_msg < window) {
+        pdx_tp_run_t keep = runs[4];
+
+        runs[4] = (pdx_tp_run_t){.len = max_msg + 1};
+        cr_assert_eq(ops->post_runs(ep, &tr, &bad), PDX_ERR_RANGE, "above max_msg_size");
+        cr_assert_eq(bad, 4u);
+        runs[4] = keep;
+    }
+    tr.src_base = len - window + 1; /* the window leaves the region */
+    cr_assert_eq(ops->post_runs(ep, &tr, &bad), PDX_ERR_INVALID);
+    tr.src_base = base;
+    tr.n = PDX_TP_RUNS_MAX + 1;
+    cr_assert_eq(ops->post_runs(ep, &tr, &bad), PDX_ERR_INVALID, "more runs than a call takes");
+    tr.n = 10;
+    cr_assert_eq(ops->cq_poll(cq, wc, 4), 0, "a refused call posted something");
+    for (size_t i = 0; i < len; i++)
+        cr_assert_eq(dst[i], 0, "a refused call wrote byte %zu", i);
+
+    cr_assert_eq(ops->post_runs(ep, &tr, &bad), PDX_OK);
+    cr_assert_eq(fx_wait_wc(ops, cq, wc, 3, 5000, 50), 3);
+    for (int k = 0; k < 3; k++)
+        fx_expect_wc(&wc[k], (0xab00 | ((0xfc + want_signaled[k]) & mask)), PDX_OK,
+                     PDX_TP_OP_WRITE);
+    cr_assert_eq(ops->cq_poll(cq, wc, 4), 0, "an unsignaled run completed");
+    for (uint32_t i = 0; i < 10; i++)
+        cr_assert_eq(memcmp(dst + runs[i].dst_offset, src + base + runs[i].src_offset,
+                            runs[i].len), 0, "run %u", i);
+}

@@ -50,6 +50,18 @@ int fx_wait_wc(const pdx_transport_ops_t *ops, pdx_tp_cq_t *cq, pdx_tp_wc_t *wc,
 void fx_expect_wc(const pdx_tp_wc_t *wc, uint64_t wr_id, pdx_status_t status,
                   pdx_tp_opcode_t opcode);
 
+/*
+ * post_runs (base/transport.h) on a connected ep whose CQ is cq: smr holds
+ * src (len bytes, len >= 64 KiB), rk is the peer's region of len bytes over
+ * dst (zeroed). Bad runs are refused with their index and nothing posted
+ * (no completion comes); then ten runs through a window of the source land
+ * byte-exact, every fourth and the last signaled, under wr_ids whose mask
+ * bits wrap. The ep's send queue holds at least 10.
+ */
+void fx_check_post_runs(const pdx_transport_ops_t *ops, pdx_tp_ep_t *ep, pdx_tp_cq_t *cq,
+                        pdx_tp_mr_t *smr, const uint8_t *src, size_t len,
+                        const pdx_tp_rkey_t *rk, const uint8_t *dst, uint64_t max_msg);
+
 /* ------------------------------------------------------- fake GPU for tcp */
 
 /*

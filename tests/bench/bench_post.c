@@ -19,6 +19,10 @@
  *
  * softnic stands in for a NIC; what a real NIC adds (doorbells, PCIe, the
  * wire) is not in these numbers.
+ *
+ * bench_post --null runs part 1 alone: what callgrind counts (valgrind
+ * --tool=callgrind --fair-sched=yes: the bench's waits poll, and valgrind's
+ * default scheduler lets a polling thread starve the engines' own).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -379,8 +383,9 @@ static int configure(softnic_mode_t mode, uint64_t qp_bw, uint64_t nic_bw, uint3
     return softnic_configure(&c);
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    const bool null_only = argc > 1 && strcmp(argv[1], "--null") == 0;
     static const char *maps[] = {"contiguous", "random", "rand>contig"};
     const size_t raw_len = 64u << 20;
     double raw_ns[REPS], best_ratio = 0, worst_ns = 0;
@@ -424,8 +429,10 @@ int main(void)
                 best_ratio = best_ratio == 0 ? ratio : PDX_MIN(best_ratio, ratio);
             }
         }
-    printf("\nrequests of >= 10,000 WRs: worst %.1f ns/WR (target <= 40), lowest ratio %.2f "
-           "of the hand-written poster (target >= 0.8)\n\n", worst_ns, best_ratio);
+    printf("\nrequests of >= 10,000 WRs: worst %.1f ns/WR (target <= 20), lowest ratio %.2f "
+           "of the hand-written poster (target >= 0.5)\n\n", worst_ns, best_ratio);
+    if (null_only)
+        return 0;
 
     printf("thread mode, 1 GB/s per QP, bytes moved: %s, contiguous map\n", models[1].name);
     printf("%-14s %12s %10s\n", "QPs per peer", "ms/request", "GB/s");
