@@ -25,7 +25,8 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
-#define TCP_TX_IOV    64
+#define TCP_TX_IOV    1024      /* UIO_MAXIOV: frames of small writes, up to 512 a call */
+#define TCP_TX_CALL   (2u << 20) /* bytes gathered per sendmsg, at most about */
 #define TCP_TX_BUDGET (8u << 20) /* bytes per ep per loop, then the others get a turn */
 #define TCP_CQE_BATCH 32
 
@@ -215,7 +216,7 @@ static int tx_gather(tcp_ep_t *ep, struct iovec *iov, size_t *total_p)
         end = PDX_MIN(end, ep->sq_sent + 1); /* finish this frame, then theirs */
     }
     for (uint64_t i = ep->sq_sent; i < end && niov <= TCP_TX_IOV - 2 &&
-                                   total < TCP_TX_BUDGET; i++, off = 0) {
+                                   total < TCP_TX_CALL; i++, off = 0) {
         tcp_wqe_t *w = &ep->sq[i & ep->sq_mask];
 
         if (PDX_UNLIKELY(w->dev)) {
