@@ -347,8 +347,10 @@ struct pdx_transport_ops {
     /* Post the WRITEs of runs (pdx_tp_runs_t) at once, as post_write would.
      * A run outside [0, src_len) or the peer's region, across one of the
      * peer's pieces (or the source's), or above max_msg_size: PDX_ERR_RANGE,
-     * nothing posted, *bad_p the first such run. PDX_ERR_INVALID when the
-     * source region or the window [src_base, src_base + src_len) is bad. */
+     * nothing posted, *bad_p the first such run (a RANGE of a transport's
+     * own later check, ipc's copies, leaves *bad_p as it was). PDX_ERR_INVALID
+     * when the source region or the window [src_base, src_base + src_len) is
+     * bad. */
     pdx_status_t (*post_runs)(pdx_tp_ep_t *ep, const pdx_tp_runs_t *runs, uint32_t *bad_p);
     /* SEND of len <= PDX_TP_SEND_MAX bytes, copied before return (inline). */
     pdx_status_t (*post_send)(pdx_tp_ep_t *ep, uint64_t wr_id, const void *data, uint32_t len,

@@ -359,11 +359,15 @@ pdx_status_t rdma_post_runs(pdx_tp_ep_t *pep, const pdx_tp_runs_t *runs, uint32_
 
     if ((st = write_admit(ep, head, n)) != PDX_OK || n == 0)
         return st;
-    if (PDX_UNLIKELY(!mr || mr->tp != ep->tp || !dst || n > PDX_TP_RUNS_MAX ||
-                     runs->src_base > mr->len || runs->src_len > mr->len - runs->src_base)) {
-        pdx_error("rdma: %u runs: no source region of this device, or a window of %llu bytes "
-                  "at %llu outside it", n, (unsigned long long)runs->src_len,
-                  (unsigned long long)runs->src_base);
+    if (PDX_UNLIKELY(n > PDX_TP_RUNS_MAX)) {
+        pdx_error("rdma: %u runs in one call, at most %u", n, PDX_TP_RUNS_MAX);
+        return PDX_ERR_INVALID;
+    }
+    if (PDX_UNLIKELY(!mr || mr->tp != ep->tp || !dst || runs->src_base > mr->len ||
+                     runs->src_len > mr->len - runs->src_base)) {
+        pdx_error("rdma: runs without a source region of this device or a peer region, or a "
+                  "window of %llu bytes at %llu outside the source",
+                  (unsigned long long)runs->src_len, (unsigned long long)runs->src_base);
         return PDX_ERR_INVALID;
     }
     /* in locals: the stores below may alias anything the pointers reach */
@@ -390,8 +394,9 @@ pdx_status_t rdma_post_runs(pdx_tp_ep_t *pep, const pdx_tp_runs_t *runs, uint32_
             if (!pdx_tp_run_fits(runs, r, max_msg) ||
                 (len && !rdma_mr_one_piece(mr, runs->src_base + so, len)))
                 goto err_range;
-            lkey = rdma_mr_lkey(mr, runs->src_base + so);
-            rkey = pdx_tp_rkey_at(dst, d);
+            /* a run of no bytes may sit at a region's end: piece 0's keys */
+            lkey = len ? rdma_mr_lkey(mr, runs->src_base + so) : mr->mr[0]->lkey;
+            rkey = len ? pdx_tp_rkey_at(dst, d) : dst->rkey;
         }
         if (--tick == 0 || i + 1 == n) {
             flags = IBV_SEND_SIGNALED;

@@ -112,10 +112,17 @@ run_fail(send_ctx_t *c, const pdx_peer_t *peer, const pdx_dep_t *dep, const pdx_
                       "peer %s (%llu bytes)", (unsigned long long)r->len,
                       (unsigned long long)r->dst_offset, r->dst_mem, peer->addr,
                       (unsigned long long)p->dst->len);
-    else /* the plan cuts runs at pieces and at the message size: neither is reached */
+    else if (p->dst->npieces > 1 && r->len &&
+             r->dst_offset / p->dst->piece != (r->dst_offset + r->len - 1) / p->dst->piece)
+        /* the plan cuts runs at the peer's pieces (pdx_engine_plan_piece()) */
         pdx_send_fail(c, PDX_ERR_STATE, "%llu bytes at offset %llu cross a piece of memory %u of "
-                      "peer %s or exceed PDX_MAX_MSG_SIZE", (unsigned long long)r->len,
-                      (unsigned long long)r->dst_offset, r->dst_mem, peer->addr);
+                      "peer %s (registered in pieces of %llu bytes)", (unsigned long long)r->len,
+                      (unsigned long long)r->dst_offset, r->dst_mem, peer->addr,
+                      (unsigned long long)p->dst->piece);
+    else
+        pdx_send_fail(c, PDX_ERR_INVALID, "%llu bytes at offset %llu of local memory %u cross a "
+                      "piece of its registration or exceed the transport's message size",
+                      (unsigned long long)r->len, (unsigned long long)r->src_offset, r->src_mem);
     return false;
 }
 
@@ -158,8 +165,12 @@ static inline uint64_t run_pair(const pdx_run_t *r)
  * Post runs[0, n) on dep: one post_runs per stretch of one memory pair,
  * each run checked and written once, by the transport. Signaled: every
  * K-th of a stretch, and its last: the worker may wait after it, and a
- * completion then covers this room's WRs only (dep.h).
+ * completion then covers this room's WRs only (dep.h). The plan's order
+ * (group, layer, part, page) keeps a buffer's runs together, so stretches
+ * are long but where every buffer is one run. A stretch refused fails the
+ * room with those before it posted and counted: their completions come.
  */
+_Static_assert(PDX_SHARD_BATCH <= PDX_TP_RUNS_MAX, "a batch of runs is one post_runs at most");
 static step_t post_runs(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
                         const pdx_run_t *runs, uint32_t n, const char *what)
 {
@@ -169,7 +180,7 @@ static step_t post_runs(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
     for (uint32_t i = 0, j; i < n; i = j) {
         const uint64_t pair = run_pair(&runs[i]);
         uint64_t bytes = runs[i].len;
-        uint32_t bad = 0;
+        uint32_t bad = UINT32_MAX; /* a RANGE of a later check names no run */
         pdx_status_t status;
         pdx_tp_runs_t tr;
         pair_t p;

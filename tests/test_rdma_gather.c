@@ -366,3 +366,78 @@ Test(rdma_gather, ep_fail_flushes_each_gathered_write)
         fx_expect_wc(&wc[i], (uint64_t)i, PDX_ERR_ABORTED, PDX_TP_OP_WRITE);
     fx_rig_close(&r, false);
 }
+
+/*
+ * post_runs on regions in pieces: runs from local pieces 2, 0 and 1 into
+ * one range of remote piece 1 go as one ibv WR, each with its piece's lkey
+ * and the piece's rkey; a signaled run in the middle ends the gathered WR;
+ * a run across a piece of either side is refused with its index, and so is
+ * a run of no bytes past the peer's region; more runs than a call takes are
+ * refused even where the send queue has room.
+ */
+Test(rdma_gather, post_runs_in_pieces)
+{
+    const uint64_t piece = 64u << 10, len = 4 * piece + 100;
+    softnic_config_t c = fx_nic(2, SOFTNIC_THREAD);
+    pdx_tp_run_t runs[PDX_TP_RUNS_MAX + 1] = {
+        {.src_offset = 2 * piece + 50, .dst_offset = piece + 7000, .len = 1000},
+        {.src_offset = 500, .dst_offset = piece + 8000, .len = 2000},
+        {.src_offset = piece + 3000, .dst_offset = piece + 10000, .len = 3000},
+        {.src_offset = 3 * piece, .dst_offset = piece + 13000, .len = 10},
+    };
+    pdx_tp_runs_t tr;
+    softnic_stats_t st;
+    pdx_tp_wc_t wc[2];
+    uint64_t before;
+    uint32_t bad;
+    fx_rig_t r;
+
+    c.max_mr_size = piece;
+    fx_rig_open(&r, &c, len, 128, 0);
+    cr_assert_eq(r.rk.npieces, 5);
+    tr = (pdx_tp_runs_t){.wr_id = 40, .wr_id_mask = 0xffff, .signal_every = 0, .n = 3,
+                         .runs = runs, .mr = r.smr, .src_base = 0, .src_len = len, .dst = &r.rk};
+    softnic_stats(&st);
+    before = st.wrs_posted;
+    cr_assert_eq(ops->post_runs(r.ep[0], &tr, &bad), PDX_OK);
+    cr_assert_eq(fx_wait(r.cq[0], wc, 1, FX_WAIT_MS), 1);
+    fx_expect_wc(&wc[0], 42, PDX_OK, PDX_TP_OP_WRITE);
+    softnic_stats(&st);
+    cr_assert_eq(st.wrs_posted - before, 1u, "three runs, one gathered ibv WR");
+    for (int i = 0; i < 3; i++)
+        cr_assert_eq(memcmp(r.dst + runs[i].dst_offset, r.src + runs[i].src_offset,
+                            runs[i].len), 0, "run %d", i);
+
+    /* every second signaled: run 1 ends the first ibv WR, run 3 the second */
+    memset(r.dst, 0, len);
+    tr.n = 4;
+    tr.signal_every = 2;
+    tr.wr_id = 50;
+    before = st.wrs_posted;
+    cr_assert_eq(ops->post_runs(r.ep[0], &tr, &bad), PDX_OK);
+    cr_assert_eq(fx_wait(r.cq[0], wc, 2, FX_WAIT_MS), 2);
+    fx_expect_wc(&wc[0], 51, PDX_OK, PDX_TP_OP_WRITE);
+    fx_expect_wc(&wc[1], 53, PDX_OK, PDX_TP_OP_WRITE);
+    softnic_stats(&st);
+    cr_assert_eq(st.wrs_posted - before, 2u, "a signaled run ends its ibv WR");
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(memcmp(r.dst + runs[i].dst_offset, r.src + runs[i].src_offset,
+                            runs[i].len), 0, "run %d", i);
+
+    /* refused whole, with the index of the bad run */
+    runs[2] = (pdx_tp_run_t){.src_offset = 0, .dst_offset = 2 * piece - 8, .len = 16};
+    cr_assert_eq(ops->post_runs(r.ep[0], &tr, &bad), PDX_ERR_RANGE, "across a remote piece");
+    cr_assert_eq(bad, 2u);
+    runs[2] = (pdx_tp_run_t){.src_offset = piece - 8, .dst_offset = 0, .len = 16};
+    cr_assert_eq(ops->post_runs(r.ep[0], &tr, &bad), PDX_ERR_RANGE, "across a local piece");
+    cr_assert_eq(bad, 2u);
+    runs[2] = (pdx_tp_run_t){.src_offset = 0, .dst_offset = len + 1, .len = 0};
+    cr_assert_eq(ops->post_runs(r.ep[0], &tr, &bad), PDX_ERR_RANGE, "no bytes past the region");
+    cr_assert_eq(bad, 2u);
+    runs[2] = (pdx_tp_run_t){.src_offset = 0, .dst_offset = 4 * piece, .len = 0};
+    tr.n = PDX_TP_RUNS_MAX + 1;
+    cr_assert_eq(ops->post_runs(r.ep[0], &tr, &bad), PDX_ERR_INVALID,
+                 "more runs than a call takes");
+    cr_assert_eq(ops->cq_poll(r.cq[0], wc, 2), 0, "a refused call posted something");
+    fx_rig_close(&r, true);
+}
