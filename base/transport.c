@@ -81,7 +81,8 @@ pdx_status_t pdx_tp_post_runs_as_writes(pdx_status_t (*post_write)(pdx_tp_ep_t *
         wr[i] = (pdx_tp_write_t){
             .wr_id = pdx_tp_runs_wr_id(runs, i), .mr = runs->mr,
             .offset = runs->src_base + r->src_offset, .length = r->len,
-            .remote_addr = d->addr + r->dst_offset, .rkey = r->len ? pdx_tp_rkey_at(d, r->dst_offset) : d->rkey,
+            .remote_addr = d->addr + r->dst_offset,
+            .rkey = r->len ? pdx_tp_rkey_at(d, r->dst_offset) : d->rkey, /* none past the end */
             .flags = (every && (i + 1) % every == 0) || i + 1 == runs->n ? PDX_TP_SIGNALED : 0,
             .rmr = runs->rmr,
         };

@@ -406,6 +406,12 @@ pdx_status_t pdx_tp_post_runs_as_writes(pdx_status_t (*post_write)(pdx_tp_ep_t *
                                                                    uint32_t),
                                         pdx_tp_ep_t *ep, const pdx_tp_runs_t *runs,
                                         uint64_t max_msg, uint64_t src_mr_len, uint32_t *bad_p);
+/* Whether len bytes at off of the peer's region k stay in one of its pieces. */
+static inline bool pdx_tp_rkey_one_piece(const pdx_tp_rkey_t *k, uint64_t off, uint64_t len)
+{
+    return k->npieces <= 1 || len == 0 || off / k->piece == (off + len - 1) / k->piece;
+}
+
 /* Whether run r of runs fits the window, the peer's region and its pieces,
  * and max_msg: what every post_runs checks. */
 static inline bool pdx_tp_run_fits(const pdx_tp_runs_t *runs, const pdx_tp_run_t *r,
@@ -415,9 +421,7 @@ static inline bool pdx_tp_run_fits(const pdx_tp_runs_t *runs, const pdx_tp_run_t
 
     return r->len <= max_msg && r->src_offset <= runs->src_len &&
            r->len <= runs->src_len - r->src_offset && r->dst_offset <= d->len &&
-           r->len <= d->len - r->dst_offset &&
-           (d->npieces <= 1 || r->len == 0 ||
-            r->dst_offset / d->piece == (r->dst_offset + r->len - 1) / d->piece);
+           r->len <= d->len - r->dst_offset && pdx_tp_rkey_one_piece(d, r->dst_offset, r->len);
 }
 
 /* WR i's wr_id of runs. */

@@ -391,7 +391,7 @@ pdx_status_t rdma_post_runs(pdx_tp_ep_t *pep, const pdx_tp_runs_t *runs, uint32_
                          len > dst_len - d))
             goto err_range;
         if (PDX_UNLIKELY(pieces)) {
-            if (!pdx_tp_run_fits(runs, r, max_msg) ||
+            if (!pdx_tp_rkey_one_piece(dst, d, len) ||
                 (len && !rdma_mr_one_piece(mr, runs->src_base + so, len)))
                 goto err_range;
             /* a run of no bytes may sit at a region's end: piece 0's keys */

@@ -112,8 +112,7 @@ run_fail(send_ctx_t *c, const pdx_peer_t *peer, const pdx_dep_t *dep, const pdx_
                       "peer %s (%llu bytes)", (unsigned long long)r->len,
                       (unsigned long long)r->dst_offset, r->dst_mem, peer->addr,
                       (unsigned long long)p->dst->len);
-    else if (p->dst->npieces > 1 && r->len &&
-             r->dst_offset / p->dst->piece != (r->dst_offset + r->len - 1) / p->dst->piece)
+    else if (!pdx_tp_rkey_one_piece(p->dst, r->dst_offset, r->len))
         /* the plan cuts runs at the peer's pieces (pdx_engine_plan_piece()) */
         pdx_send_fail(c, PDX_ERR_STATE, "%llu bytes at offset %llu cross a piece of memory %u of "
                       "peer %s (registered in pieces of %llu bytes)", (unsigned long long)r->len,
@@ -224,8 +223,7 @@ static bool build_reads(send_ctx_t *c, const pdx_dest_t *dest, pdx_dep_t *dep,
             return false;
         if (r->src_offset > p.src_len || r->len > p.src_len - r->src_offset ||
             r->dst_offset > p.dst->len || r->len > p.dst->len - r->dst_offset ||
-            (p.dst->npieces > 1 &&
-             r->dst_offset / p.dst->piece != (r->dst_offset + r->len - 1) / p.dst->piece))
+            !pdx_tp_rkey_one_piece(p.dst, r->dst_offset, r->len))
             return run_fail(c, dest->peer, dep, r, &p);
         c->L->wrs[i] = (pdx_tp_write_t){
             .wr_id = id_base | (seq & PDX_WR_SEQ_MASK), .mr = p.mr,

@@ -404,9 +404,7 @@ Test(rdma_gather, post_runs_in_pieces)
     fx_expect_wc(&wc[0], 42, PDX_OK, PDX_TP_OP_WRITE);
     softnic_stats(&st);
     cr_assert_eq(st.wrs_posted - before, 1u, "three runs, one gathered ibv WR");
-    for (int i = 0; i < 3; i++)
-        cr_assert_eq(memcmp(r.dst + runs[i].dst_offset, r.src + runs[i].src_offset,
-                            runs[i].len), 0, "run %d", i);
+    fx_expect_runs(runs, 3, r.src, r.dst);
 
     /* every second signaled: run 1 ends the first ibv WR, run 3 the second */
     memset(r.dst, 0, len);
@@ -420,9 +418,7 @@ Test(rdma_gather, post_runs_in_pieces)
     fx_expect_wc(&wc[1], 53, PDX_OK, PDX_TP_OP_WRITE);
     softnic_stats(&st);
     cr_assert_eq(st.wrs_posted - before, 2u, "a signaled run ends its ibv WR");
-    for (int i = 0; i < 4; i++)
-        cr_assert_eq(memcmp(r.dst + runs[i].dst_offset, r.src + runs[i].src_offset,
-                            runs[i].len), 0, "run %d", i);
+    fx_expect_runs(runs, 4, r.src, r.dst);
 
     /* refused whole, with the index of the bad run */
     runs[2] = (pdx_tp_run_t){.src_offset = 0, .dst_offset = 2 * piece - 8, .len = 16};

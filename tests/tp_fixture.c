@@ -690,7 +690,13 @@ void fx_check_post_runs(const pdx_transport_ops_t *ops, pdx_tp_ep_t *ep, pdx_tp_
         fx_expect_wc(&wc[k], (0xab00 | ((0xfc + want_signaled[k]) & mask)), PDX_OK,
                      PDX_TP_OP_WRITE);
     cr_assert_eq(ops->cq_poll(cq, wc, 4), 0, "an unsignaled run completed");
-    for (uint32_t i = 0; i < 10; i++)
-        cr_assert_eq(memcmp(dst + runs[i].dst_offset, src + base + runs[i].src_offset,
-                            runs[i].len), 0, "run %u", i);
+    fx_expect_runs(runs, 10, src + base, dst);
+}
+
+void fx_expect_runs(const pdx_tp_run_t *runs, uint32_t n, const uint8_t *src_base,
+                    const uint8_t *dst)
+{
+    for (uint32_t i = 0; i < n; i++)
+        cr_assert_eq(memcmp(dst + runs[i].dst_offset, src_base + runs[i].src_offset,
+                            runs[i].len), 0, "run %u did not land", i);
 }

@@ -58,6 +58,10 @@ void fx_expect_wc(const pdx_tp_wc_t *wc, uint64_t wr_id, pdx_status_t status,
  * byte-exact, every fourth and the last signaled, under wr_ids whose mask
  * bits wrap. The ep's send queue holds at least 10.
  */
+/* Each of runs[0, n) landed: dst at its dst_offset holds src_base's bytes
+ * at its src_offset. */
+void fx_expect_runs(const pdx_tp_run_t *runs, uint32_t n, const uint8_t *src_base,
+                    const uint8_t *dst);
 void fx_check_post_runs(const pdx_transport_ops_t *ops, pdx_tp_ep_t *ep, pdx_tp_cq_t *cq,
                         pdx_tp_mr_t *smr, const uint8_t *src, size_t len,
                         const pdx_tp_rkey_t *rk, const uint8_t *dst, uint64_t max_msg);
