@@ -75,8 +75,13 @@ static const pdx_config_row_t config_table[] = {
             HEARTBEAT, heartbeat_ms, 10, 600000),
     ROW_INT("PDX_HANDSHAKE_TIMEOUT_MS", "10000", "A connection in that has not finished its handshake this long after its accept is closed",
             HANDSHAKE_TIMEOUT, handshake_timeout_ms, 10, 600000),
-    ROW_INT("PDX_GATE_BACKOFF_US", "20", "Longest sleep of a shard while gates are pending",
+    ROW_INT("PDX_GATE_BACKOFF_US", "20", "A shard with gates pending polls them this often; a gate "
+            "closed for longer than 32 backoffs every 32nd of the time it was closed (at most "
+            "every 1 ms)",
             GATE_BACKOFF, gate_backoff_us, 0, 100000),
+    ROW_INT("PDX_GATE_SPIN_US", "20", "A closed gate is polled without sleeping this close to the "
+            "times the shard's last gates took to open; 0: every poll after a sleep",
+            GATE_SPIN, gate_spin_us, 0, 100000),
     ROW_INT("PDX_SHARD_SPIN_US", "100", "A shard polls its queue and completions this long after its "
             "last work before it sleeps; a pdx_send that finds it awake makes no system call",
             SHARD_SPIN, shard_spin_us, 0, 100000),

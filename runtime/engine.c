@@ -559,6 +559,8 @@ pdx_status_t pdx_engine_stats(pdx_engine_t *e, pdx_stats_t *stats_p)
         s.bytes_direct += atomic_load_explicit(&st->bytes_direct, memory_order_relaxed);
         s.gates_on_gpu += atomic_load_explicit(&st->gates_on_gpu, memory_order_relaxed);
         s.ranges_merged += atomic_load_explicit(&st->ranges_merged, memory_order_relaxed);
+        s.gates_waited += atomic_load_explicit(&st->gates_waited, memory_order_relaxed);
+        s.gates_foreseen += atomic_load_explicit(&st->gates_foreseen, memory_order_relaxed);
         s.writes_posted += atomic_load_explicit(&st->writes_posted, memory_order_relaxed);
         s.chunks_sent += atomic_load_explicit(&st->chunks_sent, memory_order_relaxed);
         s.notifies_sent += atomic_load_explicit(&st->notifies_sent, memory_order_relaxed);

@@ -30,12 +30,15 @@
  *   a dep's send queue and receives only by the shard that owns it.
  *   The worker's last access to a room is the release decrement of `queued`
  *   or `inflight` that lets pdx_release free it.
- * - Sleeping: after PDX_SHARD_SPIN_US of polling without work, arm the CQ, set `sleeping`, make one more
- *   pass (pdx_shard_wake pairs with it: both sides read-modify-write
- *   `sleeping`), then sleep in epoll on the CQ fd and the eventfd: with no
- *   timeout when idle (an idle engine's workers never wake), at most
- *   PDX_GATE_BACKOFF_US while gates are pending (the thread's timer slack
- *   is 1 us, so the sleep is that long and not 50 us more).
+ * - Sleeping: after PDX_SHARD_SPIN_US of polling without work, arm the
+ *   CQ, set `sleeping`, make one more pass (pdx_shard_wake pairs with it:
+ *   both sides read-modify-write `sleeping`), then sleep in epoll on the CQ
+ *   fd and the eventfd: with no timeout when idle (an idle engine's workers
+ *   never wake); while gates are pending, until the next poll one of them
+ *   needs (PDX_GATE_BACKOFF_US, longer for gates closed long, shorter up
+ *   to the next age at which gates opened before), and not at all while
+ *   one is due (gate_hist.h). The thread's timer slack is 1 us, so a sleep
+ *   is as long as asked and not 50 us more.
  */
 #include "shard_loop.h"
 #include "peer.h"
@@ -568,6 +571,8 @@ static void shard_pass(pdx_shard_loop_t *L)
 {
     L->progress = false;
     L->gated = false;
+    L->gate_due = false;
+    L->gate_wake_ns = UINT64_MAX;
     pdx_shard_poll(L);
     if (atomic_load_explicit(&L->s->resets, memory_order_relaxed))
         pdx_shard_resets(L);
@@ -595,8 +600,11 @@ static int shard_wait(pdx_shard_loop_t *L)
     uint64_t us = UINT64_MAX;
     int n;
 
-    if (L->gated)
-        us = e->cfg.gate_backoff_us;
+    if (L->gated) { /* until the next poll of a closed gate */
+        const uint64_t now = pdx_now_ns();
+
+        us = L->gate_wake_ns > now ? (L->gate_wake_ns - now) / 1000u : 0;
+    }
     if (L->credit_retry || L->arm_failed)
         us = PDX_MIN(us, (uint64_t)PDX_SHARD_RETRY_US);
 
@@ -669,6 +677,14 @@ static void *shard_main(void *arg)
             }
             idle_since = 0;
             spin = true;
+            continue;
+        }
+        if (L->gate_due) { /* a gate may open any moment now: poll it */
+            if (armed) {
+                atomic_store_explicit(&s->sleeping, 0, memory_order_relaxed);
+                armed = false;
+            }
+            pdx_cpu_relax();
             continue;
         }
         if (!armed) {

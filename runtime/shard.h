@@ -21,6 +21,8 @@ typedef struct pdx_shard_stats {
     _Atomic uint64_t bytes_direct;
     _Atomic uint64_t gates_on_gpu;    /* page-copies WRs posted with a closed gate */
     _Atomic uint64_t ranges_merged;   /* layer ranges that went with the one before */
+    _Atomic uint64_t gates_waited;    /* gates polled closed until they opened */
+    _Atomic uint64_t gates_foreseen;  /* ... found open while due (gate_hist.h) */
     _Atomic uint64_t flushes;         /* flush reads completed (flush.c) */
     _Atomic uint64_t wakeups;
 } pdx_shard_stats_t;

@@ -165,22 +165,72 @@ static bool gate_on_gpu(send_ctx_t *c, uint32_t ndests)
     return true;
 }
 
+/* The head chunk's gate found closed: from its age, whether it is due now
+ * (L->gate_due: the shard polls without sleeping), else when to poll it
+ * next (L->gate_wake_ns, the earliest of the pass): gate_hist.h. */
+static void gate_closed(send_ctx_t *c)
+{
+    pdx_shard_loop_t *L = c->L;
+    pdx_room_ext_t *ext = c->ext;
+    const uint32_t at = (uint32_t)(c->cell - L->s->ring.cells);
+    const uint64_t now = pdx_now_ns();
+    uint64_t age, wait;
+
+    if (ext->gate_seen_ns == 0 || ext->gate_cell != at) {
+        ext->gate_cell = at;
+        ext->gate_seen_ns = now;
+    }
+    ext->gate_closed_ns = now;
+    age = now - ext->gate_seen_ns;
+    wait = pdx_gate_hist_next(&L->gate_hist, age, (uint64_t)L->e->cfg.gate_spin_us * 1000u);
+    ext->gate_due = wait == 0;
+    if (wait == 0)
+        L->gate_due = true;
+    wait = PDX_MIN(wait, pdx_gate_sleep_ns(age, (uint64_t)L->e->cfg.gate_backoff_us * 1000u));
+    L->gate_wake_ns = PDX_MIN(L->gate_wake_ns, now + wait);
+    L->gated = true;
+}
+
+/* ... and found open: the interval it opened in joins the shard's history. */
+static void gate_opened(send_ctx_t *c)
+{
+    pdx_shard_loop_t *L = c->L;
+    pdx_room_ext_t *ext = c->ext;
+    uint64_t age;
+
+    if (ext->gate_seen_ns == 0 || ext->gate_cell != (uint32_t)(c->cell - L->s->ring.cells))
+        return; /* open when first polled */
+    age = pdx_now_ns() - ext->gate_seen_ns;
+    /* kept when known about as closely as the shard's sleeps allow (wider:
+     * the shard was busy elsewhere) */
+    pdx_gate_hist_add(&L->gate_hist, ext->gate_closed_ns - ext->gate_seen_ns, age,
+                      PDX_MAX(2000u * (uint64_t)L->e->cfg.gate_backoff_us,
+                              age >> (PDX_GATE_AGE_SHIFT - 1)));
+    atomic_fetch_add_explicit(&L->s->stats.gates_waited, 1, memory_order_relaxed);
+    if (ext->gate_due)
+        atomic_fetch_add_explicit(&L->s->stats.gates_foreseen, 1, memory_order_relaxed);
+    ext->gate_seen_ns = 0;
+}
+
 /* A poll of the head chunk's gate: DONE when open, WAIT while closed (the
- * shard sleeps bounded), else the room fails. */
+ * shard sleeps bounded, or not at all while it is due), else the room
+ * fails. */
 static step_t gate_polled(send_ctx_t *c, pdx_status_t st, const char *err)
 {
     if (PDX_LIKELY(st == PDX_OK)) {
         c->ext->gpu_gate = false;
         if (c->chunk->gate.kind != PDX_GATE_NONE) {
+            gate_opened(c);
             PDX_MARKER_PUSH_ROOM("pdx gate open", c->chunk->room);
             PDX_MARKER_POP();
         }
         return STEP_DONE;
     }
     if (st == PDX_INPROGRESS) {
-        c->L->gated = true;
+        gate_closed(c);
         return STEP_WAIT;
     }
+    c->ext->gate_seen_ns = 0;
     return pdx_send_fail(c, st, "%s", err);
 }
 

@@ -9,6 +9,7 @@
 
 #include "dep.h"
 #include "engine.h"
+#include "gate_hist.h"
 #include "plan.h"
 #include "shard.h"
 
@@ -29,11 +30,14 @@ typedef struct pdx_shard_loop {
     /* per pass */
     bool            progress;      /* something changed: pass again before sleeping */
     bool            gated;         /* a room waits on a closed gate: bounded sleep */
+    bool            gate_due;      /* ... one that is due (gate_hist.h): no sleep */
+    uint64_t        gate_wake_ns;  /* ... the time the next one falls due */
     /* across passes */
     bool            credit_retry;  /* a dep holds reposts it could not credit yet */
     bool            no_pwait2;     /* epoll_pwait2 is missing: millisecond sleeps */
     bool            arm_failed;    /* cq_arm failed (logged): sleeps stay bounded */
     bool            wait_error;    /* epoll failed once (logged) */
+    pdx_gate_hist_t gate_hist;     /* how long its last gates stayed closed */
     /* connected deps grouped by peer id, rebuilt while the table changes */
     uint32_t        idx_ndeps;     /* s->ndeps when built */
     uint32_t        idx_gen;       /* s->deps_gen when built */

@@ -254,6 +254,69 @@ Test(engine, closed_gate_does_not_block_the_shard, .fini = fini, .timeout = 30)
     cr_expect_eq(side_check(&dc, 1, pa, 2, 0), 0);
 }
 
+/* Rounds of one room gated by a word that opens `after_us` after pdx_send;
+ * the pages are written between the send and the opening, so a chunk that
+ * went before its gate would carry the stale pattern. The stats' change. */
+static void gate_rounds(uint32_t rounds, unsigned after_us, pdx_stats_t *delta)
+{
+    static volatile uint64_t words[64];
+    uint32_t pages[2] = {5, 9};
+    pdx_pages_t p = {pages, 2};
+    pdx_stats_t a, b;
+
+    cr_assert_leq(rounds, 64);
+    cr_assert_eq(pdx_engine_stats(pf.e, &a), PDX_OK);
+    for (uint32_t r = 0; r < rounds; r++) {
+        const uint64_t room = 100 + r;
+        pdx_gate_t gate = {.kind = PDX_GATE_WORD, .word = &words[r], .value = 1};
+
+        words[r] = 0;
+        cr_assert_eq(pdx_expect(dc.e, peer, room, dc.layout, &p, NULL, 1, 10000), PDX_OK);
+        side_fill(&pf, room + 1000, pages, 2, 0); /* stale */
+        cr_assert_eq(pdx_send(pf.e, room, pf.layout, &p, &gate, NULL, PDX_SEND_LAST), PDX_OK);
+        side_fill(&pf, room, pages, 2, 0);
+        usleep(after_us);
+        __atomic_store_n(&words[r], 1, __ATOMIC_RELEASE);
+        cr_assert_eq(wait_done(dc.e, room, 10000), PDX_ROOM_SUCCESS, "round %u", r);
+        cr_assert_eq(wait_done(pf.e, room, 10000), PDX_ROOM_SUCCESS, "round %u", r);
+        cr_assert_eq(side_check(&dc, room, pages, 2, 0), 0, "round %u: stale bytes", r);
+        cr_assert_eq(release_wait(dc.e, room, 5000), PDX_OK);
+        cr_assert_eq(release_wait(pf.e, room, 5000), PDX_OK);
+    }
+    cr_assert_eq(pdx_engine_stats(pf.e, &b), PDX_OK);
+    delta->gates_waited = b.gates_waited - a.gates_waited;
+    delta->gates_foreseen = b.gates_foreseen - a.gates_foreseen;
+}
+
+/* PDX_GATE_SPIN_US: gates that open at the age the ones before opened are
+ * found open by a poll made without sleeping (gates_foreseen), never before
+ * they open; with 0 every poll follows a sleep. Wide windows and 5 ms
+ * openings keep it independent of the machine's load. */
+Test(engine, gates_opening_as_before_are_polled_without_sleeping, .fini = fini, .timeout = 60)
+{
+    static const char *const learn[] = {"PDX_SHARDS=1", "PDX_GATE_BACKOFF_US=1000",
+                                        "PDX_GATE_SPIN_US=3000", NULL};
+    static const char *const none[] = {"PDX_SHARDS=1", "PDX_GATE_BACKOFF_US=1000",
+                                       "PDX_GATE_SPIN_US=0", NULL};
+    geom_t g = {.layers = 2, .bytes_per_page = 4096, .npages = 16};
+    pdx_stats_t d;
+
+    open_pair(&g, none);
+    gate_rounds(8, 5000, &d);
+    cr_expect_geq(d.gates_waited, 4, "%llu of 8 gates found closed",
+                  (unsigned long long)d.gates_waited);
+    cr_expect_eq(d.gates_foreseen, 0, "PDX_GATE_SPIN_US=0 polled a gate without sleeping");
+    fini();
+    open_pair(&g, learn);
+    gate_rounds(16, 5000, &d);
+    /* a loaded machine may first poll a gate after it opened, or wake late */
+    cr_expect_geq(d.gates_waited, 8, "%llu of 16 gates found closed",
+                  (unsigned long long)d.gates_waited);
+    cr_expect_geq(d.gates_foreseen, 4, "%llu of %llu gates that opened after 5 ms as the ones "
+                  "before were foreseen", (unsigned long long)d.gates_foreseen,
+                  (unsigned long long)d.gates_waited);
+}
+
 /*
  * A failed decode room stays INPROGRESS until its sender confirms that
  * nothing more of it can land (ABORT_ACK); then OK. The room is failed

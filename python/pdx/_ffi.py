@@ -55,6 +55,7 @@ class Config(ctypes.Structure):
         ("cpu_affinity", ctypes.c_char * NAME_MAX),
         ("gpu_gates", ctypes.c_int),
         ("shard_spin_us", ctypes.c_uint32),
+        ("gate_spin_us", ctypes.c_uint32),
     ]
 
 
@@ -120,7 +121,7 @@ STATS_FIELDS = (
     "rooms_success", "rooms_failed", "send_again", "worker_wakeups", "ring_high_water",
     "registrations", "nics", "peers", "handshakes", "peers_retired", "handshakes_refused",
     "auth_refused", "rooms_verified", "checksum_mismatches", "bytes_direct", "gates_on_gpu",
-    "ranges_merged", "send_kicks",
+    "ranges_merged", "send_kicks", "gates_waited", "gates_foreseen",
 )
 
 

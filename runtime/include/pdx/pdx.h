@@ -153,6 +153,7 @@ enum {
     PDX_CONFIG_FIELD_CPU_AFFINITY        = 1ull << 34,
     PDX_CONFIG_FIELD_GPU_GATES           = 1ull << 35,
     PDX_CONFIG_FIELD_SHARD_SPIN          = 1ull << 36,
+    PDX_CONFIG_FIELD_GATE_SPIN           = 1ull << 37,
 };
 
 /* PDX_VERIFY: decode checks each room's bytes against its senders' checksums. */
@@ -186,7 +187,8 @@ typedef struct pdx_config {
     uint32_t        bootstrap_timeout_ms;      /* PDX_BOOTSTRAP_TIMEOUT_MS */
     uint32_t        transfer_timeout_ms;       /* PDX_TRANSFER_TIMEOUT_MS */
     uint32_t        heartbeat_ms;              /* PDX_HEARTBEAT_MS */
-    uint32_t        gate_backoff_us;           /* PDX_GATE_BACKOFF_US: max sleep while gates pend */
+    uint32_t        gate_backoff_us;           /* PDX_GATE_BACKOFF_US: sleep between polls of
+                                                * closed gates (gates closed long: longer) */
     uint32_t        qps_per_peer;              /* PDX_QPS_PER_PEER: endpoints per (shard, peer) */
     uint32_t        sq_depth;                  /* PDX_SQ_DEPTH: send queue depth per endpoint */
     uint32_t        signal_every;              /* PDX_SIGNAL_EVERY: signal every K-th write */
@@ -215,6 +217,9 @@ typedef struct pdx_config {
     pdx_mode_t      gpu_gates;                 /* PDX_GPU_GATES: auto, off */
     uint32_t        shard_spin_us;             /* PDX_SHARD_SPIN_US: a shard polls this long
                                                 * after its last work before it sleeps */
+    uint32_t        gate_spin_us;              /* PDX_GATE_SPIN_US: a closed gate is polled
+                                                * without sleeping this close to the ages
+                                                * at which the shard's last gates opened */
 } pdx_config_t;
 
 /*
@@ -757,6 +762,10 @@ typedef struct pdx_stats {
     uint64_t send_kicks;      /* pdx_send/pdx_xfer_post calls that found their shard
                                * asleep and woke it: a system call on the caller's
                                * thread (PDX_SHARD_SPIN_US) */
+    uint64_t gates_waited;    /* gates a shard found closed and polled until they opened */
+    uint64_t gates_foreseen;  /* ... of them, found open by a poll made without sleeping
+                               * because gates before had opened at that age
+                               * (PDX_GATE_SPIN_US) */
 } pdx_stats_t;
 
 PDX_API pdx_status_t pdx_engine_stats(pdx_engine_t *engine, pdx_stats_t *stats_p);
