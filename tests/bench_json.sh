@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # pdx-bench --json names the transport its engines used, never the setting
 # ("auto"), on both sides of a loopback run, and says why it failed when no
-# engine could be made (and then names no transport).
+# engine could be made (and then names no transport); --unchecked moves
+# every room and claims none verified.
 # usage: bench_json.sh PDX-BENCH
 set -uo pipefail
 bench=$1
@@ -27,6 +28,13 @@ assert d["error"] is None and d["decode"]["error"] is None' <<<"$out"
 out=$(PDX_TRANSPORT=tcp "$bench" "${args[@]}"); rc=$?
 [ $rc -eq 0 ] || { echo "FAIL: PDX_TRANSPORT=tcp: exit $rc" >&2; exit 1; }
 check tcp 0 'assert d["transport"] == "tcp" and d["prefill"]["transport"] == "tcp", d' <<<"$out"
+
+# --unchecked: every room moved, none claimed verified
+out=$(PDX_TRANSPORT=tcp "$bench" "${args[@]}" --unchecked); rc=$?
+[ $rc -eq 0 ] || { echo "FAIL: --unchecked: exit $rc" >&2; exit 1; }
+check unchecked 0 'assert d["verified"] is False, d["verified"]
+assert d["decode"]["done"] == 4 and d["decode"]["failed"] == 0, d["decode"]
+assert d["latency"] == "pdx_expect - decode SUCCESS", d["latency"]' <<<"$out"
 
 out=$(PDX_TRANSPORT=rdma PDX_IB_DEVICES=pdx_no_such_nic "$bench" "${args[@]}" 2>/dev/null); rc=$?
 echo "$out"

@@ -42,6 +42,7 @@ typedef struct bench_opts {
     int      timeout_ms;       /* every wait: connect/accept, a room, release */
     int      json;
     int      keep_going;
+    int      unchecked;        /* --unchecked: pages neither written nor checked */
     int      progress;         /* a live progress line on stdout is allowed */
     int      gpu;              /* --gpu: the GPU holding the KV pool and aux slots; -1: host */
     uint32_t peers;            /* decode: prefill peers served one after another (1);

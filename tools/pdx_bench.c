@@ -51,7 +51,7 @@ typedef struct cli {
 
 enum {
     OPT_ROLE = 256, OPT_LISTEN, OPT_CONNECT, OPT_LOOPBACK, OPT_SHARDS, OPT_TRANSPORT, OPT_SEED,
-    OPT_JSON, OPT_KEEP_GOING, OPT_TIMEOUT, OPT_GPU, OPT_PEERS, OPT_LAYER_RANGES,
+    OPT_JSON, OPT_KEEP_GOING, OPT_UNCHECKED, OPT_TIMEOUT, OPT_GPU, OPT_PEERS, OPT_LAYER_RANGES,
 };
 
 static const struct option long_opts[] = {
@@ -74,6 +74,7 @@ static const struct option long_opts[] = {
     {"seed", required_argument, NULL, OPT_SEED},
     {"json", no_argument, NULL, OPT_JSON},
     {"keep-going", no_argument, NULL, OPT_KEEP_GOING},
+    {"unchecked", no_argument, NULL, OPT_UNCHECKED},
     {"timeout-ms", required_argument, NULL, OPT_TIMEOUT},
     {"gpu", required_argument, NULL, OPT_GPU},
     {"peers", required_argument, NULL, OPT_PEERS},
@@ -115,6 +116,9 @@ static void usage(FILE *out)
         "                            its R requests (0: until SIGINT or SIGTERM; the\n"
         "                            latencies are then the last peer's)      [1]\n"
         "      --keep-going          count failures instead of stopping at the first\n"
+        "      --unchecked           prefill writes no pages (no kernels, no gates: --gpu)\n"
+        "                            and decode checks none: what the engine and its\n"
+        "                            transport move, without the bench's own work\n"
         "      --json                one JSON object instead of the table\n"
         "Exit status: 0 all verified, 1 a mismatch or failure (--gpu: also no GPU, or GPU\n"
         "memory the transport refuses), 2 bad usage (--gpu: also an ordinal past the GPUs).\n");
@@ -185,6 +189,7 @@ static int parse_args(int argc, char **argv, cli_t *c)
         case OPT_SEED: rc |= parse_u64("--seed", optarg, 0, UINT64_MAX, &o->seed); break;
         case OPT_JSON: o->json = 1; break;
         case OPT_KEEP_GOING: o->keep_going = 1; break;
+        case OPT_UNCHECKED: o->unchecked = 1; break;
         case OPT_TIMEOUT:
             rc |= parse_u64("--timeout-ms", optarg, 1, INT_MAX / 4, &v);
             o->timeout_ms = (int)v;
@@ -346,13 +351,18 @@ static void print_banner(const cli_t *c, const pdx_config_t *cfg)
     else
         printf(" KV pool        : %" PRIu64 " MiB per side = %" PRIu64 " pages, on GPU %d (%s); "
                "aux slots too\n", o->pool_bytes >> 20, o->npages, o->gpu, bench_gpu_platform());
-    if (o->gpu >= 0)
+    if (o->gpu >= 0 && !o->unchecked)
         printf(" GPU writes     : prefill: a kernel on a stream (copies where none is built), "
                "each chunk sent behind\n"
                "                  a pdx_gate_arm() gate; decode: pages copied back to the host "
                "and checked\n");
     printf(" Timeout        : %d ms\n", o->timeout_ms);
-    if (decode && o->gpu >= 0) {
+    if (o->unchecked) {
+        printf(" Unchecked      : pages are neither written nor checked (--unchecked)\n");
+        printf(" Latency        : %s\n", decode ? "pdx_expect - decode SUCCESS"
+                                                 : "first pdx_send - prefill SUCCESS");
+        printf(" BW             : bytes / first room to last release\n");
+    } else if (decode && o->gpu >= 0) {
         printf(" Latency        : decode SUCCESS - prefill's first GPU write of the room "
                "(CLOCK_MONOTONIC: one host only)\n");
         printf(" BW             : verified bytes / first pdx_expect to last release (copies back "
@@ -400,7 +410,7 @@ static void print_table(const bench_opts_t *o, bench_role_t role, const bench_re
     if (role == BENCH_PREFILL)
         printf("%" PRIu64 "\n", r->failed);
     else if (all_verified(o, r))
-        printf("yes\n");
+        printf(o->unchecked ? "unchecked\n" : "yes\n");
     else
         printf("NO (%" PRIu64 " of %" PRIu64 ")\n",
                r->done < expected(o, r) ? expected(o, r) - r->done : 0, expected(o, r));
@@ -496,13 +506,15 @@ static void print_json(const cli_t *c, const pdx_config_t *cfg, bench_role_t rol
            o->seed,
            o->pool_bytes, o->npages, o->gpu < 0 ? "host" : "gpu", o->gpu, o->timeout_ms,
            o->bytes_per_request,
-           role == BENCH_DECODE
+           o->unchecked ? (role == BENCH_DECODE ? "pdx_expect - decode SUCCESS"
+                                                : "first pdx_send - prefill SUCCESS")
+           : role == BENCH_DECODE
                ? (o->gpu < 0 ? "decode SUCCESS - prefill send, CLOCK_MONOTONIC, one host only"
                              : "decode SUCCESS - prefill first GPU write, CLOCK_MONOTONIC, one "
                                "host only")
                : (o->gpu < 0 ? "first pdx_send - prefill SUCCESS"
                              : "first GPU write - prefill SUCCESS"),
-           role == BENCH_DECODE && all_verified(o, r) ? "true" : "false",
+           role == BENCH_DECODE && all_verified(o, r) && !o->unchecked ? "true" : "false",
            role == BENCH_DECODE ? "decode" : "prefill");
     json_result(r, rc);
     if (pf) {
