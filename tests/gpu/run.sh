@@ -4,7 +4,8 @@
 # (hip/), test_gpu_gates (the engine's gates with kernels), bench_ipc and
 # pdx-bench, print pdx-info and the engine's placement, run both tests (each
 # ends in "N passed, N failed"), bench_ipc (IPC pages between two processes:
-# the gather kernel against one contiguous copy) and test_gpu_python.py
+# the gather kernel against one contiguous copy), bench_wake (the ways a host
+# thread can learn that a kernel ended: latency and CPU) and test_gpu_python.py
 # (the Python binding with GPU memory; unittest's summary), then a verified
 # GPU -> GPU pdx-bench over tcp (one NIC, then two per engine) and the same
 # run with host memory for comparison. The exit status is 1 when anything failed. Run from
@@ -16,7 +17,7 @@ build=${BUILD:-/tmp/pdx-gpu}
 cmake -S "$src" -B "$build" -DPDX_HIP_PLATFORM=nvidia -DPDX_BUILD_TESTS=OFF \
       -DPDX_BUILD_BENCH=OFF -DPDX_GPU_TESTS=ON || { echo "run.sh: configure failed" >&2; exit 2; }
 cmake --build "$build" --target pdx test_gpu test_gpu_ipc test_gpu_gates test_gpu_ipc_engine \
-      visibility bench_ipc pdx-bench pdx-info -j "$(nproc)" ||
+      visibility bench_ipc bench_wake pdx-bench pdx-info -j "$(nproc)" ||
   { echo "run.sh: build failed" >&2; exit 2; }
 rc=0
 echo "=== pdx-info (the build, GPUs, RDMA devices, GPU -> NIC, CPUs, transport) ==="
@@ -32,6 +33,8 @@ echo "=== bench_ipc (two processes on GPU 0: contiguous copy, gather kernel, per
 "$build/tests/gpu/bench_ipc" || rc=1
 echo "=== test_gpu_gates (the engine's gates with kernels) ==="
 "$build/tests/gpu/test_gpu_gates" || rc=1
+echo "=== bench_wake (how a host thread learns that a kernel ended, and at what CPU) ==="
+"$build/tests/gpu/bench_wake" || rc=1
 echo "=== test_gpu_ipc_engine (the ipc transport: page maps, gates, two processes, a killed peer) ==="
 "$build/tests/gpu/test_gpu_ipc_engine" || rc=1
 echo "=== test_gpu_ipc_engine --bench (ipc against a contiguous copy and per-page copies) ==="
