@@ -603,7 +603,7 @@ static int shard_wait(pdx_shard_loop_t *L)
     if (L->gated) { /* until the next poll of a closed gate */
         const uint64_t now = pdx_now_ns();
 
-        us = L->gate_wake_ns > now ? (L->gate_wake_ns - now) / 1000u : 0;
+        us = L->gate_wake_ns > now ? (L->gate_wake_ns - now + 999u) / 1000u : 0;
     }
     if (L->credit_retry || L->arm_failed)
         us = PDX_MIN(us, (uint64_t)PDX_SHARD_RETRY_US);

@@ -204,12 +204,12 @@ static void gate_opened(send_ctx_t *c)
     /* kept when known about as closely as the shard's sleeps allow (wider:
      * the shard was busy elsewhere) */
     pdx_gate_hist_add(&L->gate_hist, ext->gate_closed_ns - ext->gate_seen_ns, age,
-                      PDX_MAX(2000u * (uint64_t)L->e->cfg.gate_backoff_us,
-                              age >> (PDX_GATE_AGE_SHIFT - 1)));
+                      2 * pdx_gate_sleep_ns(age, (uint64_t)L->e->cfg.gate_backoff_us * 1000u));
     atomic_fetch_add_explicit(&L->s->stats.gates_waited, 1, memory_order_relaxed);
     if (ext->gate_due)
         atomic_fetch_add_explicit(&L->s->stats.gates_foreseen, 1, memory_order_relaxed);
     ext->gate_seen_ns = 0;
+    ext->gate_due = false;
 }
 
 /* A poll of the head chunk's gate: DONE when open, WAIT while closed (the

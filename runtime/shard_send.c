@@ -691,6 +691,7 @@ static void room_drop(pdx_shard_loop_t *L, pdx_room_ext_t *ext)
     ext->head_cell = ext->tail_cell = PDX_SHARD_NONE;
     ext->planning = false;
     ext->gpu_gate = false;
+    ext->gate_seen_ns = 0;
     ext->dest_at = 0;
     atomic_store_explicit(&ext->active, false, memory_order_release);
     /* Last touch: from here pdx_release may free the room. */
@@ -735,6 +736,7 @@ static bool send_room(pdx_shard_loop_t *L, pdx_room_obj_t *obj, pdx_room_ext_t *
         if (last)
             ext->last_sent = true; /* the notifies just posted keep inflight > 0 */
         ext->gpu_gate = false;
+        ext->gate_seen_ns = 0; /* a gate left to the GPU went without being seen open */
         pdx_send_layers_sent(&c);
         pdx_gpu_gate_done(L->e, &c.chunk->gate);
         pdx_ring_done(&s->ring, c.cell);

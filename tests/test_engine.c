@@ -284,25 +284,29 @@ static void gate_rounds(uint32_t rounds, unsigned after_us, pdx_stats_t *delta)
         cr_assert_eq(release_wait(pf.e, room, 5000), PDX_OK);
     }
     cr_assert_eq(pdx_engine_stats(pf.e, &b), PDX_OK);
+    delta->worker_wakeups = b.worker_wakeups - a.worker_wakeups;
     delta->gates_waited = b.gates_waited - a.gates_waited;
     delta->gates_foreseen = b.gates_foreseen - a.gates_foreseen;
 }
 
 /* PDX_GATE_SPIN_US: gates that open at the age the ones before opened are
  * found open by a poll made without sleeping (gates_foreseen), never before
- * they open; with 0 every poll follows a sleep. Wide windows and 5 ms
- * openings keep it independent of the machine's load. */
+ * they open, and the shard wakes less often; with 0 every poll follows a
+ * sleep. Wide windows and 5 ms openings keep it independent of the
+ * machine's load. */
 Test(engine, gates_opening_as_before_are_polled_without_sleeping, .fini = fini, .timeout = 60)
 {
-    static const char *const learn[] = {"PDX_SHARDS=1", "PDX_GATE_BACKOFF_US=1000",
-                                        "PDX_GATE_SPIN_US=3000", NULL};
-    static const char *const none[] = {"PDX_SHARDS=1", "PDX_GATE_BACKOFF_US=1000",
+    static const char *const learn[] = {"PDX_SHARDS=1", "PDX_GATE_BACKOFF_US=500",
+                                        "PDX_GATE_SPIN_US=4000", NULL};
+    static const char *const none[] = {"PDX_SHARDS=1", "PDX_GATE_BACKOFF_US=500",
                                        "PDX_GATE_SPIN_US=0", NULL};
     geom_t g = {.layers = 2, .bytes_per_page = 4096, .npages = 16};
     pdx_stats_t d;
+    double none_wakes;
 
     open_pair(&g, none);
     gate_rounds(8, 5000, &d);
+    none_wakes = (double)d.worker_wakeups / 8;
     cr_expect_geq(d.gates_waited, 4, "%llu of 8 gates found closed",
                   (unsigned long long)d.gates_waited);
     cr_expect_eq(d.gates_foreseen, 0, "PDX_GATE_SPIN_US=0 polled a gate without sleeping");
@@ -315,6 +319,9 @@ Test(engine, gates_opening_as_before_are_polled_without_sleeping, .fini = fini, 
     cr_expect_geq(d.gates_foreseen, 4, "%llu of %llu gates that opened after 5 ms as the ones "
                   "before were foreseen", (unsigned long long)d.gates_foreseen,
                   (unsigned long long)d.gates_waited);
+    /* sleeps of 0.5 ms poll 10 a gate; polling through the window none */
+    cr_expect_lt((double)d.worker_wakeups / 16, none_wakes * 0.75, "%.1f wake-ups a gate "
+                 "foreseen, %.1f a gate not", (double)d.worker_wakeups / 16, none_wakes);
 }
 
 /*
