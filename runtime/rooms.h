@@ -119,8 +119,8 @@ typedef struct pdx_room_ext {
     bool             gpu_gate;         /* the head chunk's gate is still closed: its
                                         * page copies wait for it on the GPU */
     bool             gate_due;         /* the head chunk's gate was last polled due */
-    uint32_t         gate_cell;        /* the head cell whose gate was found closed, */
-    uint64_t         gate_seen_ns;     /* ... first (0: none) */
+    uint64_t         gate_seen_ns;     /* ... found closed first (0: not yet; cleared
+                                        * whenever a head chunk retires) */
     uint64_t         gate_closed_ns;   /* ... and last */
     bool             layers_open;      /* a chunk's first layer ranges went, not its last */
     uint32_t         layer_next;       /* ... the layer its next range starts at */

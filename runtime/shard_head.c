@@ -172,14 +172,11 @@ static void gate_closed(send_ctx_t *c)
 {
     pdx_shard_loop_t *L = c->L;
     pdx_room_ext_t *ext = c->ext;
-    const uint32_t at = (uint32_t)(c->cell - L->s->ring.cells);
     const uint64_t now = pdx_now_ns();
     uint64_t age, wait;
 
-    if (ext->gate_seen_ns == 0 || ext->gate_cell != at) {
-        ext->gate_cell = at;
+    if (ext->gate_seen_ns == 0)
         ext->gate_seen_ns = now;
-    }
     ext->gate_closed_ns = now;
     age = now - ext->gate_seen_ns;
     wait = pdx_gate_hist_next(&L->gate_hist, age, (uint64_t)L->e->cfg.gate_spin_us * 1000u);
@@ -198,7 +195,7 @@ static void gate_opened(send_ctx_t *c)
     pdx_room_ext_t *ext = c->ext;
     uint64_t age;
 
-    if (ext->gate_seen_ns == 0 || ext->gate_cell != (uint32_t)(c->cell - L->s->ring.cells))
+    if (ext->gate_seen_ns == 0)
         return; /* open when first polled */
     age = pdx_now_ns() - ext->gate_seen_ns;
     /* kept when known about as closely as the shard's sleeps allow (wider:
@@ -230,7 +227,6 @@ static step_t gate_polled(send_ctx_t *c, pdx_status_t st, const char *err)
         gate_closed(c);
         return STEP_WAIT;
     }
-    c->ext->gate_seen_ns = 0;
     return pdx_send_fail(c, st, "%s", err);
 }
 
