@@ -32,6 +32,9 @@ _Static_assert(sizeof(pdx_hip_run_t) == 24, "a run is 24 bytes, as the kernel re
 #endif
 #define GATHER_THREADS 256
 #define GATHER_WORKERS 32768u
+/* What one worker copies in a step: gather.cu's PDX_UNROLL (8) words of 16
+ * bytes per lane. */
+#define GATHER_CHUNK   (GATHER_LANES * 8u * 16u)
 #define GATHER_DEVICES 64
 
 pdx_status_t pdx_hip_event_record(void *event, void *stream)
@@ -113,11 +116,15 @@ bool pdx_hip_gather_supported(void)
 }
 
 /* Blocks and the kernel's slices and workers for n items (runs, or pages
- * of buffers). */
-static void gather_grid(uint64_t n, uint32_t *blocks_p, uint32_t *slices_p,
+ * of buffers) of at most longest bytes (0: any length). */
+static void gather_grid(uint64_t n, uint64_t longest, uint32_t *blocks_p, uint32_t *slices_p,
                         uint32_t *run_workers_p)
 {
     uint32_t slices = n >= GATHER_WORKERS ? 1 : GATHER_WORKERS / (uint32_t)n;
+
+    if (longest)
+        slices = (uint32_t)PDX_MAX(1u, PDX_MIN((uint64_t)slices,
+                                               (longest + GATHER_CHUNK - 1) / GATHER_CHUNK));
     uint32_t run_workers = (uint32_t)PDX_MIN(n, (uint64_t)(GATHER_WORKERS / slices));
     uint64_t threads = (uint64_t)run_workers * slices * GATHER_LANES;
 
@@ -242,7 +249,8 @@ static pdx_status_t gather_function(int which, gather_fn_t *fn_p)
     return st;
 }
 
-pdx_status_t pdx_hip_gather_async(void *stream, const pdx_hip_run_t *runs, uint32_t nruns)
+pdx_status_t pdx_hip_gather_bounded_async(void *stream, const pdx_hip_run_t *runs,
+                                          uint32_t nruns, uint64_t longest)
 {
     uint32_t blocks, slices, run_workers;
     void *params[4] = {&runs, &nruns, &slices, &run_workers};
@@ -256,8 +264,20 @@ pdx_status_t pdx_hip_gather_async(void *stream, const pdx_hip_run_t *runs, uint3
     st = gather_function(FN_GATHER, &fn);
     if (st != PDX_OK)
         return st;
-    gather_grid(nruns, &blocks, &slices, &run_workers);
+    gather_grid(nruns, longest, &blocks, &slices, &run_workers);
     return gather_launch(fn, stream, blocks, params);
+}
+
+pdx_status_t pdx_hip_gather_async(void *stream, const pdx_hip_run_t *runs, uint32_t nruns)
+{
+    return pdx_hip_gather_bounded_async(stream, runs, nruns, 0);
+}
+
+pdx_status_t pdx_hip_gather_prepare(void)
+{
+    gather_fn_t fn;
+
+    return gather_function(FN_GATHER, &fn);
 }
 
 pdx_status_t pdx_hip_pages_async(void *stream, const pdx_hip_page_buf_t *bufs,
@@ -279,7 +299,7 @@ pdx_status_t pdx_hip_pages_async(void *stream, const pdx_hip_page_buf_t *bufs,
     st = gather_function(FN_PAGES, &fn);
     if (st != PDX_OK)
         return st;
-    gather_grid((uint64_t)nbufs * npages, &blocks, &slices, &workers);
+    gather_grid((uint64_t)nbufs * npages, 0, &blocks, &slices, &workers);
     return gather_launch(fn, stream, blocks, params);
 }
 
@@ -299,6 +319,20 @@ pdx_status_t pdx_hip_gather_async(void *stream, const pdx_hip_run_t *runs, uint3
     }
     pdx_error("hip: gather: this build has no gather kernel: " GATHER_COMPILER " was not found "
               "at build time; copy with pdx_hip_copy_runs_async");
+    return PDX_ERR_UNSUPPORTED;
+}
+
+pdx_status_t pdx_hip_gather_bounded_async(void *stream, const pdx_hip_run_t *runs,
+                                          uint32_t nruns, uint64_t longest)
+{
+    (void)longest;
+    return pdx_hip_gather_async(stream, runs, nruns);
+}
+
+pdx_status_t pdx_hip_gather_prepare(void)
+{
+    pdx_error("hip: gather: this build has no gather kernel: " GATHER_COMPILER " was not found "
+              "at build time");
     return PDX_ERR_UNSUPPORTED;
 }
 

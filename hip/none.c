@@ -309,6 +309,21 @@ pdx_status_t pdx_hip_gather_async(void *stream, const pdx_hip_run_t *runs, uint3
     return unsupported("gather");
 }
 
+pdx_status_t pdx_hip_gather_bounded_async(void *stream, const pdx_hip_run_t *runs,
+                                          uint32_t nruns, uint64_t longest)
+{
+    (void)stream;
+    (void)runs;
+    (void)nruns;
+    (void)longest;
+    return unsupported("gather");
+}
+
+pdx_status_t pdx_hip_gather_prepare(void)
+{
+    return unsupported("gather");
+}
+
 pdx_status_t pdx_hip_runs_upload_async(void *stream, pdx_hip_run_t *runs_dev,
                                        const pdx_hip_run_t *runs_host, uint32_t nruns)
 {

@@ -383,6 +383,26 @@ bool pdx_hip_gather_supported(void);
 pdx_status_t pdx_hip_gather_async(void *stream, const pdx_hip_run_t *runs, uint32_t nruns);
 
 /*
+ * The same kernel for runs of at most longest bytes: a grid of as many
+ * workers as such runs need, not the whole GPU. runs may also be in pinned
+ * host memory (pdx_hip_host_alloc: mapped), read by the kernel over the bus:
+ * for a short list of short runs (tcp's staging copies) that costs less
+ * than uploading it. Runs longer than longest are still copied, by fewer
+ * workers.
+ */
+pdx_status_t pdx_hip_gather_bounded_async(void *stream, const pdx_hip_run_t *runs,
+                                          uint32_t nruns, uint64_t longest);
+
+/*
+ * Load the gather kernel on the current device now (once per device; then
+ * it returns at once). Otherwise the first launch loads it, and loading a
+ * module may wait for the device's other work: from a thread that work
+ * waits for (a stream waiting for a word that thread raises after the copy)
+ * it never returns. PDX_ERR_UNSUPPORTED without a kernel in the build.
+ */
+pdx_status_t pdx_hip_gather_prepare(void);
+
+/*
  * Page copies from page lists: for every buffer b < nbufs and list position
  * i < npages, bytes_per_page bytes from bufs[b].src + src[i] *
  * bytes_per_page to bufs[b].dst + dst[i] * bytes_per_page, the addresses

@@ -1,7 +1,8 @@
 /*
  * hip/'s intra-node primitives on a machine with a GPU: gather copies (the
- * kernel and one copy per run) against a host reference, and IPC handles in
- * one process and across two.
+ * kernel, the bounded kernel over lists in pinned memory, and one copy per
+ * run) against a host reference, and IPC handles in one process and across
+ * two.
  *
  * A plain C program (gpu_check.h); run through tests/gpu/run.sh. IPC across
  * processes: the program runs itself again (posix_spawn of /proc/self/exe
@@ -200,6 +201,102 @@ out:
     free(back);
     free(ref);
     free(host_src);
+}
+
+/*
+ * The bounded gather as tcp's staging uses it: lists of pieces of up to
+ * 256 KiB between GPU memory and a pinned ring, the list itself in pinned
+ * host memory (read by the kernel over the bus), the grid sized by a bound
+ * that is exact, smaller than the longest run (fewer workers still copy it
+ * all) or generous.
+ */
+static void test_gather_bounded(void)
+{
+    const uint64_t dev_len = 32 * MiB, ring_len = 16 * MiB;
+    const uint32_t n = 64;
+    unsigned char *ring = NULL, *host = malloc(dev_len), *back = malloc(dev_len);
+    pdx_hip_run_t *list = NULL;
+    void *dev = NULL, *stream = NULL, *done = NULL;
+    static const uint64_t bounds[] = {0, 4096, 1u << 30};
+
+    printf("-- (e) bounded gather, list in pinned host memory\n");
+    if (!pdx_hip_gather_supported()) {
+        CHECK(pdx_hip_gather_bounded_async(NULL, (const pdx_hip_run_t *)&n, 1, 1) ==
+                  PDX_ERR_UNSUPPORTED, "no kernel: the bounded gather is unsupported");
+        free(host);
+        free(back);
+        return;
+    }
+    CHECK(host && back, "host memory");
+    CHECK(hipMalloc(&dev, dev_len) == hipSuccess, "hipMalloc");
+    CHECK(pdx_hip_host_alloc(ring_len, (void **)&ring) == PDX_OK, "pinned ring");
+    CHECK(pdx_hip_host_alloc(n * sizeof(*list), (void **)&list) == PDX_OK, "pinned list");
+    CHECK(pdx_hip_stream_create(&stream) == PDX_OK, "stream_create");
+    CHECK(pdx_hip_event_create(&done) == PDX_OK, "event_create");
+    if (!host || !back || !dev || !ring || !list || !stream || !done)
+        goto out;
+    for (uint64_t i = 0; i < dev_len; i++)
+        host[i] = pattern(i, 5);
+    CHECK(hipMemcpy(dev, host, dev_len, hipMemcpyHostToDevice) == hipSuccess, "H2D");
+    for (int b = 0; b < 3; b++) {
+        for (int dir = 0; dir < 2; dir++) { /* 0: GPU -> ring, 1: ring -> GPU */
+            uint64_t at = 0, longest = 0, bad = 0, polls;
+            pdx_status_t st;
+
+            memset(ring, 0, ring_len);
+            for (uint32_t i = 0; i < n; i++) {
+                uint64_t len = 1 + rng() % (i % 8 ? 40960 : 262144);
+                uint64_t off = (rng() % (dev_len / 65536 - 8)) * 65536 + rng() % 64;
+
+                list[i] = dir ? (pdx_hip_run_t){.src = (uintptr_t)ring + at,
+                                                .dst = (uintptr_t)dev + (uint64_t)i * 262144 + 8,
+                                                .len = len}
+                              : (pdx_hip_run_t){.src = (uintptr_t)dev + off,
+                                                .dst = (uintptr_t)ring + at, .len = len};
+                if (dir)
+                    for (uint64_t j = 0; j < len; j++)
+                        ring[at + j] = pattern(at + j, 9);
+                longest = PDX_MAX(longest, len);
+                at += len + rng() % 32;
+            }
+            st = pdx_hip_gather_bounded_async(stream, list, n, bounds[b] ? bounds[b] : longest);
+            CHECK(st == PDX_OK, "bounded gather: %s", pdx_status_str(st));
+            CHECK(pdx_hip_event_record(done, stream) == PDX_OK, "event_record");
+            CHECK(wait_event(done, 20000, &polls) == PDX_OK, "bounded gather completes");
+            if (dir)
+                CHECK(hipMemcpy(back, dev, dev_len, hipMemcpyDeviceToHost) == hipSuccess, "D2H");
+            for (uint32_t i = 0; i < n; i++) {
+                const unsigned char *got = dir ? back + (list[i].dst - (uintptr_t)dev)
+                                               : (const unsigned char *)(uintptr_t)list[i].dst;
+                uint64_t from = dir ? list[i].src - (uintptr_t)ring : list[i].src - (uintptr_t)dev;
+
+                for (uint64_t j = 0; j < list[i].len; j++)
+                    bad += got[j] != (dir ? pattern(from + j, 9) : host[from + j]);
+            }
+            CHECK(bad == 0, "bounded gather (%s, bound %llu, longest %llu): %llu bytes differ",
+                  dir ? "ring to GPU" : "GPU to ring",
+                  (unsigned long long)(bounds[b] ? bounds[b] : longest),
+                  (unsigned long long)longest, (unsigned long long)bad);
+            printf("bounded gather, %s, %u runs up to %llu B, bound %llu: %s\n",
+                   dir ? "ring to GPU" : "GPU to ring", n, (unsigned long long)longest,
+                   (unsigned long long)(bounds[b] ? bounds[b] : longest),
+                   bad ? "WRONG" : "byte for byte");
+            if (dir) /* put the source back for the next round */
+                CHECK(hipMemcpy(dev, host, dev_len, hipMemcpyHostToDevice) == hipSuccess, "H2D");
+        }
+    }
+    CHECK(pdx_hip_gather_bounded_async(stream, NULL, 4, 1) == PDX_ERR_INVALID,
+          "bounded gather without a list");
+out:
+    if (stream)
+        hipStreamSynchronize((hipStream_t)stream);
+    pdx_hip_event_destroy(done);
+    pdx_hip_stream_destroy(stream);
+    pdx_hip_host_free(list);
+    pdx_hip_host_free(ring);
+    hipFree(dev);
+    free(back);
+    free(host);
 }
 
 /* ------------------------------------------------------------ (f) IPC */
@@ -469,6 +566,7 @@ int main(int argc, char **argv)
         return gpu_check_summary();
     CHECK(pdx_hip_set_device(0) == PDX_OK, "set_device(0)");
     test_gather();
+    test_gather_bounded();
     test_ipc_same_process();
     test_ipc_two_processes();
     return gpu_check_summary();

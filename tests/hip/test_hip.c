@@ -399,6 +399,13 @@ Test(hip, gather_without_gpu)
     else
         cr_expect_eq(st, PDX_ERR_UNSUPPORTED, "no kernel in this build: %s", pdx_status_str(st));
     cr_expect_eq(pdx_log_error_count(), errors + 1, "said once why");
+    errors = pdx_log_error_count();
+    st = pdx_hip_gather_bounded_async(NULL, runs, 2, 16);
+    if (pdx_hip_gather_supported())
+        cr_expect_eq(st, NO_GPU_STATUS, "%s", pdx_status_str(st));
+    else
+        cr_expect_eq(st, PDX_ERR_UNSUPPORTED, "no kernel in this build: %s", pdx_status_str(st));
+    cr_expect_eq(pdx_log_error_count(), errors + 1, "said once why");
 #if defined(PDX_HIP_PLATFORM_AMD)
     cr_log_info("gather kernel in this build: %s", pdx_hip_gather_supported() ? "yes" : "no");
 #elif defined(PDX_HIP_PLATFORM_NONE)
@@ -407,6 +414,7 @@ Test(hip, gather_without_gpu)
 #if !defined(PDX_HIP_PLATFORM_NONE)
     cr_expect_eq(pdx_hip_gather_async(NULL, NULL, 2), PDX_ERR_INVALID);
     cr_expect_eq(pdx_hip_gather_async(NULL, runs, 0), PDX_ERR_INVALID);
+    cr_expect_eq(pdx_hip_gather_bounded_async(NULL, NULL, 2, 16), PDX_ERR_INVALID);
     cr_expect_eq(pdx_hip_copy_runs_async(NULL, runs, 0), PDX_ERR_INVALID);
     cr_expect_eq(pdx_hip_runs_upload_async(NULL, NULL, runs, 2), PDX_ERR_INVALID);
     cr_expect_eq(pdx_hip_event_record(NULL, NULL), PDX_ERR_INVALID);
