@@ -13,7 +13,13 @@
 
 #include "pdx_hip.h"
 
+#include <stddef.h>
+
 static _Atomic(const pdx_tcp_copier_t *) installed;
+
+_Static_assert(sizeof(pdx_tcp_run_t) == sizeof(pdx_hip_run_t) &&
+                   offsetof(pdx_tcp_run_t, len) == offsetof(pdx_hip_run_t, len),
+               "tcp's runs are hip's gather runs");
 
 static _Thread_local int bound_device = -1; /* the progress thread's, once bound */
 
@@ -129,8 +135,7 @@ static void hip_event_destroy(int device, void *event)
 }
 
 /* Progress thread only: binds it to the staging GPU on its first copy. */
-static pdx_status_t hip_copy_async(int device, void *stream, pdx_tcp_copy_dir_t dir, void *dst,
-                                   const void *src, size_t len, void *done)
+static pdx_status_t bind_thread(int device)
 {
     if (PDX_UNLIKELY(bound_device != device)) {
         pdx_status_t st = pdx_hip_set_device(device);
@@ -139,8 +144,45 @@ static pdx_status_t hip_copy_async(int device, void *stream, pdx_tcp_copy_dir_t 
             return st;
         bound_device = device;
     }
-    return pdx_hip_copy_async(stream, dir == PDX_TCP_COPY_H2D ? PDX_HIP_H2D : PDX_HIP_D2H, dst,
-                              src, len, done);
+    return PDX_OK;
+}
+
+static pdx_hip_copy_dir_t hip_dir(pdx_tcp_copy_dir_t dir)
+{
+    return dir == PDX_TCP_COPY_H2D ? PDX_HIP_H2D : PDX_HIP_D2H;
+}
+
+static pdx_status_t hip_copy_async(int device, void *stream, pdx_tcp_copy_dir_t dir, void *dst,
+                                   const void *src, size_t len, void *done)
+{
+    pdx_status_t st = bind_thread(device);
+
+    if (st != PDX_OK)
+        return st;
+    return pdx_hip_copy_async(stream, hip_dir(dir), dst, src, len, done);
+}
+
+/* One gather kernel that reads the list where it is (pinned staging is
+ * mapped, runs and ring alike), with a grid for runs of their length; a
+ * copy per run in builds without the kernel. */
+static pdx_status_t hip_copy_runs_async(int device, void *stream, pdx_tcp_copy_dir_t dir,
+                                        const pdx_tcp_run_t *runs, uint32_t nruns, void *done)
+{
+    pdx_status_t st = bind_thread(device);
+    uint64_t longest = 0;
+
+    if (st == PDX_OK && pdx_hip_gather_supported()) {
+        for (uint32_t i = 0; i < nruns; i++)
+            longest = PDX_MAX(longest, runs[i].len);
+        st = pdx_hip_gather_bounded_async(stream, (const pdx_hip_run_t *)runs, nruns, longest);
+    } else {
+        for (uint32_t i = 0; i < nruns && st == PDX_OK; i++)
+            st = pdx_hip_copy_async(stream, hip_dir(dir), (void *)(uintptr_t)runs[i].dst,
+                                    (const void *)(uintptr_t)runs[i].src, runs[i].len, NULL);
+    }
+    if (st == PDX_OK)
+        st = pdx_hip_event_record(done, stream);
+    return st;
 }
 
 static pdx_status_t hip_query(int device, void *done)
@@ -157,6 +199,21 @@ static pdx_status_t hip_query(int device, void *done)
     return st;
 }
 
+/* Where the staging's streams are made: the kernel loaded before any copy. */
+static pdx_status_t hip_runs_prepare(int device)
+{
+    int old;
+    pdx_status_t st;
+
+    if (!pdx_hip_gather_supported())
+        return PDX_OK; /* a copy per run: nothing to load */
+    st = enter(device, &old);
+    if (st == PDX_OK)
+        st = pdx_hip_gather_prepare();
+    leave(old);
+    return st;
+}
+
 const pdx_tcp_copier_t tcp_hip_copier = {
     .name           = "hip",
     .device_of      = hip_device_of,
@@ -169,4 +226,6 @@ const pdx_tcp_copier_t tcp_hip_copier = {
     .copy_async     = hip_copy_async,
     .query          = hip_query,
     .last_error     = pdx_hip_last_error,
+    .copy_runs_async = hip_copy_runs_async,
+    .runs_prepare   = hip_runs_prepare,
 };

@@ -458,7 +458,8 @@ static ssize_t rx_read(tcp_ep_t *ep)
     return n;
 }
 
-void tcp_rx_progress(tcp_ep_t *ep)
+/* Read and place what the socket has, within the budget. */
+static void rx_pass(tcp_ep_t *ep)
 {
     size_t budget = TCP_RX_BUDGET;
 
@@ -511,6 +512,13 @@ void tcp_rx_progress(tcp_ep_t *ep)
                          strerror(errno));
         return;
     }
+}
+
+void tcp_rx_progress(tcp_ep_t *ep)
+{
+    rx_pass(ep);
+    if (PDX_UNLIKELY(ep->stage != NULL))
+        tcp_stage_rx_flush(ep); /* the pieces the pass filled, as one batch */
     if (ep->state == TCP_EP_UP)
         rx_ack(ep);
 }

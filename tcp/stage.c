@@ -21,8 +21,20 @@
  * ring as they finish; a piece is freed once the socket took it. No ring
  * space or piece: staging waits for sends to free some.
  *
+ * Batches: the copies a pass of the progress thread queues (the sender's
+ * WRITEs, the pieces one receive pass filled) are issued together at the
+ * end of the pass, as one copy_runs_async (one kernel) with one event, the
+ * last piece's: issuing a copy and an event costs the thread microseconds,
+ * a small WRITE's whole budget. A piece of TCP_BATCH_PIECE_MAX bytes or
+ * more goes alone to the copy engine, which moves it faster than a kernel;
+ * so does a batch of one, and every piece when the copier has no batches.
+ * A piece whose destination overlaps one queued starts the next batch (the
+ * runs of a batch are copied at once, in no order). The copier makes its batch
+ * copies ready (runs_prepare) with the streams, on the registering thread:
+ * the first batch must not wait for a GPU that waits for it.
+ *
  * Receiver: the payload of a WRITE into GPU memory is read into ring
- * pieces; a full piece starts its host-to-device copy. The frame counts as
+ * pieces; a full piece queues its host-to-device copy. The frame counts as
  * placed once its last piece finished (pieces finish in order), and only
  * frames before the first unplaced one are acknowledged: later frames wait
  * in ep->stage->rec (a SEND's receive completion, an ERR) and retire in
@@ -49,6 +61,7 @@
 
 #define TCP_COPY_SPIN_NS 1000000u /* poll copies without sleeping this long after one finished */
 #define TCP_DRAIN_POLL_NS 100000u
+#define TCP_BATCH_PIECE_MAX (256u << 10) /* larger pieces are copied alone */
 
 /* Staging a copy may still use when it cannot be waited for: never freed. */
 static pthread_mutex_t kept_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -89,6 +102,10 @@ pdx_status_t tcp_staging_init(tcp_tp_t *tp, const void *base, size_t len)
         pthread_mutex_unlock(&tp->stage_lock);
         return unreachable(st);
     }
+    tp->batch = c->copy_runs_async && (!c->runs_prepare || c->runs_prepare(device) == PDX_OK);
+    if (c->copy_runs_async && !tp->batch)
+        pdx_warn("tcp: %s: GPU copies go piece by piece, not in batches: %s", tp->name,
+                 c->last_error());
     tp->device = device;
     tp->stream[PDX_TCP_COPY_H2D] = stream[PDX_TCP_COPY_H2D];
     tp->stream[PDX_TCP_COPY_D2H] = stream[PDX_TCP_COPY_D2H];
@@ -127,6 +144,8 @@ static void stage_free(tcp_tp_t *tp, tcp_stage_t *s)
     }
     if (s->mem)
         c->host_free(tp->device, s->mem);
+    if (s->runs_mem)
+        c->host_free(tp->device, s->runs_mem);
     free(s);
 }
 
@@ -153,6 +172,15 @@ pdx_status_t tcp_stage_create(tcp_tp_t *tp, tcp_stage_t **stage_p)
     s->mem = mem;
     ring_init(&s->tx, s->mem, half);
     ring_init(&s->rx, s->mem + half, half);
+    if (tp->batch) {
+        size_t runs = TCP_STAGE_PIECES * sizeof(pdx_tcp_run_t);
+
+        st = c->host_alloc(tp->device, 2 * runs, &s->runs_mem);
+        if (st != PDX_OK)
+            goto err_free;
+        s->tx.runs = s->runs_mem;
+        s->rx.runs = s->tx.runs + TCP_STAGE_PIECES;
+    }
     for (uint32_t i = 0; i < TCP_STAGE_PIECES && st == PDX_OK; i++) {
         st = c->event_create(tp->device, &s->tx.piece[i].done);
         if (st == PDX_OK)
@@ -164,8 +192,8 @@ pdx_status_t tcp_stage_create(tcp_tp_t *tp, tcp_stage_t **stage_p)
     return PDX_OK;
 
 err_free:
-    pdx_error("tcp: %s: no staging for GPU memory (%llu pinned bytes, %u events): %s", tp->name,
-              (unsigned long long)(2 * half), 2 * TCP_STAGE_PIECES, c->last_error());
+    pdx_error("tcp: %s: no staging for GPU memory (%llu pinned bytes, %u events, run lists): %s",
+              tp->name, (unsigned long long)(2 * half), 2 * TCP_STAGE_PIECES, c->last_error());
     stage_free(tp, s);
     return st == PDX_ERR_NOMEM ? st : PDX_ERR_IO;
 }
@@ -185,7 +213,7 @@ static bool stage_drain(tcp_tp_t *tp, tcp_stage_t *s)
              * copy, or no way to ask) may leave the DMA running, and the
              * staging is kept (the drain's deadline reports it) rather than
              * freed under it. */
-            if (!p->copying || tp->copier->query(tp->device, p->done) != PDX_OK)
+            if (!p->copying || tp->copier->query(tp->device, p->ends) != PDX_OK)
                 continue;
             p->copying = false;
             tcp_mr_unref(p->mr, 1);
@@ -358,30 +386,122 @@ static void ring_drop(tcp_ring_t *r, tcp_piece_t *p)
     r->p_tail++;
 }
 
-static pdx_status_t issue(tcp_ep_t *ep, tcp_piece_t *p, pdx_tcp_copy_dir_t dir, void *dst,
-                          const void *src)
+static const char *dir_name(pdx_tcp_copy_dir_t dir)
 {
-    tcp_tp_t *tp = ep->tp;
-    pdx_status_t st;
+    return dir == PDX_TCP_COPY_H2D ? "host-to-device" : "device-to-host";
+}
 
-    st = tp->copier->copy_async(tp->device, tp->stream[dir], dir, dst, src, p->len, p->done);
-    if (PDX_UNLIKELY(st != PDX_OK)) {
-        ep->stage->lost = true; /* its ring is never reused: the ep fails */
-        tcp_ep_set_error(ep, st < 0 ? st : PDX_ERR_IO, true,
-                         "%s copy of %u bytes for a WRITE %s peer %s could not start: %s",
-                         dir == PDX_TCP_COPY_H2D ? "host-to-device" : "device-to-host", p->len,
-                         dir == PDX_TCP_COPY_H2D ? "from" : "to", ep->peer,
-                         tp->copier->last_error());
-        return st;
-    }
+static const char *dir_peer(pdx_tcp_copy_dir_t dir)
+{
+    return dir == PDX_TCP_COPY_H2D ? "from" : "to";
+}
+
+/* From here until its copy is seen finished, p holds its region and its
+ * ring space. */
+static void start(tcp_stage_t *s, tcp_piece_t *p)
+{
     atomic_fetch_add_explicit(&p->mr->refs, 1, memory_order_relaxed);
     p->copying = true;
-    ep->stage->ncopying++;
+    s->ncopying++;
+}
+
+static void unstart(tcp_stage_t *s, tcp_piece_t *p)
+{
+    p->copying = false;
+    tcp_mr_unref(p->mr, 1);
+    s->ncopying--;
+}
+
+/* Pieces [first, first + n) of r failed to start: the ep fails and its
+ * staging is never reused (a copy may have been enqueued all the same). */
+static void refused(tcp_ep_t *ep, tcp_ring_t *r, pdx_tcp_copy_dir_t dir, uint32_t first,
+                    uint32_t n, pdx_status_t st)
+{
+    uint64_t bytes = 0;
+
+    for (uint32_t i = first; i < first + n; i++) {
+        bytes += r->piece[i].len;
+        unstart(ep->stage, &r->piece[i]);
+    }
+    ep->stage->lost = true;
+    tcp_ep_set_error(ep, st < 0 ? st : PDX_ERR_IO, true,
+                     "%s copy of %llu bytes (%u piece%s) for WRITEs %s peer %s could not start: "
+                     "%s", dir_name(dir), (unsigned long long)bytes, n, n == 1 ? "" : "s",
+                     dir_peer(dir), ep->peer, ep->tp->copier->last_error());
+}
+
+/* Issue the copies queued on r: one alone, several as one batch. */
+static pdx_status_t flush(tcp_ep_t *ep, tcp_ring_t *r, pdx_tcp_copy_dir_t dir)
+{
+    tcp_tp_t *tp = ep->tp;
+    uint32_t first = r->q_first, n = r->q_n;
+    const pdx_tcp_run_t *run = &r->runs[first];
+    void *done;
+    pdx_status_t st;
+
+    if (n == 0)
+        return PDX_OK;
+    r->q_n = 0;
+    done = r->piece[first + n - 1].done;
+    for (uint32_t i = first; i < first + n; i++)
+        r->piece[i].ends = done;
+    if (n == 1)
+        st = tp->copier->copy_async(tp->device, tp->stream[dir], dir, (void *)(uintptr_t)run->dst,
+                                    (const void *)(uintptr_t)run->src, run->len, done);
+    else
+        st = tp->copier->copy_runs_async(tp->device, tp->stream[dir], dir, run, n, done);
+    if (PDX_UNLIKELY(st != PDX_OK)) {
+        refused(ep, r, dir, first, n, st);
+        return st;
+    }
     track(ep);
     return PDX_OK;
 }
 
-void tcp_stage_tx(tcp_ep_t *ep)
+/* Whether [dst, dst + len) overlaps a destination queued on r: copies of a
+ * batch run at once, so a later WRITE to the same bytes waits for the next. */
+static bool overlaps(const tcp_ring_t *r, uint64_t dst, uint64_t len)
+{
+    for (uint32_t i = r->q_first; i < r->q_first + r->q_n; i++)
+        if (dst < r->runs[i].dst + r->runs[i].len && r->runs[i].dst < dst + len)
+            return true;
+    return false;
+}
+
+/* Copy p's bytes from src to dst: queued for the pass's batch, or issued
+ * now when it goes alone. */
+static pdx_status_t queue(tcp_ep_t *ep, tcp_ring_t *r, pdx_tcp_copy_dir_t dir, tcp_piece_t *p,
+                          void *dst, const void *src)
+{
+    tcp_tp_t *tp = ep->tp;
+    uint32_t slot = (uint32_t)(p - r->piece);
+    bool alone = !r->runs || p->len >= TCP_BATCH_PIECE_MAX;
+    pdx_status_t st;
+
+    /* A batch is slots in a row, and copies run in order on the stream. */
+    if (r->q_n && (alone || slot == 0 || overlaps(r, (uintptr_t)dst, p->len)) &&
+        flush(ep, r, dir) != PDX_OK)
+        return PDX_ERR_IO; /* the ep failed */
+    start(ep->stage, p);
+    if (!alone) {
+        if (r->q_n++ == 0)
+            r->q_first = slot;
+        r->runs[slot] = (pdx_tcp_run_t){.src = (uintptr_t)src, .dst = (uintptr_t)dst,
+                                        .len = p->len};
+        return PDX_OK;
+    }
+    p->ends = p->done;
+    st = tp->copier->copy_async(tp->device, tp->stream[dir], dir, dst, src, p->len, p->done);
+    if (PDX_UNLIKELY(st != PDX_OK)) {
+        refused(ep, r, dir, slot, 1, st);
+        return st;
+    }
+    track(ep);
+    return PDX_OK;
+}
+
+/* Queue the device-to-host copies of WRITEs posted since the last pass. */
+static void stage_tx(tcp_ep_t *ep)
 {
     if (ep->st_wr < ep->sq_sent) {
         ep->st_wr = ep->sq_sent; /* host WRs went out past the cursor */
@@ -404,11 +524,24 @@ void tcp_stage_tx(tcp_ep_t *ep)
             p->seq = ep->st_wr;
             p->off = ep->st_off;
             p->mr = w->mr;
-            if (issue(ep, p, PDX_TCP_COPY_D2H, p->buf, w->src + ep->st_off) != PDX_OK)
+            if (queue(ep, &s->tx, PDX_TCP_COPY_D2H, p, p->buf, w->src + ep->st_off) != PDX_OK)
                 return;
             ep->st_off += p->len;
         }
     }
+}
+
+void tcp_stage_tx(tcp_ep_t *ep)
+{
+    stage_tx(ep);
+    if (ep->stage && ep->stage->tx.q_n)
+        flush(ep, &ep->stage->tx, PDX_TCP_COPY_D2H);
+}
+
+void tcp_stage_rx_flush(tcp_ep_t *ep)
+{
+    if (ep->stage && ep->stage->rx.q_n)
+        flush(ep, &ep->stage->rx, PDX_TCP_COPY_H2D);
 }
 
 void tcp_stage_tx_sent(tcp_ep_t *ep)
@@ -476,7 +609,7 @@ void tcp_stage_rx_fill(tcp_ep_t *ep, tcp_piece_t *p, uint32_t n)
     if (p->fill < p->len)
         return;
     p->last = ep->rx_left == 0;
-    issue(ep, p, PDX_TCP_COPY_H2D, p->dev, p->buf);
+    queue(ep, &ep->stage->rx, PDX_TCP_COPY_H2D, p, p->dev, p->buf);
 }
 
 void tcp_stage_rx_reset(tcp_ep_t *ep)
@@ -519,19 +652,31 @@ static void finished(tcp_ep_t *ep, tcp_piece_t *p)
     ep->copy_ns = pdx_now_ns();
 }
 
+/* Whether p's copy ended (PDX_INPROGRESS: not yet); the pieces of a batch
+ * share one event, asked once a poll (*ev_p, *st_p: the last answer). */
+static pdx_status_t ended(tcp_tp_t *tp, const tcp_piece_t *p, void **ev_p, pdx_status_t *st_p)
+{
+    if (p->ends != *ev_p) {
+        *ev_p = p->ends;
+        *st_p = tp->copier->query(tp->device, p->ends);
+    }
+    return *st_p;
+}
+
 static bool poll_ep(tcp_ep_t *ep)
 {
     tcp_tp_t *tp = ep->tp;
     tcp_stage_t *s = ep->stage;
     bool tx_more = false, rx_more = false;
-    pdx_status_t st;
+    void *ev = NULL;
+    pdx_status_t ev_st = PDX_OK, st;
 
     while (s->tx.p_done < s->tx.p_head) {
         tcp_piece_t *p = &s->tx.piece[s->tx.p_done % TCP_STAGE_PIECES];
 
         if (!p->copying) /* failed to start: the ep failed with it */
             break;
-        st = tp->copier->query(tp->device, p->done);
+        st = ended(tp, p, &ev, &ev_st);
         if (st == PDX_INPROGRESS)
             break;
         finished(ep, p);
@@ -545,7 +690,7 @@ static bool poll_ep(tcp_ep_t *ep)
 
         if (!p->copying) /* the open piece */
             break;
-        st = tp->copier->query(tp->device, p->done);
+        st = ended(tp, p, &ev, &ev_st);
         if (st == PDX_INPROGRESS)
             break;
         finished(ep, p);

@@ -9,6 +9,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 /*
  * Hold (paused = true) or release the receive side of every endpoint of tp:
@@ -26,6 +27,14 @@ typedef enum pdx_tcp_copy_dir {
     PDX_TCP_COPY_D2H = 1, /* GPU region -> staging (sender) */
 } pdx_tcp_copy_dir_t;
 
+/* One copy of a batch: len bytes from src to dst (the layout hip/'s gather
+ * kernel reads). */
+typedef struct pdx_tcp_run {
+    uint64_t src;
+    uint64_t dst;
+    uint64_t len;
+} pdx_tcp_run_t;
+
 /*
  * How tcp reaches GPU memory (regions registered with PDX_TP_ACCESS_DEVICE):
  * through pinned staging buffers and asynchronous copies (tcp/stage.c). The
@@ -39,7 +48,8 @@ typedef enum pdx_tcp_copy_dir {
  * query on the progress thread and, while an endpoint is destroyed, on the
  * destroying thread; the *_free/_destroy calls on threads that destroy an
  * endpoint or close the tp, once no copy uses the object. Every call names
- * the GPU the staging serves (device_of's answer).
+ * the GPU the staging serves (device_of's answer). copy_runs_async runs
+ * where copy_async does.
  */
 typedef struct pdx_tcp_copier {
     const char *name;
@@ -65,6 +75,19 @@ typedef struct pdx_tcp_copier {
     pdx_status_t (*query)(int device, void *done);
     /* The calling thread's last error as text, for endpoint messages. */
     const char  *(*last_error)(void);
+    /* Optional (NULL: one copy_async per piece). Enqueue the copies of
+     * runs[0, nruns) on stream as one operation, not one copy each, and
+     * record done after them. runs is in memory from host_alloc and does
+     * not change until done completed; no two runs write the same bytes.
+     * Errors as copy_async. */
+    pdx_status_t (*copy_runs_async)(int device, void *stream, pdx_tcp_copy_dir_t dir,
+                                    const pdx_tcp_run_t *runs, uint32_t nruns, void *done);
+    /* Optional, with copy_runs_async: make it ready on device (load what it
+     * launches), where stream_create runs. Done on first use instead, it
+     * could wait for the GPU's other work, and that may be a stream waiting
+     * for a word the host raises once this very copy finished. An error:
+     * this tp copies piece by piece. */
+    pdx_status_t (*runs_prepare)(int device);
 } pdx_tcp_copier_t;
 
 /*

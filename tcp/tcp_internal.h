@@ -172,7 +172,9 @@ void tcp_cq_ack(pdx_tp_cq_t *cq);
 
 /* One copy between a staging ring and GPU memory. */
 typedef struct tcp_piece {
-    void     *done;      /* the copy's event, made with the stage */
+    void     *done;      /* an event made with the stage, recorded after its copy */
+    void     *ends;      /* the event that tells its copy ended: done, or the
+                          * done of the last piece of its batch */
     tcp_mr_t *mr;        /* the GPU region it reads (tx) or writes (rx): one reference */
     uint8_t  *buf;       /* its bytes in the ring */
     uint8_t  *dev;       /* rx: where they go in GPU memory */
@@ -180,20 +182,25 @@ typedef struct tcp_piece {
     uint64_t  off;       /* tx: offset in the WRITE's payload */
     uint32_t  len;
     uint32_t  fill;      /* rx: bytes read into it so far */
-    bool      copying;   /* issued, not yet seen finished */
+    bool      copying;   /* queued or issued, not yet seen finished */
     bool      last;      /* rx: its frame's last piece */
 } tcp_piece_t;
 
 /* A byte ring and its pieces, both freed in the order they were taken.
  * tx: pieces [p_tail, p_done) are copied and wait to be sent, [p_done,
  * p_head) are copying. rx: pieces [p_tail, p_head) are copying, but the
- * newest, while it is still being read into (open). */
+ * newest, while it is still being read into (open). Pieces are copied in
+ * batches: slots [q_first, q_first + q_n) are queued, their runs in
+ * runs[] at the same slots, issued together at the end of the pass that
+ * queued them (stage.c). */
 typedef struct tcp_ring {
-    uint8_t    *buf;
-    uint64_t    size;
-    uint64_t    head, tail;     /* bytes [tail, head) are taken */
-    uint64_t    p_head, p_done, p_tail;
-    tcp_piece_t piece[TCP_STAGE_PIECES];
+    uint8_t       *buf;
+    uint64_t       size;
+    uint64_t       head, tail;     /* bytes [tail, head) are taken */
+    uint64_t       p_head, p_done, p_tail;
+    pdx_tcp_run_t *runs;           /* pinned, by slot; NULL: a copy per piece */
+    uint32_t       q_first, q_n;
+    tcp_piece_t    piece[TCP_STAGE_PIECES];
 } tcp_ring_t;
 
 typedef enum tcp_rec_kind {
@@ -215,6 +222,7 @@ typedef struct tcp_rec {
 /* An ep's staging: half of tp->stage_bytes for each direction. */
 struct tcp_stage {
     uint8_t     *mem;        /* pinned */
+    void        *runs_mem;   /* pinned: both rings' runs */
     uint32_t     piece_max;
     uint32_t     ncopying;   /* pieces issued and not seen finished */
     bool         lost;       /* a copy failed to start: it may run still, unseen */
@@ -462,12 +470,15 @@ void tcp_stage_reap(tcp_tp_t *tp, bool wait);
 /* Progress thread: */
 /* Issue device-to-host copies for WRITEs from GPU memory posted on ep. */
 void tcp_stage_tx(tcp_ep_t *ep);
+/* Issue the host-to-device copies of the pieces the receive pass filled. */
+void tcp_stage_rx_flush(tcp_ep_t *ep);
 /* Free tx pieces the socket took. */
 void tcp_stage_tx_sent(tcp_ep_t *ep);
 /* The piece the next payload bytes of a WRITE into GPU memory go to; NULL
  * (rx_stalled set) while staging is full, or when the ep failed. */
 tcp_piece_t *tcp_stage_rx_open(tcp_ep_t *ep);
-/* n bytes were read into p: once it is full, its host-to-device copy starts. */
+/* n bytes were read into p: once it is full, its host-to-device copy is
+ * queued (tcp_stage_rx_flush issues it). */
 void tcp_stage_rx_fill(tcp_ep_t *ep, tcp_piece_t *p, uint32_t n);
 /* The ep failed: drop what no copy uses (copies keep their pieces). */
 void tcp_stage_tx_reset(tcp_ep_t *ep);
@@ -536,6 +547,7 @@ struct tcp_tp {
     pthread_mutex_t   stage_lock;
     _Atomic bool      staging;        /* a GPU region was registered: device, stream set */
     int               device;
+    bool              batch;          /* the copier copies runs in batches (set with staging) */
     void             *stream[2];      /* by pdx_tcp_copy_dir_t */
     tcp_stage_t      *orphans;        /* of destroyed eps, copies still running */
 

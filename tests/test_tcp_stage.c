@@ -211,6 +211,95 @@ Test(tcp_stage, random_writes_land_byte_exact)
     fx_gpu_stop(0);
 }
 
+/* Writes posted at once, of 4 KiB but for the large ones (lens[i] != 0);
+ * the receiver held until they are in its socket, so that one pass of each
+ * side sees most of them. The last two hit the same destination. Returns the
+ * copier's counts. */
+typedef enum copier_kind { BATCHES, ONE_BY_ONE, PREPARE_FAILS } copier_kind_t;
+
+static fx_gpu_stats_t posted_at_once(int n, const uint64_t *lens, copier_kind_t kind)
+{
+    pdx_tp_write_t w[32];
+    pdx_tp_wc_t wc[1];
+    fx_gpu_stats_t stats;
+    uint8_t *expect;
+    uint64_t off = 0;
+    rig_t r;
+
+    cr_assert_leq(n, 32);
+    fx_gpu_start(0, 100);
+    if (kind == ONE_BY_ONE)
+        fx_gpu_one_by_one();
+    else if (kind == PREPARE_FAILS)
+        fx_gpu_prepare_fails();
+    /* 16 MiB of staging: pieces of 1 MiB, so no write is cut */
+    rig_open(&r, 8u << 20, &(rig_opts_t){.staging = 16u << 20, .sq = 64});
+    expect = calloc(1, r.len);
+    for (int i = 0; i < n; i++) {
+        uint64_t len = lens && lens[i] ? lens[i] : 4096;
+        uint64_t doff = i == n - 1 ? off - len : off; /* the last overwrites the one before */
+
+        w[i] = wr_make(&r, (uint64_t)i, off + 4096, len, doff, i == n - 1);
+        memcpy(expect + doff, r.src_sh + off + 4096, len);
+        off += len;
+    }
+    pdx_tcp_pause(r.tp[1], true);
+    cr_assert_eq(ops->post_write(r.ep[0], w, (uint32_t)n), PDX_OK);
+    fx_nap_ms(100);
+    pdx_tcp_pause(r.tp[1], false);
+    cr_assert_eq(wait_wc(r.cq[0], wc, 1, WAIT_MS), 1);
+    fx_expect_wc(&wc[0], (uint64_t)n - 1, PDX_OK, PDX_TP_OP_WRITE);
+    cr_assert_eq(memcmp(r.dst_sh, expect, r.len), 0, "destination differs from in-order result");
+    fx_gpu_stats(&stats);
+    cr_assert_eq(stats.issued[PDX_TCP_COPY_D2H], (uint64_t)n);
+    cr_assert_eq(stats.issued[PDX_TCP_COPY_H2D], (uint64_t)n);
+    free(expect);
+    rig_close(&r, kind == PREPARE_FAILS); /* its warning */
+    fx_gpu_stop(0);
+    return stats;
+}
+
+Test(tcp_stage, small_writes_are_copied_in_batches)
+{
+    fx_gpu_stats_t st = posted_at_once(32, NULL, BATCHES);
+
+    cr_assert_eq(st.prepared, 2, "one runs_prepare per tp");
+    /* the sender's pass saw all 32 */
+    cr_assert_eq(st.batches[PDX_TCP_COPY_D2H], 1, "%llu batches",
+                 (unsigned long long)st.batches[PDX_TCP_COPY_D2H]);
+    /* the receiver's passes took what its socket had: at least one batch of
+     * several (the overwrite goes after it, alone or in the next) */
+    cr_assert_geq(st.batches[PDX_TCP_COPY_H2D], 1);
+    cr_assert_lt(st.batches[PDX_TCP_COPY_H2D], 32);
+}
+
+Test(tcp_stage, large_writes_are_copied_alone)
+{
+    static const uint64_t lens[7] = {0, 0, 300u << 10, 0, 0, 256u << 10, 0};
+    fx_gpu_stats_t st = posted_at_once(7, lens, BATCHES);
+
+    /* 4 KiB, 4 KiB | 300 KiB | 4 KiB, 4 KiB | 256 KiB | 4 KiB, which overwrites:
+     * two batches and three copies alone */
+    cr_assert_eq(st.batches[PDX_TCP_COPY_D2H], 2, "%llu batches",
+                 (unsigned long long)st.batches[PDX_TCP_COPY_D2H]);
+    cr_assert_leq(st.batches[PDX_TCP_COPY_H2D], 2);
+}
+
+Test(tcp_stage, a_copier_without_batches_copies_piece_by_piece)
+{
+    fx_gpu_stats_t st = posted_at_once(32, NULL, ONE_BY_ONE);
+
+    cr_assert_eq(st.batches[PDX_TCP_COPY_D2H] + st.batches[PDX_TCP_COPY_H2D], 0);
+}
+
+Test(tcp_stage, a_batch_copier_that_cannot_prepare_copies_piece_by_piece)
+{
+    fx_gpu_stats_t st = posted_at_once(32, NULL, PREPARE_FAILS);
+
+    cr_assert_eq(st.prepared, 2);
+    cr_assert_eq(st.batches[PDX_TCP_COPY_D2H] + st.batches[PDX_TCP_COPY_H2D], 0);
+}
+
 Test(tcp_stage, eps_made_after_the_first_gpu_region)
 {
     pdx_tp_write_t w;
@@ -526,7 +615,7 @@ Test(tcp_stage, copy_that_cannot_start_fails_the_ep)
     cr_assert(strstr(ops->ep_error(r.ep[0]), "could not start") &&
               strstr(ops->ep_error(r.ep[0]), "injected refusal"), "%s", ops->ep_error(r.ep[0]));
     rig_close(&r, true);
-    fx_gpu_stop(1); /* the copy might run still: its staging is never freed */
+    fx_gpu_stop(2); /* the copy might run still: its staging and run lists are never freed */
 }
 
 Test(tcp_stage, ep_fail_and_destroy_with_copies_in_flight)

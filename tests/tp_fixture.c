@@ -141,6 +141,7 @@ enum { FK_IDLE = 0, FK_PENDING, FK_DONE, FK_FAILED };
 
 typedef struct fk_event {
     _Atomic int state;
+    bool        bad;       /* a run of its batch failed (under fk.lock) */
 } fk_event_t;
 
 typedef struct fk_copy {
@@ -152,6 +153,11 @@ typedef struct fk_copy {
     fk_event_t *ev;
     uint64_t    due_ns;
     bool        fail;
+    bool        ends;      /* its event completes with it (a batch's last run) */
+    /* A run of a batch: its entry in the list, read when it starts (as a
+     * kernel would), and what the entry held when it was issued. */
+    const pdx_tcp_run_t *run;
+    pdx_tcp_run_t        raw;
 } fk_copy_t;
 
 typedef struct fk_done {
@@ -177,6 +183,9 @@ static struct {
     uint64_t        fail_nth[2];       /* fail this copy of a direction (1-based), 0: none */
     uint64_t        refuse_nth[2];     /* copy_async refuses it */
     uint64_t        issued[2], finished[2];
+    uint64_t        batches[2];        /* copy_runs_async calls */
+    bool            prepare_fails;
+    uint32_t        prepared;          /* runs_prepare calls */
     uint64_t        inflight[2], max_inflight[2]; /* bytes */
     fk_done_t       log[FK_LOG];       /* H2D copies finished, in order */
     uint32_t        nlog;
@@ -225,8 +234,11 @@ static bool fk_in_use(const void *p, size_t len)
     for (uint64_t i = fk.head; i < fk.tail; i++) {
         const fk_copy_t *c = &fk.q[i % FK_QUEUE];
         const uint8_t *h = c->dir == PDX_TCP_COPY_H2D ? c->src : c->dst;
+        const uint8_t *run = (const uint8_t *)c->run;
 
         if (h < b + len && b < h + c->len)
+            return true;
+        if (run && run < b + len && b < run + sizeof(c->raw))
             return true;
     }
     return false;
@@ -253,6 +265,8 @@ static void *fk_main(void *arg)
             pthread_cond_timedwait(&fk.cond, &fk.lock, &ts);
             continue;
         }
+        if (c.run && memcmp(c.run, &c.raw, sizeof(c.raw)))
+            fk_violation("a run list changed before its copies finished");
         pthread_mutex_unlock(&fk.lock);
         if (!c.fail)
             memcpy(c.dst, c.src, c.len);
@@ -262,8 +276,11 @@ static void *fk_main(void *arg)
         fk.inflight[c.dir] -= c.len;
         if (c.dir == PDX_TCP_COPY_H2D && !c.fail && fk.nlog < FK_LOG)
             fk.log[fk.nlog++] = (fk_done_t){.dev = c.dev, .len = c.len};
-        state = c.fail ? FK_FAILED : FK_DONE;
-        atomic_store_explicit(&c.ev->state, state, memory_order_release);
+        c.ev->bad |= c.fail;
+        if (c.ends) {
+            state = c.ev->bad ? FK_FAILED : FK_DONE;
+            atomic_store_explicit(&c.ev->state, state, memory_order_release);
+        }
         pthread_cond_broadcast(&fk.cond);
     }
     pthread_mutex_unlock(&fk.lock);
@@ -314,13 +331,27 @@ static void fk_host_free(int device, void *ptr)
     for (uint32_t i = 0; i < FK_ALLOCS; i++) {
         if (fk.allocs[i].p == ptr) {
             if (fk_in_use(ptr, fk.allocs[i].len))
-                fk_violation("staging freed while a copy uses it");
+                fk_violation("staging or a run list freed while a copy uses it");
             fk.allocs[i].p = NULL;
             break;
         }
     }
     pthread_mutex_unlock(&fk.lock);
     free(ptr);
+}
+
+/* Whether [p, p + len) lies in one host_alloc'ed buffer (fk.lock held). */
+static bool fk_allocated(const void *p, size_t len)
+{
+    const uint8_t *b = p;
+
+    for (uint32_t i = 0; i < FK_ALLOCS; i++) {
+        const uint8_t *a = fk.allocs[i].p;
+
+        if (a && b >= a && len <= fk.allocs[i].len && (size_t)(b - a) <= fk.allocs[i].len - len)
+            return true;
+    }
+    return false;
 }
 
 static pdx_status_t fk_stream_create(int device, void **stream_p)
@@ -369,34 +400,19 @@ static void fk_event_destroy(int device, void *event)
     free(ev);
 }
 
-static pdx_status_t fk_copy_async(int device, void *stream, pdx_tcp_copy_dir_t dir, void *dst,
-                                  const void *src, size_t len, void *done)
+/* Queue one copy (fk.lock held): the next in line, like a stream. */
+static pdx_status_t fk_enqueue(pdx_tcp_copy_dir_t dir, void *dst, const void *src, size_t len,
+                               fk_event_t *ev, bool ends, uint64_t now)
 {
-    fk_event_t *ev = done;
-    uint64_t now = pdx_now_ns(), due;
     fk_copy_t *c;
+    uint64_t due;
 
-    (void)stream;
-    pthread_mutex_lock(&fk.lock);
-    if (device != 3)
-        fk_violation("copy on another device");
-    if (atomic_load(&ev->state) == FK_PENDING)
-        fk_violation("event reused while its copy runs");
-    if (fk.refuse_nth[dir] && fk.issued[dir] + 1 == fk.refuse_nth[dir]) {
-        fk.issued[dir]++;
-        pthread_mutex_unlock(&fk.lock);
-        snprintf(fk_err, sizeof(fk_err), "injected refusal to start a copy");
-        return PDX_ERR_IO;
-    }
     if (fk.tail - fk.head == FK_QUEUE) {
         fk_violation("more copies in flight than the fake queue holds");
-        pthread_mutex_unlock(&fk.lock);
         return PDX_ERR_IO;
     }
     c = &fk.q[fk.tail % FK_QUEUE];
-    c->dir = dir;
-    c->len = len;
-    c->ev = ev;
+    *c = (fk_copy_t){.dir = dir, .len = len, .ev = ev, .ends = ends};
     c->fail = fk.fail_nth[dir] && fk.issued[dir] + 1 == fk.fail_nth[dir];
     if (dir == PDX_TCP_COPY_H2D) {
         c->dev = dst;
@@ -413,7 +429,6 @@ static pdx_status_t fk_copy_async(int device, void *stream, pdx_tcp_copy_dir_t d
     }
     if (!c->dev || !(dir == PDX_TCP_COPY_H2D ? c->dst : c->src)) {
         fk_violation("a copy names no fake device memory");
-        pthread_mutex_unlock(&fk.lock);
         return PDX_ERR_IO;
     }
     due = now + 1000ull * fk_rand(fk.delay_min_us, fk.delay_max_us);
@@ -421,14 +436,94 @@ static pdx_status_t fk_copy_async(int device, void *stream, pdx_tcp_copy_dir_t d
         due += 1000ull * fk.h2d_extra_us;
     fk.last_due = PDX_MAX(fk.last_due, due);
     c->due_ns = fk.last_due; /* in order, like a stream */
-    atomic_store(&ev->state, FK_PENDING);
     fk.tail++;
     fk.issued[dir]++;
     fk.inflight[dir] += len;
     fk.max_inflight[dir] = PDX_MAX(fk.max_inflight[dir], fk.inflight[dir]);
+    return PDX_OK;
+}
+
+/* Whether copies issued+1 .. issued+n of dir include the one to refuse
+ * (fk.lock held); if so they count as issued. */
+static bool fk_refused(pdx_tcp_copy_dir_t dir, uint32_t n)
+{
+    uint64_t nth = fk.refuse_nth[dir];
+
+    if (!nth || nth <= fk.issued[dir] || nth > fk.issued[dir] + n)
+        return false;
+    fk.issued[dir] += n;
+    snprintf(fk_err, sizeof(fk_err), "injected refusal to start a copy");
+    return true;
+}
+
+static pdx_status_t fk_copy_async(int device, void *stream, pdx_tcp_copy_dir_t dir, void *dst,
+                                  const void *src, size_t len, void *done)
+{
+    fk_event_t *ev = done;
+    pdx_status_t st = PDX_ERR_IO;
+
+    (void)stream;
+    pthread_mutex_lock(&fk.lock);
+    if (device != 3)
+        fk_violation("copy on another device");
+    if (atomic_load(&ev->state) == FK_PENDING)
+        fk_violation("event reused while its copy runs");
+    if (!fk_refused(dir, 1)) {
+        ev->bad = false;
+        atomic_store(&ev->state, FK_PENDING);
+        st = fk_enqueue(dir, dst, src, len, ev, true, pdx_now_ns());
+    }
     pthread_cond_broadcast(&fk.cond);
     pthread_mutex_unlock(&fk.lock);
-    return PDX_OK;
+    return st;
+}
+
+static bool fk_overlap(const pdx_tcp_run_t *runs, uint32_t n)
+{
+    for (uint32_t i = 0; i < n; i++)
+        for (uint32_t j = i + 1; j < n; j++)
+            if (runs[i].dst < runs[j].dst + runs[j].len && runs[j].dst < runs[i].dst + runs[i].len)
+                return true;
+    return false;
+}
+
+static pdx_status_t fk_copy_runs_async(int device, void *stream, pdx_tcp_copy_dir_t dir,
+                                       const pdx_tcp_run_t *runs, uint32_t nruns, void *done)
+{
+    fk_event_t *ev = done;
+    pdx_status_t st = PDX_ERR_IO;
+    uint64_t now = pdx_now_ns();
+
+    (void)stream;
+    pthread_mutex_lock(&fk.lock);
+    if (device != 3)
+        fk_violation("copy on another device");
+    if (atomic_load(&ev->state) == FK_PENDING)
+        fk_violation("event reused while its copy runs");
+    if (nruns == 0 || !fk_allocated(runs, nruns * sizeof(*runs)))
+        fk_violation("a run list outside host_alloc'ed memory");
+    else if (fk_overlap(runs, nruns))
+        fk_violation("runs of one batch write the same bytes (copied at once, in no order)");
+    else if (!fk_refused(dir, nruns))
+        st = PDX_OK;
+    if (st == PDX_OK) {
+        ev->bad = false;
+        atomic_store(&ev->state, FK_PENDING);
+        fk.batches[dir]++;
+    }
+    for (uint32_t i = 0; i < nruns && st == PDX_OK; i++) {
+        fk_copy_t *c = &fk.q[fk.tail % FK_QUEUE];
+
+        st = fk_enqueue(dir, (void *)(uintptr_t)runs[i].dst, (const void *)(uintptr_t)runs[i].src,
+                        runs[i].len, ev, i + 1 == nruns, now);
+        if (st != PDX_OK)
+            break; /* a violation: the test fails */
+        c->run = &runs[i];
+        c->raw = runs[i];
+    }
+    pthread_cond_broadcast(&fk.cond);
+    pthread_mutex_unlock(&fk.lock);
+    return st;
 }
 
 static pdx_status_t fk_query(int device, void *done)
@@ -452,8 +547,42 @@ static const char *fk_last_error(void)
     return fk_err;
 }
 
+static pdx_status_t fk_runs_prepare(int device)
+{
+    bool fails;
+
+    pthread_mutex_lock(&fk.lock);
+    if (device != 3)
+        fk_violation("runs_prepare for another device");
+    if (fk.issued[0] + fk.issued[1])
+        fk_violation("runs_prepare after copies started");
+    fk.prepared++;
+    fails = fk.prepare_fails;
+    pthread_mutex_unlock(&fk.lock);
+    if (fails)
+        snprintf(fk_err, sizeof(fk_err), "injected failure to load the batch copier");
+    return fails ? PDX_ERR_IO : PDX_OK;
+}
+
 static const pdx_tcp_copier_t fake_copier = {
     .name           = "fake",
+    .device_of      = fk_device_of,
+    .host_alloc     = fk_host_alloc,
+    .host_free      = fk_host_free,
+    .stream_create  = fk_stream_create,
+    .stream_destroy = fk_stream_destroy,
+    .event_create   = fk_event_create,
+    .event_destroy  = fk_event_destroy,
+    .copy_async     = fk_copy_async,
+    .query          = fk_query,
+    .last_error     = fk_last_error,
+    .copy_runs_async = fk_copy_runs_async,
+    .runs_prepare   = fk_runs_prepare,
+};
+
+/* The same without batches: a copy_async per piece. */
+static const pdx_tcp_copier_t fake_copier_one_by_one = {
+    .name           = "fake, one by one",
     .device_of      = fk_device_of,
     .host_alloc     = fk_host_alloc,
     .host_free      = fk_host_free,
@@ -480,6 +609,18 @@ void fx_gpu_start(uint32_t delay_min_us, uint32_t delay_max_us)
     fk.rng = 0x2545f4914f6cdd1dull;
     cr_assert_eq(pthread_create(&fk.thread, NULL, fk_main, NULL), 0);
     pdx_tcp_set_copier(&fake_copier);
+}
+
+void fx_gpu_one_by_one(void)
+{
+    pdx_tcp_set_copier(&fake_copier_one_by_one);
+}
+
+void fx_gpu_prepare_fails(void)
+{
+    pthread_mutex_lock(&fk.lock);
+    fk.prepare_fails = true;
+    pthread_mutex_unlock(&fk.lock);
 }
 
 void fx_gpu_delay(uint32_t min_us, uint32_t max_us)
@@ -516,6 +657,8 @@ void fx_gpu_stats(fx_gpu_stats_t *stats_p)
     pthread_mutex_lock(&fk.lock);
     for (int d = 0; d < 2; d++) {
         stats_p->issued[d] = fk.issued[d];
+        stats_p->batches[d] = fk.batches[d];
+        stats_p->prepared = fk.prepared;
         stats_p->inflight[d] = fk.inflight[d];
         stats_p->max_inflight[d] = fk.max_inflight[d];
     }

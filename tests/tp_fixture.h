@@ -76,17 +76,27 @@ void fx_check_post_runs(const pdx_transport_ops_t *ops, pdx_tp_ep_t *ep, pdx_tp_
  * touched them itself would fault. Copies run in the order they were issued
  * on the copier's own thread (a stream), each a random [min, max]
  * microseconds after it was issued, never before the one before it;
- * finished host-to-device copies are logged. The copier counts as violations (failing fx_gpu_stop) staging
- * freed or events destroyed or reused while a copy uses them, and copies
- * that name no fake device memory.
+ * finished host-to-device copies are logged. A batch (copy_runs_async) is
+ * its runs in a row, each read from the list when it starts, the event
+ * completed by the last (failed when any did). The copier counts as
+ * violations (failing fx_gpu_stop) staging or run lists freed, events
+ * destroyed or reused, or a run list changed while a copy uses them, run
+ * lists outside its host_alloc'ed memory, runs of a batch that write the
+ * same bytes, and copies that name no fake device memory.
  */
 typedef struct fx_gpu_stats {
-    uint64_t issued[2];       /* by pdx_tcp_copy_dir_t */
+    uint64_t issued[2];       /* copies (runs), by pdx_tcp_copy_dir_t */
+    uint64_t batches[2];      /* copy_runs_async calls */
+    uint32_t prepared;        /* runs_prepare calls */
     uint64_t inflight[2];     /* bytes copying now */
     uint64_t max_inflight[2];
 } fx_gpu_stats_t;
 
 void     fx_gpu_start(uint32_t delay_min_us, uint32_t delay_max_us);
+/* Tps opened from now on get a copier without batches (copy_async only). */
+void     fx_gpu_one_by_one(void);
+/* runs_prepare fails: tps copy piece by piece. */
+void     fx_gpu_prepare_fails(void);
 void     fx_gpu_delay(uint32_t min_us, uint32_t max_us);
 /* Host-to-device copies take extra_us more. */
 void     fx_gpu_delay_h2d(uint32_t extra_us);
