@@ -18,6 +18,7 @@
 #include "hip_api.h"
 
 #include <pthread.h>
+#include <stdatomic.h>
 
 _Static_assert(sizeof(pdx_hip_run_t) == 24, "a run is 24 bytes, as the kernel reads it");
 
@@ -143,7 +144,8 @@ enum { FN_GATHER, FN_PAGES, FN_COUNT };
 static const char *const fn_names[FN_COUNT] = {"pdx_gather", "pdx_pages"};
 
 static pthread_mutex_t gather_lock = PTHREAD_MUTEX_INITIALIZER;
-static gather_fn_t gather_fn[GATHER_DEVICES][FN_COUNT];
+/* Set once per device under gather_lock; read without it once set. */
+static _Atomic(gather_fn_t) gather_fn[GATHER_DEVICES][FN_COUNT];
 
 #if defined(PDX_HIP_PLATFORM_NVIDIA)
 static pdx_status_t gather_load(gather_fn_t *fn_p)
@@ -216,7 +218,9 @@ static pdx_status_t gather_launch(gather_fn_t fn, void *stream, uint32_t blocks,
 }
 #endif
 
-/* Kernel which of the current device, loaded on first use. */
+/* Kernel which of the current device, loaded on first use. A launch once
+ * it is loaded takes no lock: a load elsewhere (another GPU's first use)
+ * holds the lock through the JIT compile. */
 static pdx_status_t gather_function(int which, gather_fn_t *fn_p)
 {
     pdx_status_t st = PDX_OK;
@@ -232,19 +236,22 @@ static pdx_status_t gather_function(int which, gather_fn_t *fn_p)
         pdx_error("hip: gather: no current GPU (or ordinal %d past %d)", device, GATHER_DEVICES);
         return PDX_ERR_NO_DEVICE;
     }
+    *fn_p = atomic_load_explicit(&gather_fn[device][which], memory_order_acquire);
+    if (*fn_p)
+        return PDX_OK;
     pthread_mutex_lock(&gather_lock);
-    if (!gather_fn[device][0]) {
+    if (!atomic_load_explicit(&gather_fn[device][0], memory_order_relaxed)) {
         gather_fn_t fns[FN_COUNT];
 
         st = gather_load(fns);
         for (int i = 0; i < FN_COUNT && st == PDX_OK; i++)
-            gather_fn[device][i] = fns[i];
+            atomic_store_explicit(&gather_fn[device][i], fns[i], memory_order_release);
         if (st == PDX_OK)
             pdx_debug("hip: gather kernel loaded on GPU %d (%zu bytes of " GATHER_IMAGE ")",
                       device, hipx_gather_image_size);
     }
     if (st == PDX_OK)
-        *fn_p = gather_fn[device][which];
+        *fn_p = atomic_load_explicit(&gather_fn[device][which], memory_order_relaxed);
     pthread_mutex_unlock(&gather_lock);
     return st;
 }

@@ -18,6 +18,8 @@
 static _Atomic(const pdx_tcp_copier_t *) installed;
 
 _Static_assert(sizeof(pdx_tcp_run_t) == sizeof(pdx_hip_run_t) &&
+                   offsetof(pdx_tcp_run_t, src) == offsetof(pdx_hip_run_t, src) &&
+                   offsetof(pdx_tcp_run_t, dst) == offsetof(pdx_hip_run_t, dst) &&
                    offsetof(pdx_tcp_run_t, len) == offsetof(pdx_hip_run_t, len),
                "tcp's runs are hip's gather runs");
 

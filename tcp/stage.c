@@ -144,8 +144,10 @@ static void stage_free(tcp_tp_t *tp, tcp_stage_t *s)
     }
     if (s->mem)
         c->host_free(tp->device, s->mem);
-    if (s->runs_mem)
-        c->host_free(tp->device, s->runs_mem);
+    if (s->tx.runs)
+        c->host_free(tp->device, s->tx.runs);
+    if (s->rx.runs)
+        c->host_free(tp->device, s->rx.runs);
     free(s);
 }
 
@@ -175,11 +177,11 @@ pdx_status_t tcp_stage_create(tcp_tp_t *tp, tcp_stage_t **stage_p)
     if (tp->batch) {
         size_t runs = TCP_STAGE_PIECES * sizeof(pdx_tcp_run_t);
 
-        st = c->host_alloc(tp->device, 2 * runs, &s->runs_mem);
+        st = c->host_alloc(tp->device, runs, (void **)&s->tx.runs);
+        if (st == PDX_OK)
+            st = c->host_alloc(tp->device, runs, (void **)&s->rx.runs);
         if (st != PDX_OK)
             goto err_free;
-        s->tx.runs = s->runs_mem;
-        s->rx.runs = s->tx.runs + TCP_STAGE_PIECES;
     }
     for (uint32_t i = 0; i < TCP_STAGE_PIECES && st == PDX_OK; i++) {
         st = c->event_create(tp->device, &s->tx.piece[i].done);
@@ -669,7 +671,7 @@ static bool poll_ep(tcp_ep_t *ep)
     tcp_stage_t *s = ep->stage;
     bool tx_more = false, rx_more = false;
     void *ev = NULL;
-    pdx_status_t ev_st = PDX_OK, st;
+    pdx_status_t ev_st = PDX_INPROGRESS, st;
 
     while (s->tx.p_done < s->tx.p_head) {
         tcp_piece_t *p = &s->tx.piece[s->tx.p_done % TCP_STAGE_PIECES];

@@ -222,7 +222,6 @@ typedef struct tcp_rec {
 /* An ep's staging: half of tp->stage_bytes for each direction. */
 struct tcp_stage {
     uint8_t     *mem;        /* pinned */
-    void        *runs_mem;   /* pinned: both rings' runs */
     uint32_t     piece_max;
     uint32_t     ncopying;   /* pieces issued and not seen finished */
     bool         lost;       /* a copy failed to start: it may run still, unseen */

@@ -615,7 +615,7 @@ Test(tcp_stage, copy_that_cannot_start_fails_the_ep)
     cr_assert(strstr(ops->ep_error(r.ep[0]), "could not start") &&
               strstr(ops->ep_error(r.ep[0]), "injected refusal"), "%s", ops->ep_error(r.ep[0]));
     rig_close(&r, true);
-    fx_gpu_stop(2); /* the copy might run still: its staging and run lists are never freed */
+    fx_gpu_stop(3); /* the copy might run still: its staging and run lists are never freed */
 }
 
 Test(tcp_stage, ep_fail_and_destroy_with_copies_in_flight)

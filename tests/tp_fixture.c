@@ -158,6 +158,11 @@ typedef struct fk_copy {
      * kernel would), and what the entry held when it was issued. */
     const pdx_tcp_run_t *run;
     pdx_tcp_run_t        raw;
+    /* A batch's last run: the whole list as issued, compared with the list
+     * when the batch ends (a kernel may read any entry until then). */
+    const pdx_tcp_run_t *list;
+    pdx_tcp_run_t       *snap;
+    uint32_t             nsnap;
 } fk_copy_t;
 
 typedef struct fk_done {
@@ -277,6 +282,11 @@ static void *fk_main(void *arg)
         if (c.dir == PDX_TCP_COPY_H2D && !c.fail && fk.nlog < FK_LOG)
             fk.log[fk.nlog++] = (fk_done_t){.dev = c.dev, .len = c.len};
         c.ev->bad |= c.fail;
+        if (c.snap) {
+            if (memcmp(c.list, c.snap, c.nsnap * sizeof(*c.snap)))
+                fk_violation("a run list changed before its batch ended");
+            free(c.snap);
+        }
         if (c.ends) {
             state = c.ev->bad ? FK_FAILED : FK_DONE;
             atomic_store_explicit(&c.ev->state, state, memory_order_release);
@@ -306,12 +316,12 @@ static pdx_status_t fk_host_alloc(int device, size_t len, void **ptr_p)
 {
     void *p;
 
-    if (device != 3)
-        fk_violation("host_alloc for another device");
     p = malloc(len);
     if (!p)
         return PDX_ERR_NOMEM;
     pthread_mutex_lock(&fk.lock);
+    if (device != 3)
+        fk_violation("host_alloc for another device");
     for (uint32_t i = 0; i < FK_ALLOCS; i++) {
         if (!fk.allocs[i].p) {
             fk.allocs[i].p = p;
@@ -520,6 +530,13 @@ static pdx_status_t fk_copy_runs_async(int device, void *stream, pdx_tcp_copy_di
             break; /* a violation: the test fails */
         c->run = &runs[i];
         c->raw = runs[i];
+        if (i + 1 == nruns) {
+            c->list = runs;
+            c->nsnap = nruns;
+            c->snap = malloc(nruns * sizeof(*runs));
+            if (c->snap)
+                memcpy(c->snap, runs, nruns * sizeof(*runs));
+        }
     }
     pthread_cond_broadcast(&fk.cond);
     pthread_mutex_unlock(&fk.lock);
