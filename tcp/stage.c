@@ -432,6 +432,23 @@ static void refused(tcp_ep_t *ep, tcp_ring_t *r, pdx_tcp_copy_dir_t dir, uint32_
                      dir_peer(dir), ep->peer, ep->tp->copier->last_error());
 }
 
+/* Issue p's copy alone, with its own event. */
+static pdx_status_t issue_one(tcp_ep_t *ep, tcp_ring_t *r, pdx_tcp_copy_dir_t dir, tcp_piece_t *p,
+                              void *dst, const void *src)
+{
+    tcp_tp_t *tp = ep->tp;
+    pdx_status_t st;
+
+    p->ends = p->done;
+    st = tp->copier->copy_async(tp->device, tp->stream[dir], dir, dst, src, p->len, p->done);
+    if (PDX_UNLIKELY(st != PDX_OK)) {
+        refused(ep, r, dir, (uint32_t)(p - r->piece), 1, st);
+        return st;
+    }
+    track(ep);
+    return PDX_OK;
+}
+
 /* Issue the copies queued on r: one alone, several as one batch. */
 static pdx_status_t flush(tcp_ep_t *ep, tcp_ring_t *r, pdx_tcp_copy_dir_t dir)
 {
@@ -444,14 +461,13 @@ static pdx_status_t flush(tcp_ep_t *ep, tcp_ring_t *r, pdx_tcp_copy_dir_t dir)
     if (n == 0)
         return PDX_OK;
     r->q_n = 0;
+    if (n == 1)
+        return issue_one(ep, r, dir, &r->piece[first], (void *)(uintptr_t)run->dst,
+                         (const void *)(uintptr_t)run->src);
     done = r->piece[first + n - 1].done;
     for (uint32_t i = first; i < first + n; i++)
         r->piece[i].ends = done;
-    if (n == 1)
-        st = tp->copier->copy_async(tp->device, tp->stream[dir], dir, (void *)(uintptr_t)run->dst,
-                                    (const void *)(uintptr_t)run->src, run->len, done);
-    else
-        st = tp->copier->copy_runs_async(tp->device, tp->stream[dir], dir, run, n, done);
+    st = tp->copier->copy_runs_async(tp->device, tp->stream[dir], dir, run, n, done);
     if (PDX_UNLIKELY(st != PDX_OK)) {
         refused(ep, r, dir, first, n, st);
         return st;
@@ -475,30 +491,19 @@ static bool overlaps(const tcp_ring_t *r, uint64_t dst, uint64_t len)
 static pdx_status_t queue(tcp_ep_t *ep, tcp_ring_t *r, pdx_tcp_copy_dir_t dir, tcp_piece_t *p,
                           void *dst, const void *src)
 {
-    tcp_tp_t *tp = ep->tp;
     uint32_t slot = (uint32_t)(p - r->piece);
     bool alone = !r->runs || p->len >= TCP_BATCH_PIECE_MAX;
-    pdx_status_t st;
 
     /* A batch is slots in a row, and copies run in order on the stream. */
     if (r->q_n && (alone || slot == 0 || overlaps(r, (uintptr_t)dst, p->len)) &&
         flush(ep, r, dir) != PDX_OK)
         return PDX_ERR_IO; /* the ep failed */
     start(ep->stage, p);
-    if (!alone) {
-        if (r->q_n++ == 0)
-            r->q_first = slot;
-        r->runs[slot] = (pdx_tcp_run_t){.src = (uintptr_t)src, .dst = (uintptr_t)dst,
-                                        .len = p->len};
-        return PDX_OK;
-    }
-    p->ends = p->done;
-    st = tp->copier->copy_async(tp->device, tp->stream[dir], dir, dst, src, p->len, p->done);
-    if (PDX_UNLIKELY(st != PDX_OK)) {
-        refused(ep, r, dir, slot, 1, st);
-        return st;
-    }
-    track(ep);
+    if (alone)
+        return issue_one(ep, r, dir, p, dst, src);
+    if (r->q_n++ == 0)
+        r->q_first = slot;
+    r->runs[slot] = (pdx_tcp_run_t){.src = (uintptr_t)src, .dst = (uintptr_t)dst, .len = p->len};
     return PDX_OK;
 }
 
