@@ -9,6 +9,7 @@
 #include <criterion/criterion.h>
 
 #include "log.h"
+#include "fake_gpu.h"
 #include "tcp/tcp.h"
 #include "tp_fixture.h"
 #include "transport.h"
