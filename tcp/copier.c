@@ -194,9 +194,9 @@ static pdx_status_t hip_query(int device, void *done)
 
     if (PDX_LIKELY(bound_device == device)) /* the progress thread */
         return pdx_hip_event_query(done);
-    st = enter(device, &old);
-    if (st == PDX_OK)
-        st = pdx_hip_event_query(done);
+    if (enter(device, &old) != PDX_OK)
+        return PDX_ERR_AGAIN; /* the copy's state is unknown, not failed */
+    st = pdx_hip_event_query(done);
     leave(old);
     return st;
 }

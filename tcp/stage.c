@@ -45,8 +45,8 @@
  *
  * Errors: a failed copy fails its ep, naming the copy and the runtime's
  * error; every outstanding WR and receive completes with an error. A copy
- * keeps its piece (its ring and its region's reference) until it finished,
- * whatever happens to the ep; ep_destroy waits for them (bounded by the
+ * keeps its piece (its ring and its region's reference) until it ended,
+ * done or failed, whatever happens to the ep; ep_destroy waits for them (bounded by the
  * tp's timeout, at most TCP_CMD_TIMEOUT_MS), then keeps the staging on
  * tp->orphans, freed once they finished or, at tp close, leaked with an
  * error when they never do. A copy that failed to start may still have
@@ -202,27 +202,37 @@ err_free:
 
 /* ------------------------------------------------------------ teardown */
 
-/* Query every copy still running (any order); true when none is left. */
-static bool stage_drain(tcp_tp_t *tp, tcp_stage_t *s)
+typedef enum { DRAIN_DONE, DRAIN_RUNNING, DRAIN_UNKNOWN } drain_t;
+
+/* Query every copy still running (any order), each event once: a copy that
+ * ended, done or failed, frees its piece. DRAIN_UNKNOWN: this thread cannot
+ * ask the GPU, and asking again would only log the same failure. */
+static drain_t stage_drain(tcp_tp_t *tp, tcp_stage_t *s)
 {
     tcp_ring_t *rings[2] = {&s->tx, &s->rx};
+    void *ev = NULL;
+    pdx_status_t st = PDX_INPROGRESS;
 
     for (int r = 0; r < 2 && s->ncopying; r++) {
         for (uint32_t i = 0; i < TCP_STAGE_PIECES; i++) {
             tcp_piece_t *p = &rings[r]->piece[i];
 
-            /* Only a query that says done frees the piece: an error (a failed
-             * copy, or no way to ask) may leave the DMA running, and the
-             * staging is kept (the drain's deadline reports it) rather than
-             * freed under it. */
-            if (!p->copying || tp->copier->query(tp->device, p->ends) != PDX_OK)
+            if (!p->copying)
+                continue;
+            if (p->ends != ev) {
+                ev = p->ends;
+                st = tp->copier->query(tp->device, ev);
+            }
+            if (st == PDX_ERR_AGAIN)
+                return DRAIN_UNKNOWN;
+            if (st == PDX_INPROGRESS)
                 continue;
             p->copying = false;
             tcp_mr_unref(p->mr, 1);
             s->ncopying--;
         }
     }
-    return s->ncopying == 0;
+    return s->ncopying == 0 ? DRAIN_DONE : DRAIN_RUNNING;
 }
 
 static uint32_t drain_ms(const tcp_tp_t *tp)
@@ -240,8 +250,8 @@ static void nap(void)
 static void keep(tcp_tp_t *tp, tcp_stage_t *s)
 {
     if (s->ncopying)
-        pdx_error("tcp: %s: %u GPU copies never finished: %llu bytes of staging are never "
-                  "freed", tp->name, s->ncopying, (unsigned long long)(s->tx.size + s->rx.size));
+        pdx_error("tcp: %s: %u GPU copies were never seen to end: %llu bytes of staging are "
+                  "never freed", tp->name, s->ncopying, (unsigned long long)(s->tx.size + s->rx.size));
     else
         pdx_error("tcp: %s: a GPU copy that failed to start may still run: %llu bytes of "
                   "staging are never freed", tp->name,
@@ -260,19 +270,20 @@ static void keep(tcp_tp_t *tp, tcp_stage_t *s)
 void tcp_stage_destroy(tcp_tp_t *tp, tcp_stage_t *s)
 {
     uint64_t deadline = pdx_deadline_ns(drain_ms(tp));
+    drain_t d;
 
-    while (!stage_drain(tp, s)) {
-        if (pdx_now_ns() >= deadline) {
+    while ((d = stage_drain(tp, s)) == DRAIN_RUNNING && pdx_now_ns() < deadline)
+        nap();
+    if (d != DRAIN_DONE) {
+        if (d == DRAIN_RUNNING)
             pdx_warn("tcp: %s: %u GPU copies of a destroyed endpoint still run after %u ms; "
                      "its staging is kept until they finish", tp->name, s->ncopying,
                      drain_ms(tp));
-            pthread_mutex_lock(&tp->stage_lock);
-            s->next = tp->orphans;
-            tp->orphans = s;
-            pthread_mutex_unlock(&tp->stage_lock);
-            return;
-        }
-        nap();
+        pthread_mutex_lock(&tp->stage_lock);
+        s->next = tp->orphans;
+        tp->orphans = s;
+        pthread_mutex_unlock(&tp->stage_lock);
+        return;
     }
     if (s->lost)
         keep(tp, s);
@@ -291,7 +302,7 @@ void tcp_stage_reap(tcp_tp_t *tp, bool wait)
     pthread_mutex_unlock(&tp->stage_lock);
     while ((s = list)) {
         list = s->next;
-        while (!stage_drain(tp, s) && pdx_now_ns() < until)
+        while (stage_drain(tp, s) == DRAIN_RUNNING && pdx_now_ns() < until)
             nap();
         if (s->ncopying == 0 && !s->lost) {
             stage_free(tp, s);

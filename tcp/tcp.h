@@ -71,7 +71,8 @@ typedef struct pdx_tcp_copier {
                                const void *src, size_t len, void *done);
     /* PDX_OK once the copy before done finished, PDX_INPROGRESS before, or
      * the error that ended it (logged); never blocks. After an error the copy
-     * no longer touches its buffers. */
+     * no longer touches its buffers. PDX_ERR_AGAIN (logged): a thread
+     * other than the progress thread could not ask; the copy may still run. */
     pdx_status_t (*query)(int device, void *done);
     /* The calling thread's last error as text, for endpoint messages. */
     const char  *(*last_error)(void);

@@ -193,6 +193,29 @@ Test(tcp_stage, destroy_keeps_staging_of_copies_past_the_deadline)
     fx_gpu_stop(0);
 }
 
+Test(tcp_stage, destroy_frees_staging_of_a_copy_that_failed)
+{
+    pdx_tp_write_t w;
+    rig_t r;
+
+    fx_gpu_start(0, 0);
+    rig_open(&r, 1u << 20, &(rig_opts_t){.staging = 256u << 10, .sq = 8, .timeout_ms = 2000});
+    fx_gpu_delay(300000, 300000);
+    fx_gpu_fail(PDX_TCP_COPY_D2H, 1); /* fails once it ends, after the ep is gone */
+    w = wr_make(&r, 1, 0, 4096, 0, true);
+    cr_assert_eq(ops->post_write(r.ep[0], &w, 1), PDX_OK);
+    fx_gpu_wait_running(false);
+    ops->ep_destroy(r.ep[0]);
+    ops->ep_destroy(r.ep[1]);
+    r.ep[0] = r.ep[1] = NULL;
+    cr_assert_eq(fx_gpu_running(), 0, "ep_destroy returned while its copy ran");
+    /* a failed copy no longer reads the region: nothing keeps it or the staging */
+    cr_assert_eq(ops->mr_dereg(r.smr), PDX_OK);
+    r.smr = fx_mr_new(ops, r.tp[0], r.src, r.len, DEV);
+    rig_close(&r, false);
+    fx_gpu_stop(0);
+}
+
 Test(tcp_stage, stuck_copy_fails_the_ep_at_its_deadline)
 {
     pdx_tp_write_t w;
