@@ -24,7 +24,8 @@
 #define PDX_SWEEP_MS        10     /* control thread tick: deadlines, heartbeats */
 #define PDX_BYE_WAIT_MS     1000   /* after our BYE, the peer closes first this long */
 #define PDX_PEER_OUT_MAX    (8u << 20) /* bytes queued per control connection */
-#define PDX_PEER_BUF_MIN    (64u << 10) /* a connection's input and output to begin with */
+#define PDX_PEER_BUF_START  (4u << 10)  /* a connection's input and output to begin with */
+#define PDX_PEER_HELLO_MAX  (64u << 10) /* input a connection may hold before its HELLO */
 #define PDX_ERRMSG_MAX      PDX_ROOM_ERR_MAX
 #define PDX_DEP_RESET_STREAK 4     /* resets of an endpoint with no WR done between:
                                     * then its peer fails */

@@ -29,7 +29,7 @@
  *   that address is refused with an ERROR that says why; one more when all
  *   are taken displaces the oldest without a valid HELLO, else the oldest
  *   (a real handshake takes milliseconds). Before its HELLO a connection's
- *   input may not pass PDX_PEER_BUF_MIN.
+ *   input may not pass PDX_PEER_HELLO_MAX.
  * - What feeds it: the sockets; pdx_ctrl_wake() (a peer failed on another
  *   thread and its socket must be closed); its own tick.
  * - Locks: engine->lock (peer table), a peer's out_lock (its output) and
@@ -240,8 +240,8 @@ static bool read_peer(pdx_engine_t *e, pdx_peer_t *peer)
             size_t cap = PDX_MIN(peer->in_cap * 2, (size_t)PDX_WIRE_MAX_SEALED);
             uint8_t *in;
 
-            /* A HELLO is small: before one, a connection gets no more room. */
-            if (peer->remote_shards == 0) {
+            /* A HELLO is small: before one, a connection gets little room. */
+            if (peer->remote_shards == 0 && peer->in_cap >= PDX_PEER_HELLO_MAX) {
                 pdx_ctrl_fail(peer, PDX_ERR_PROTO, "%s sent %zu bytes without a whole HELLO",
                               peer->addr, peer->in_len);
                 return false;
@@ -742,6 +742,10 @@ void pdx_ctrl_stop(pdx_engine_t *e)
     /* Closing its fds under a running thread would be worse than the leak. */
     if (!pdx_thread_join(e->ctrl_thread, CTRL_JOIN_MS, "the control thread"))
         return;
+    free(e->desc_frame);
+    free(e->desc_entries);
+    e->desc_frame = NULL;
+    e->desc_entries = NULL;
     /* seq_cst: a peer failed from here on is reaped by its failer; one
      * failed before is FAILED in the loop below. */
     atomic_fetch_or(&e->ctrl_stop, CTRL_GONE);

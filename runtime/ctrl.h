@@ -115,7 +115,8 @@ pdx_status_t pdx_peer_send_hello(pdx_peer_t *peer, bool last);
 
 /*
  * MEM with every registered region, then one LAYOUT per layout. From here on
- * pdx_peer_broadcast_*() send new ones to this peer too.
+ * pdx_peer_broadcast_*() send new ones to this peer too. The control thread
+ * only (it encodes into the engine's desc_frame).
  */
 pdx_status_t pdx_peer_send_descs(pdx_peer_t *peer);
 

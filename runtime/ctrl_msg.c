@@ -304,6 +304,13 @@ static void on_hello(pdx_engine_t *e, pdx_peer_t *peer, const pdx_wire_hello_t *
     }
     if (loopback_refused(e, peer, h->host))
         return;
+    /* A connection's handshake costs little; a peer's region table comes with its HELLO. */
+    if (!peer->mems)
+        peer->mems = calloc(PDX_MAX_MEMS, sizeof(*peer->mems));
+    if (!peer->mems) {
+        pdx_ctrl_fail(peer, PDX_ERR_NOMEM, "out of memory for the regions of %s", peer->addr);
+        return;
+    }
     for (int i = 7; i >= 0; i--)
         id = id << 8 | h->id[i];
     peer->remote_id = id;

@@ -121,6 +121,10 @@ struct pdx_engine {
     int                        ctrl_epfd;
     int                        ctrl_wake_fd;
     uint32_t                   protocol_version; /* pdx_protocol_version at start */
+    /* descriptors encoded for a peer in its handshake (peer_desc.c): made on
+     * the first, kept until the control thread stopped */
+    uint8_t                   *desc_frame;   /* PDX_WIRE_MAX_FRAME bytes */
+    struct pdx_wire_mem_entry *desc_entries; /* PDX_MAX_MEMS x PDX_MAX_NICS */
 
     _Atomic uint64_t           xfer_next;   /* the next one-sided transfer's number */
     pdx_engine_stats_acc_t     stats;

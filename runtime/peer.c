@@ -54,7 +54,7 @@ static void peer_free(pdx_peer_t *peer)
 {
     for (uint32_t i = 0; i < PDX_MAX_LAYOUTS; i++)
         pdx_layout_free(atomic_load_explicit(&peer->layouts[i], memory_order_relaxed));
-    for (uint32_t i = 0; i < PDX_MAX_MEMS; i++) {
+    for (uint32_t i = 0; peer->mems && i < PDX_MAX_MEMS; i++) {
         pdx_tp_rmr_t *rmr = atomic_load_explicit(&peer->mems[i].rmr, memory_order_relaxed);
 
         if (rmr) /* its endpoints are gone: no copy uses it */
@@ -65,6 +65,7 @@ static void peer_free(pdx_peer_t *peer)
     for (uint32_t i = 0; peer->deps && i < peer->npairs * peer->qps; i++)
         if (peer->deps[i].shard)
             pthread_mutex_destroy(&peer->deps[i].lock);
+    free(peer->mems);
     free(peer->deps);
     free(peer->eps_in);
     pthread_cond_destroy(&peer->wait_cond);
@@ -85,10 +86,10 @@ static pdx_peer_t *peer_alloc(void)
     if (!peer)
         return NULL;
     /* A connection costs little until it needs more: a handshake that never
-     * comes holds 128 KiB. */
-    peer->in = malloc(PDX_PEER_BUF_MIN);
-    peer->out = malloc(PDX_PEER_BUF_MIN);
-    peer->in_cap = peer->out_cap = PDX_PEER_BUF_MIN;
+     * comes holds 8 KiB. */
+    peer->in = malloc(PDX_PEER_BUF_START);
+    peer->out = malloc(PDX_PEER_BUF_START);
+    peer->in_cap = peer->out_cap = PDX_PEER_BUF_START;
     if (!peer->in || !peer->out)
         goto err_free;
     if (pthread_mutex_init(&peer->out_lock, NULL))

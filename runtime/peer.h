@@ -74,8 +74,9 @@ struct pdx_peer {
                                         * its GPUs and memory are this host's */
     bool                direct;        /* WRITEs to it are GPU copies (ipc): on this
                                         * host, and this GPU reaches its GPU */
-    /* its memory and layouts (control thread writes, shards read) */
-    pdx_remote_mem_t    mems[PDX_MAX_MEMS];
+    /* its memory and layouts (control thread writes, shards read); mems:
+     * PDX_MAX_MEMS entries, NULL until HELLO */
+    pdx_remote_mem_t   *mems;
     _Atomic uint64_t    mem_piece;     /* smallest piece of its regions in pieces; 0: none */
     pdx_layout_t *_Atomic layouts[PDX_MAX_LAYOUTS];
     /* data endpoints: npairs x qps; pair k is our shard k % nshards; the qps

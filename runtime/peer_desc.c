@@ -93,8 +93,13 @@ pdx_status_t pdx_peer_send_descs(pdx_peer_t *peer)
     pdx_status_t st = PDX_OK;
     uint8_t *buf;
 
-    buf = malloc(PDX_WIRE_MAX_FRAME);
-    entries = calloc((size_t)PDX_MAX_MEMS * PDX_MAX_NICS, sizeof(*entries));
+    /* The control thread's, made once: a handshake need not map megabytes. */
+    if (!e->desc_frame)
+        e->desc_frame = malloc(PDX_WIRE_MAX_FRAME);
+    if (!e->desc_entries)
+        e->desc_entries = malloc((size_t)PDX_MAX_MEMS * PDX_MAX_NICS * sizeof(*entries));
+    buf = e->desc_frame;
+    entries = e->desc_entries;
     if (peer->direct)
         exports = calloc(PDX_MAX_MEMS, sizeof(*exports));
     if (!buf || !entries || (peer->direct && !exports))
@@ -166,15 +171,11 @@ pdx_status_t pdx_peer_send_descs(pdx_peer_t *peer)
         st = send_layout(peer, buf, ids[i], layouts[i]);
     free(exports);
     free(keys);
-    free(entries);
-    free(buf);
     return st;
 
 err_nomem:
     pdx_error("out of memory for the descriptors of %s", peer->addr);
     free(exports);
-    free(entries);
-    free(buf);
     return PDX_ERR_NOMEM;
 }
 
