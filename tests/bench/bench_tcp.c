@@ -11,7 +11,9 @@
  *
  * -s size (default: 4 KiB, 64 KiB, 256 KiB, 1 MiB), -n iterations or -D
  * seconds (default 2 s per run), -t tx depth, --only pdx|socket (one side,
- * for profiling), --json.
+ * for profiling), --pool bytes (pdx: each write from and to a random slot of
+ * a region this large on each side, as the pages of a KV pool are; default:
+ * one slot, always in cache), --json.
  */
 #include "log.h"
 #include "transport.h"
@@ -40,6 +42,7 @@ typedef struct opts {
     double   seconds;
     uint32_t depth;
     uint32_t signal_every;
+    size_t   pool;        /* 0: one buffer of `size` */
     bool     json;
     int      only;        /* 0 both, 1 pdx, 2 socket */
 } opts_t;
@@ -109,14 +112,15 @@ static result_t run_pdx(const opts_t *o, size_t size)
     pdx_tp_rkey_t rk;
     pdx_tp_write_t wr[BATCH_MAX];
     pdx_tp_wc_t wc[64];
-    uint8_t *src = malloc(size), *dst = malloc(size);
-    uint64_t posted = 0, done = 0, t0, deadline;
+    size_t len = PDX_MAX(o->pool, size), slots = len / size;
+    uint8_t *src = malloc(len), *dst = malloc(len);
+    uint64_t posted = 0, done = 0, t0, deadline, rng = 0x9e3779b97f4a7c15ull;
     result_t r;
 
     if (!src || !dst)
         die("out of memory");
-    memset(src, 0xa5, size);
-    memset(dst, 0, size);
+    memset(src, 0xa5, len);
+    memset(dst, 0, len);
     for (int i = 0; i < 2; i++) {
         check(ops->open(&params, &tp[i]), "open");
         check(ops->cq_create(tp[i], o->depth, &cq[i]), "cq_create");
@@ -125,8 +129,8 @@ static result_t run_pdx(const opts_t *o, size_t size)
     }
     check(ops->ep_connect(ep[0], &addr[1]), "ep_connect");
     check(ops->ep_connect(ep[1], &addr[0]), "ep_connect");
-    check(ops->mr_reg(tp[0], src, size, 0, &smr), "mr_reg");
-    check(ops->mr_reg(tp[1], dst, size, PDX_TP_ACCESS_REMOTE_WRITE, &dmr), "mr_reg");
+    check(ops->mr_reg(tp[0], src, len, 0, &smr), "mr_reg");
+    check(ops->mr_reg(tp[1], dst, len, PDX_TP_ACCESS_REMOTE_WRITE, &dmr), "mr_reg");
     ops->mr_remote(dmr, &rk);
     for (int i = 0; i < BATCH_MAX; i++)
         wr[i] = (pdx_tp_write_t){.mr = smr, .length = size, .remote_addr = rk.addr,
@@ -153,6 +157,11 @@ static result_t run_pdx(const opts_t *o, size_t size)
         if (n) {
             /* every K-th WR and the last of each batch is signaled */
             for (uint32_t i = 0; i < n; i++) {
+                if (slots > 1) {
+                    rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+                    wr[i].offset = (rng >> 33) % slots * size;
+                    wr[i].remote_addr = rk.addr + (rng >> 13) % slots * size;
+                }
                 wr[i].wr_id = posted + i;
                 wr[i].flags = (posted + i + 1) % o->signal_every == 0 || i == n - 1
                                   ? PDX_TP_SIGNALED : 0;
@@ -169,8 +178,11 @@ static result_t run_pdx(const opts_t *o, size_t size)
     }
     r.iters = posted;
     r.seconds = (double)(pdx_now_ns() - t0) / 1e9;
-    if (memcmp(src, dst, size))
+    if (slots == 1 && memcmp(src, dst, size))
         die("pdx: destination differs from source");
+    for (size_t i = 0; slots > 1 && i < len; i++)
+        if (dst[i] != 0 && dst[i] != 0xa5)
+            die("pdx: a destination byte is not the source's");
 
     deadline = pdx_deadline_ns(1000);
     while (ops->mr_dereg(smr) != PDX_OK && pdx_now_ns() < deadline)
@@ -294,6 +306,9 @@ static size_t parse_size(const char *s)
     } else if (*end == 'm' || *end == 'M') {
         v <<= 20;
         end++;
+    } else if (*end == 'g' || *end == 'G') {
+        v <<= 30;
+        end++;
     }
     if (*end || v == 0)
         die("bad size");
@@ -303,7 +318,7 @@ static size_t parse_size(const char *s)
 static void usage(void)
 {
     fprintf(stderr, "usage: bench_tcp [-s size] [-n iterations | -D seconds] [-t tx_depth] "
-                    "[--only pdx|socket] [--json]\n");
+                    "[--only pdx|socket] [--pool bytes] [--json]\n");
     exit(2);
 }
 
@@ -311,6 +326,7 @@ int main(int argc, char **argv)
 {
     static const struct option longopts[] = {{"json", no_argument, NULL, 'j'},
                                              {"only", required_argument, NULL, 'o'},
+                                             {"pool", required_argument, NULL, 'p'},
                                              {"help", no_argument, NULL, 'h'},
                                              {NULL, 0, NULL, 0}};
     opts_t o = {.sizes = {4096, 65536, 262144, 1048576}, .nsizes = 4, .seconds = 2.0,
@@ -324,6 +340,7 @@ int main(int argc, char **argv)
         case 'D': o.seconds = strtod(optarg, NULL); o.iters = 0; break;
         case 't': o.depth = (uint32_t)strtoul(optarg, NULL, 0); break;
         case 'j': o.json = true; break;
+        case 'p': o.pool = parse_size(optarg); break;
         case 'o': o.only = !strcmp(optarg, "pdx") ? 1 : !strcmp(optarg, "socket") ? 2 : -1; break;
         default: usage();
         }
@@ -339,6 +356,8 @@ int main(int argc, char **argv)
                "-----------\n");
         printf("             pdx tcp transport vs one plain TCP socket pair, 127.0.0.1\n");
         printf(" TX depth      : %u\n Signal every  : %u\n", o.depth, o.signal_every);
+        if (o.pool)
+            printf(" Pool          : %zu bytes a side, random slots (pdx)\n", o.pool);
         if (o.iters)
             printf(" Iterations    : %llu per run\n", (unsigned long long)o.iters);
         else
