@@ -424,7 +424,13 @@ static ssize_t rx_read_dev(tcp_ep_t *ep)
  * Only prefetched, never touched here: a bad address costs nothing. */
 static void rx_prefetch(const tcp_ep_t *ep)
 {
-    uint64_t off = ep->rx_off + (ep->rx_kind == TCP_RX_NONE ? 0 : ep->rx_left);
+    uint64_t off = ep->rx_off;
+
+    if (ep->rx_kind != TCP_RX_NONE) { /* after the payload in progress (any length) */
+        if (ep->rx_left >= ep->rx_have - off)
+            return;
+        off += ep->rx_left;
+    }
 
     while (off + TCP_HDR_LEN <= ep->rx_have) {
         tcp_hdr_t h;

@@ -206,7 +206,8 @@ typedef enum { DRAIN_DONE, DRAIN_RUNNING, DRAIN_UNKNOWN } drain_t;
 
 /* Query every copy still running (any order), each event once: a copy that
  * ended, done or failed, frees its piece. DRAIN_UNKNOWN: this thread cannot
- * ask the GPU, and asking again would only log the same failure. */
+ * ask the GPU; waiting would only ask (and log) again: a later reap, on a
+ * thread that can, or the tp's close decides. */
 static drain_t stage_drain(tcp_tp_t *tp, tcp_stage_t *s)
 {
     tcp_ring_t *rings[2] = {&s->tx, &s->rx};
@@ -251,7 +252,8 @@ static void keep(tcp_tp_t *tp, tcp_stage_t *s)
 {
     if (s->ncopying)
         pdx_error("tcp: %s: %u GPU copies were never seen to end: %llu bytes of staging are "
-                  "never freed", tp->name, s->ncopying, (unsigned long long)(s->tx.size + s->rx.size));
+                  "never freed", tp->name, s->ncopying,
+                  (unsigned long long)(s->tx.size + s->rx.size));
     else
         pdx_error("tcp: %s: a GPU copy that failed to start may still run: %llu bytes of "
                   "staging are never freed", tp->name,
@@ -279,6 +281,10 @@ void tcp_stage_destroy(tcp_tp_t *tp, tcp_stage_t *s)
             pdx_warn("tcp: %s: %u GPU copies of a destroyed endpoint still run after %u ms; "
                      "its staging is kept until they finish", tp->name, s->ncopying,
                      drain_ms(tp));
+        else
+            pdx_warn("tcp: %s: this thread cannot ask the GPU whether %u copies of a destroyed "
+                     "endpoint ended; its staging is kept until a thread that can sees them "
+                     "end", tp->name, s->ncopying);
         pthread_mutex_lock(&tp->stage_lock);
         s->next = tp->orphans;
         tp->orphans = s;

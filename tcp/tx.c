@@ -235,7 +235,7 @@ static int tx_gather(tcp_ep_t *ep, struct iovec *iov, size_t *total_p)
 
             /* Small payloads lie anywhere in a pool: their lines load
              * together now rather than one miss after another in the
-             * kernel's copy (a call's at most 512 fit in L2). */
+             * kernel's copy (at most 512 of them a call). */
             if (w->len <= TCP_TX_PREFETCH)
                 for (uint64_t k = done; k < w->len; k += 64)
                     __builtin_prefetch((const void *)(uintptr_t)(w->src + k), 0, 2);

@@ -73,6 +73,7 @@ static struct {
     uint64_t        issued[2], finished[2];
     uint64_t        batches[2];        /* copy_runs_async calls */
     bool            prepare_fails;
+    _Atomic bool    blind;             /* fx_gpu_blind */
     uint32_t        prepared;          /* runs_prepare calls */
     uint64_t        inflight[2], max_inflight[2]; /* bytes */
     fk_done_t       log[FK_LOG];       /* H2D copies finished, in order */
@@ -432,6 +433,15 @@ static pdx_status_t fk_query(int device, void *done)
     fk_event_t *ev = done;
 
     (void)device;
+    if (atomic_load(&fk.blind)) {
+        char name[16] = "";
+
+        pthread_getname_np(pthread_self(), name, sizeof(name));
+        if (strcmp(name, "pdx-tcp") != 0) {
+            snprintf(fk_err, sizeof(fk_err), "injected: this thread cannot ask");
+            return PDX_ERR_AGAIN;
+        }
+    }
     switch (atomic_load_explicit(&ev->state, memory_order_acquire)) {
     case FK_PENDING:
         return PDX_INPROGRESS;
@@ -507,6 +517,11 @@ void fx_gpu_one_by_one(void)
     one_by_one.copy_runs_async = NULL;
     one_by_one.runs_prepare = NULL;
     pdx_tcp_set_copier(&one_by_one);
+}
+
+void fx_gpu_blind(bool blind)
+{
+    atomic_store(&fk.blind, blind);
 }
 
 void fx_gpu_prepare_fails(void)

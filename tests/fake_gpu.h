@@ -37,6 +37,9 @@ void     fx_gpu_start(uint32_t delay_min_us, uint32_t delay_max_us);
 void     fx_gpu_one_by_one(void);
 /* runs_prepare fails: tps copy piece by piece. */
 void     fx_gpu_prepare_fails(void);
+/* While blind, queries from threads other than a tp's progress thread
+ * answer PDX_ERR_AGAIN (they cannot ask). */
+void     fx_gpu_blind(bool blind);
 void     fx_gpu_delay(uint32_t min_us, uint32_t max_us);
 /* Host-to-device copies take extra_us more. */
 void     fx_gpu_delay_h2d(uint32_t extra_us);

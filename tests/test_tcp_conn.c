@@ -163,3 +163,43 @@ Test(tcp_conn, addresses_decode_strictly)
     p.len--;
     cr_expect_neq(tcp_addr_decode(&p, &d), PDX_OK, "short");
 }
+
+/* A peer's WRITE the receiver skips (no such region) with a length near
+ * 2^64: the receiver discards its bytes as they come and reads nothing
+ * outside its buffer while it looks ahead for the next frames (ASan). */
+Test(tcp_conn, skipped_write_of_any_length_is_read_in_bounds, .timeout = 30)
+{
+    pdx_tp_t *t = tp_open(5000);
+    pdx_tp_ep_attr_t attr = {.sq_depth = 4, .rq_depth = 4};
+    pdx_tp_addr_t a, dialer;
+    pdx_tp_cq_t *cq;
+    pdx_tp_ep_t *ep;
+    tcp_addr_t d, f;
+    uint8_t junk[256] = {0};
+    tcp_hdr_t h;
+    int fd;
+
+    cr_assert_eq(ops->cq_create(t, 16, &cq), PDX_OK);
+    cr_assert_eq(ops->ep_create(t, cq, &attr, &ep), PDX_OK);
+    ops->ep_address(ep, &a);
+    cr_assert_eq(tcp_addr_decode(&a, &d), PDX_OK);
+    f = d;
+    f.port = 1; /* the lower address dials: this test's socket */
+    f.token = 777;
+    tcp_addr_encode(&f, &dialer);
+    cr_assert_eq(ops->ep_connect(ep, &dialer), PDX_OK);
+    fd = raw_connect(d.port);
+    tcp_hdr_encode(&h, TCP_FR_HELLO, TCP_PROTO_VERSION, TCP_HELLO_MAGIC, 777, d.token);
+    cr_assert_eq(write(fd, &h, sizeof(h)), (ssize_t)sizeof(h));
+    usleep(200000);
+    tcp_hdr_encode(&h, TCP_FR_WRITE, 0xdead, 0, 0x1000, UINT64_MAX - 7);
+    cr_assert_eq(write(fd, &h, sizeof(h)), (ssize_t)sizeof(h));
+    usleep(200000);
+    cr_assert_eq(write(fd, junk, sizeof(junk)), (ssize_t)sizeof(junk));
+    usleep(300000);
+    cr_expect_str_eq(ops->ep_error(ep), "", "the ep failed on a WRITE it skips");
+    close(fd);
+    ops->ep_destroy(ep);
+    ops->cq_destroy(cq);
+    ops->close(t);
+}

@@ -216,6 +216,40 @@ Test(tcp_stage, destroy_frees_staging_of_a_copy_that_failed)
     fx_gpu_stop(0);
 }
 
+Test(tcp_stage, destroy_that_cannot_ask_keeps_the_staging)
+{
+    pdx_tp_write_t w;
+    uint64_t t0, deadline;
+    pdx_status_t st;
+    rig_t r;
+
+    fx_gpu_start(0, 0);
+    rig_open(&r, 1u << 20, &(rig_opts_t){.staging = 256u << 10, .sq = 8, .timeout_ms = 2000});
+    fx_gpu_delay(300000, 300000);
+    w = wr_make(&r, 1, 0, 4096, 0, true);
+    cr_assert_eq(ops->post_write(r.ep[0], &w, 1), PDX_OK);
+    fx_gpu_wait_running(false);
+    fx_gpu_blind(true);
+    t0 = pdx_now_ns();
+    ops->ep_destroy(r.ep[0]);
+    ops->ep_destroy(r.ep[1]);
+    r.ep[0] = r.ep[1] = NULL;
+    /* nothing to wait for that it could see end: kept, not freed, at once */
+    cr_assert_lt(pdx_now_ns() - t0, 1000000000ull,
+                 "ep_destroy waited for copies it cannot ask about");
+    cr_assert_gt(fx_gpu_running(), 0);
+    cr_assert_eq(ops->mr_dereg(r.smr), PDX_ERR_STATE, "a copy may still read the region");
+    /* a thread that can ask frees it once the copy ended */
+    fx_gpu_blind(false);
+    deadline = pdx_deadline_ns(WAIT_MS);
+    while ((st = ops->mr_dereg(r.smr)) == PDX_ERR_STATE && pdx_now_ns() < deadline)
+        fx_nap_ms(5);
+    cr_assert_eq(st, PDX_OK);
+    r.smr = fx_mr_new(ops, r.tp[0], r.src, r.len, DEV);
+    rig_close(&r, false);
+    fx_gpu_stop(0);
+}
+
 Test(tcp_stage, stuck_copy_fails_the_ep_at_its_deadline)
 {
     pdx_tp_write_t w;
