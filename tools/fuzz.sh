@@ -26,10 +26,10 @@ export ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=
 # The handshake targets run a live engine that dials the endpoint addresses
 # they are fed: only inside a network namespace of their own (loopback only).
 ns() { unshare -rn sh -c 'ip link set lo up && exec "$@"' sh "$@"; }
-targets="ctrl notify desc tcp_addr handshake handshake-key"
+targets="ctrl notify desc tcp_addr tcp_frames handshake handshake-key"
 if ! ns true 2>/dev/null; then
   echo "fuzz_handshake: NOT RUN: no network namespace here (unshare -rn failed)"
-  targets="ctrl notify desc tcp_addr"
+  targets="ctrl notify desc tcp_addr tcp_frames"
 fi
 for t in $targets; do
   target=${t%-key} seeds=$t run=

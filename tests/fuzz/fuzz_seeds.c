@@ -4,7 +4,9 @@
  * through a relay that records their control streams: handshake, a room, an
  * abort, heartbeats. Writes DIR/ctrl (both streams of both pairs, and each
  * frame of the plain ones), DIR/tcp_addr (the endpoint addresses in their
- * EP messages), DIR/desc (engine and memory descriptors) and DIR/notify.
+ * EP messages), DIR/desc (engine and memory descriptors), DIR/notify and
+ * DIR/tcp_frames (what a tcp endpoint's peer sends after its HELLO, in
+ * fuzz_tcp_frames' terms: addresses from the region's byte 0, rkey 0).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -15,6 +17,7 @@
 
 #include <pdx/pdx.h>
 
+#include "proto.h"
 #include "relay.h"
 #include "util.h"
 #include "wire.h"
@@ -187,6 +190,59 @@ static void notifies(void)
     }
 }
 
+/* Frames into a buffer: a header, then len payload bytes when it has them. */
+static size_t frame(uint8_t *buf, size_t at, tcp_frame_type_t type, uint32_t arg, uint64_t seq,
+                    uint64_t addr, uint64_t len, bool payload)
+{
+    tcp_hdr_t h;
+
+    tcp_hdr_encode(&h, type, arg, seq, addr, len);
+    memcpy(buf + at, &h, sizeof(h));
+    at += sizeof(h);
+    if (payload) {
+        for (uint64_t i = 0; i < len; i++)
+            buf[at + i] = (uint8_t)(i * 7 + seq);
+        at += len;
+    }
+    return at;
+}
+
+static void tcp_frames(void)
+{
+    static uint8_t b[64 << 10];
+    size_t n;
+
+    /* a WRITE, a SEND, a READ, an ACK: all in order */
+    n = frame(b, 0, TCP_FR_WRITE, 0, 0, 0, 576, true);
+    n = frame(b, n, TCP_FR_SEND, 0, 1, 0, 24, true);
+    n = frame(b, n, TCP_FR_READ, 0, 2, 4096, 512, false);
+    n = frame(b, n, TCP_FR_ACK, 0, 0, 0, 0, false);
+    put("tcp_frames", "write-send-read-ack", b, n);
+    /* many small WRITEs, as a page-1 request sends them */
+    n = 0;
+    for (uint64_t i = 0; i < 64; i++)
+        n = frame(b, n, TCP_FR_WRITE, 0, i, (i * 977 % 113) * 576, 576, true);
+    put("tcp_frames", "small-writes", b, n);
+    /* a WRITE past the region's end, another key, then one that fits */
+    n = frame(b, 0, TCP_FR_WRITE, 0, 0, (64u << 10) - 16, 64, true);
+    n = frame(b, n, TCP_FR_WRITE, 0x1000, 1, 0, 64, true);
+    n = frame(b, n, TCP_FR_WRITE, 0, 2, 128, 64, true);
+    put("tcp_frames", "write-outside", b, n);
+    /* out of sequence, an ERR and RDATA nothing asked for, then FAIL */
+    n = frame(b, 0, TCP_FR_WRITE, 0, 5, 0, 8, true);
+    put("tcp_frames", "out-of-sequence", b, n);
+    n = frame(b, 0, TCP_FR_ERR, (uint32_t)PDX_ERR_RANGE, 0, 0, 0, false);
+    n = frame(b, n, TCP_FR_RDATA, 0, 0, 0, 16, true);
+    put("tcp_frames", "err-rdata", b, n);
+    n = frame(b, 0, TCP_FR_FAIL, (uint32_t)PDX_ERR_PEER, 0, 0, 14, false);
+    memcpy(b + n, "peer went away", 14);
+    put("tcp_frames", "fail", b, n + 14);
+    /* a READ of the whole region, and a second HELLO */
+    n = frame(b, 0, TCP_FR_READ, 0, 0, 0, 64u << 10, false);
+    n = frame(b, n, TCP_FR_HELLO, TCP_PROTO_VERSION, TCP_HELLO_MAGIC, 1, 2, false);
+    put("tcp_frames", "read-all-hello", b, n);
+}
+
 int main(int argc, char **argv)
 {
     relay_t r;
@@ -209,6 +265,7 @@ int main(int argc, char **argv)
     relay_free(&r);
     descriptors();
     notifies();
+    tcp_frames();
     printf("fuzz_seeds: %u seeds in %s\n", nfiles, dir);
     return 0;
 }
