@@ -27,6 +27,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,6 +38,8 @@
 #define RETRY_NS    50000ull      /* between pdx_send AGAIN / pdx_release INPROGRESS */
 #define SLACK_MS    2000          /* our backstop past the engine's own deadlines */
 #define PROGRESS_NS 250000000ull  /* progress line period */
+#define AHEAD       2             /* pages prefetched ahead of the one filled or checked */
+#define AHEAD_BYTES 4096u         /* of each: the hardware streams the rest */
 
 
 static const char *state_str(pdx_room_state_t st)
@@ -179,6 +182,28 @@ static void chunk_failed(bench_side_t *s, bench_slot_t *sl, uint32_t c)
  * (bench_gpu.c): per chunk, enqueue its writes on the GPU and send it behind
  * a stream gate; the room's time starts before its first write.
  */
+/* The page AHEAD positions after (layer l, position i) of the room, on its
+ * way to the cache: a room's pages lie anywhere in the pool, and filling or
+ * checking them one after another would wait for each one's misses. */
+static void prefetch_ahead(const bench_side_t *s, const bench_slot_t *sl, uint32_t l, uint32_t i,
+                           bool write)
+{
+    const bench_opts_t *o = s->o;
+    uint64_t j = (uint64_t)l * o->pages + i + AHEAD;
+    uint64_t len = o->bytes_per_page < AHEAD_BYTES ? o->bytes_per_page : AHEAD_BYTES;
+    const uint8_t *p;
+
+    if (j >= (uint64_t)o->layers * o->pages)
+        return;
+    p = bench_page_at(s, (uint32_t)(j / o->pages), sl->pages[j % o->pages]);
+    for (uint64_t k = 0; k < len; k += 64) {
+        if (write)
+            __builtin_prefetch(p + k, 1, 0);
+        else
+            __builtin_prefetch(p + k, 0, 0);
+    }
+}
+
 static void prefill_start(bench_side_t *s, bench_slot_t *sl, pdx_room_t room)
 {
     const bench_opts_t *o = s->o;
@@ -191,9 +216,11 @@ static void prefill_start(bench_side_t *s, bench_slot_t *sl, pdx_room_t room)
     bench_pick_pages(s, sl->pages);
     if (!s->gpu && !o->unchecked)
         for (uint32_t l = 0; l < o->layers; l++)
-            for (uint32_t i = 0; i < o->pages; i++)
+            for (uint32_t i = 0; i < o->pages; i++) {
+                prefetch_ahead(s, sl, l, i, true);
                 bench_fill_page(bench_page_at(s, l, sl->pages[i]), o->bytes_per_page,
                                 bench_pattern_base(room, l, i));
+            }
     rec.send_ns = bench_now_ns();
     memset(s->aux + aux.offset, 0, BENCH_AUX_SLOT);
     memcpy(s->aux + aux.offset, &rec, sizeof(rec));
@@ -251,9 +278,11 @@ static int decode_verify(bench_side_t *s, bench_slot_t *sl, int64_t *lat_p)
         }
     } else {
         for (uint32_t l = 0; l < o->layers; l++)
-            for (uint32_t i = 0; i < o->pages; i++)
+            for (uint32_t i = 0; i < o->pages; i++) {
+                prefetch_ahead(s, sl, l, i, false);
                 bench_diff_page(&d, bench_page_at(s, l, sl->pages[i]), o->bytes_per_page,
                                 sl->room, l, i);
+            }
     }
     if (d.bad) {
         room_failed(s, sl->room, "%" PRIu64 " byte%s; the first at layer %u, position %u "
