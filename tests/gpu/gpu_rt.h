@@ -20,6 +20,12 @@
 #define cudaErrorInvalidResourceHandle hipErrorInvalidResourceHandle
 #define cudaGetErrorName               hipGetErrorName
 #define cudaSetDevice                  hipSetDevice
+#define cudaGetDevice                  hipGetDevice
+#define cudaGetDeviceCount             hipGetDeviceCount
+#define cudaDeviceCanAccessPeer        hipDeviceCanAccessPeer
+#define cudaDeviceEnablePeerAccess     hipDeviceEnablePeerAccess
+#define cudaErrorPeerAccessAlreadyEnabled hipErrorPeerAccessAlreadyEnabled
+#define cudaMemcpyPeerAsync            hipMemcpyPeerAsync
 #define cudaMalloc                     hipMalloc
 #define cudaFree                       hipFree
 #define cudaHostAlloc                  hipHostMalloc

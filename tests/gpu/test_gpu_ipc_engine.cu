@@ -1,8 +1,10 @@
 /*
- * The ipc transport with real GPU memory (nvidia platform, one GPU): two
- * engines whose KV pools are device memory, in one process and across two
- * processes (the decode side a child of this program, its pool opened with
- * IPC handles).
+ * The ipc transport with real GPU memory: two engines whose KV pools are
+ * device memory, in one process and across two processes (the decode side a
+ * child of this program, its pool opened with IPC handles). Both on GPU 0,
+ * or prefill on GPU P and decode on GPU D with PDX_TEST_GPUS=P,D (peer
+ * access between them; the benches' contiguous and per-page baselines are
+ * then peer copies).
  *
  *   1. random page maps: page sizes of 1, 16 and 64 tokens of 576 bytes,
  *      8 layers, 96 rooms each (8 in flight, 1-3 chunks), every byte
@@ -99,11 +101,19 @@ typedef struct side {
 /* PDX_GPU_GATES of the engines opened next (the benches: the environment's) */
 static const char *gpu_gates = getenv("PDX_GPU_GATES") ? getenv("PDX_GPU_GATES") : "auto";
 
-/* One engine on GPU 0, its pool one cudaMalloc with a region per buffer
+/* Prefill's GPU and decode's (PDX_TEST_GPUS=P,D; default 0,0). The test's
+ * own kernels and streams run on the process's home GPU (prefill's; the
+ * decode child's own), reaching the other one's pool by peer access. */
+static int gpu_pf, gpu_dc;
+
+/* One engine on GPU gpu, its pool one cudaMalloc with a region per buffer
  * (they share one registration and one IPC export). */
-static void side_open(side_t *s, const char *transport, uint32_t layers, uint32_t bpl,
+static void side_open(side_t *s, int gpu, const char *transport, uint32_t layers, uint32_t bpl,
                       uint32_t npages, uint64_t bpp, const char *timeout_ms)
 {
+    char ordinal[16];
+    int home;
+
     static pdx_buffer_desc_t bufs[MAX_BUFFERS];
     pdx_config_t cfg;
     pdx_group_desc_t group = {};
@@ -118,15 +128,20 @@ static void side_open(side_t *s, const char *transport, uint32_t layers, uint32_
     pdx_config_set(&cfg, "PDX_LISTEN", "127.0.0.1:0");
     pdx_config_set(&cfg, "PDX_TRANSPORT", transport);
     pdx_config_set(&cfg, "PDX_SHARDS", "2");
-    pdx_config_set(&cfg, "PDX_GPU", "0");
+    snprintf(ordinal, sizeof(ordinal), "%d", gpu);
+    pdx_config_set(&cfg, "PDX_GPU", ordinal);
     pdx_config_set(&cfg, "PDX_TRANSFER_TIMEOUT_MS", timeout_ms);
     pdx_config_set(&cfg, "PDX_GPU_GATES", gpu_gates);
     if (pdx_engine_create(&cfg, &s->e) != PDX_OK) {
         printf("FATAL: pdx_engine_create (PDX_TRANSPORT=%s)\n", transport);
         exit(2);
     }
+    CUDA_OK(cudaGetDevice(&home));
+    CUDA_OK(cudaSetDevice(gpu));
     CUDA_OK(cudaMalloc((void **)&s->pool, buf_len * s->nbuf));
     CUDA_OK(cudaMemset(s->pool, 0xee, buf_len * s->nbuf));
+    CUDA_OK(cudaDeviceSynchronize());
+    CUDA_OK(cudaSetDevice(home));
     for (uint32_t b = 0; b < s->nbuf; b++) {
         uint32_t mem;
 
@@ -150,6 +165,52 @@ static void side_open(side_t *s, const char *transport, uint32_t layers, uint32_
         printf("FATAL: layout\n");
         exit(2);
     }
+}
+
+/* PDX_TEST_GPUS: prefill's and decode's GPUs; with two, the home GPU (the
+ * caller's current) gets peer access to the other. */
+static void pick_gpus(bool decode_child)
+{
+    const char *v = getenv("PDX_TEST_GPUS");
+    int n = 0, home;
+
+    CUDA_OK(cudaGetDeviceCount(&n));
+    if (v && sscanf(v, "%d,%d", &gpu_pf, &gpu_dc) != 2) {
+        printf("FATAL: PDX_TEST_GPUS=%s: give prefill's and decode's GPU, as 0,1\n", v);
+        exit(2);
+    }
+    if (gpu_pf < 0 || gpu_dc < 0 || gpu_pf >= n || gpu_dc >= n) {
+        printf("FATAL: PDX_TEST_GPUS=%d,%d: this machine has %d GPU%s\n", gpu_pf, gpu_dc, n,
+               n == 1 ? "" : "s");
+        exit(2);
+    }
+    home = decode_child ? gpu_dc : gpu_pf;
+    CUDA_OK(cudaSetDevice(home));
+    if (gpu_pf != gpu_dc) {
+        int other = decode_child ? gpu_pf : gpu_dc, can = 0;
+        cudaError_t err;
+
+        CUDA_OK(cudaDeviceCanAccessPeer(&can, home, other));
+        if (!can) {
+            printf("FATAL: GPU %d cannot reach GPU %d's memory (no peer access)\n", home, other);
+            exit(2);
+        }
+        err = cudaDeviceEnablePeerAccess(other, 0);
+        if (err != cudaSuccess && err != cudaErrorPeerAccessAlreadyEnabled)
+            CUDA_OK(err);
+    }
+    if (!decode_child)
+        printf("prefill on GPU %d, decode on GPU %d%s\n", gpu_pf, gpu_dc,
+               gpu_pf != gpu_dc ? " (peer access)" : "");
+}
+
+/* n bytes of prefill's pool to decode's, on stream s: a peer copy across GPUs. */
+static void copy_pf_to_dc(void *dst, const void *src, size_t n, cudaStream_t s)
+{
+    if (gpu_pf == gpu_dc)
+        CUDA_OK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, s));
+    else
+        CUDA_OK(cudaMemcpyPeerAsync(dst, gpu_dc, src, gpu_pf, n, s));
 }
 
 static void side_close(side_t *s)
@@ -272,8 +333,8 @@ static void test_page_maps(const char *transport, uint32_t tokens, uint32_t room
     pdx_stats_t st;
 
     progress("random page maps", 0);
-    side_open(&pf, transport, LAYERS, 1, NPAGES, (uint64_t)tokens * TOKEN_BYTES, "20000");
-    side_open(&dc, transport, LAYERS, 1, NPAGES, (uint64_t)tokens * TOKEN_BYTES, "20000");
+    side_open(&pf, gpu_pf, transport, LAYERS, 1, NPAGES, (uint64_t)tokens * TOKEN_BYTES, "20000");
+    side_open(&dc, gpu_dc, transport, LAYERS, 1, NPAGES, (uint64_t)tokens * TOKEN_BYTES, "20000");
     fill(&pf, seed);
     CHECK(pdx_peer_connect(dc.e, pdx_engine_address(pf.e), 5000, &peer) == PDX_OK, "connect");
     for (uint32_t r0 = 0; r0 < rooms; r0 += INFLIGHT) {
@@ -344,8 +405,8 @@ static void test_xfer(void)
     char err[256] = "";
 
     progress("one-sided transfers", 0);
-    side_open(&pf, "ipc", XL8, 1, NP, bpp, "10000");
-    side_open(&dc, "ipc", XL8, 1, NP, bpp, "10000");
+    side_open(&pf, gpu_pf, "ipc", XL8, 1, NP, bpp, "10000");
+    side_open(&dc, gpu_dc, "ipc", XL8, 1, NP, bpp, "10000");
     fill(&pf, seed);
     CHECK(pdx_peer_connect(pf.e, pdx_engine_address(dc.e), 5000, &peer) == PDX_OK, "connect");
     pick(src, N, 0, NP, &rs);
@@ -617,8 +678,8 @@ static void test_gates(const char *mode)
     CUDA_OK(cudaStreamCreateWithFlags(&gstream, cudaStreamNonBlocking));
     CUDA_OK(cudaStreamCreateWithFlags(&stuck, cudaStreamNonBlocking));
     CUDA_OK(cudaEventCreateWithFlags(&gev, cudaEventDisableTiming));
-    side_open(&pf, "ipc", GL, 1, GNP, GBPP, "3000");
-    side_open(&dc, "ipc", GL, 1, GNP, GBPP, "3000");
+    side_open(&pf, gpu_pf, "ipc", GL, 1, GNP, GBPP, "3000");
+    side_open(&dc, gpu_dc, "ipc", GL, 1, GNP, GBPP, "3000");
     CHECK(pdx_peer_connect(dc.e, pdx_engine_address(pf.e), 5000, &peer) == PDX_OK, "connect");
 
     stale = stale_rooms(&pf, &dc, peer, 1000, 32, GATE_STREAM, &ok);
@@ -746,8 +807,8 @@ static void layer_rooms(const char *transport, bool gated)
 
     progress("layer ranges", 0);
     CUDA_OK(cudaHostAlloc((void **)&lflags, GL * sizeof(*lflags), cudaHostAllocMapped));
-    side_open(&pf, transport, GL, 1, GNP, GBPP, "5000");
-    side_open(&dc, transport, GL, 1, GNP, GBPP, "5000");
+    side_open(&pf, gpu_pf, transport, GL, 1, GNP, GBPP, "5000");
+    side_open(&dc, gpu_dc, transport, GL, 1, GNP, GBPP, "5000");
     CHECK(pdx_peer_connect(dc.e, pdx_engine_address(pf.e), 5000, &peer) == PDX_OK, "connect");
     for (int r = 0; r < ROOMS; r++) {
         const uint64_t room = 8000 + (uint64_t)r + (gated ? 0 : 100);
@@ -819,8 +880,8 @@ static void layer_waits_on_abort(const char *transport)
     uint64_t end;
     cudaError_t q;
 
-    side_open(&pf, transport, GL, 1, GNP, GBPP, "5000");
-    side_open(&dc, transport, GL, 1, GNP, GBPP, "5000");
+    side_open(&pf, gpu_pf, transport, GL, 1, GNP, GBPP, "5000");
+    side_open(&dc, gpu_dc, transport, GL, 1, GNP, GBPP, "5000");
     CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
     CHECK(pdx_peer_connect(dc.e, pdx_engine_address(pf.e), 5000, &peer) == PDX_OK, "connect");
     pick(dst, GPAGES, 0, GNP, &seed);
@@ -869,8 +930,8 @@ static void layer_wait_in_graph(void)
     cudaError_t q;
     uint64_t end;
 
-    side_open(&pf, "ipc", GL, 1, GNP, GBPP, "5000");
-    side_open(&dc, "ipc", GL, 1, GNP, GBPP, "5000");
+    side_open(&pf, gpu_pf, "ipc", GL, 1, GNP, GBPP, "5000");
+    side_open(&dc, gpu_dc, "ipc", GL, 1, GNP, GBPP, "5000");
     CUDA_OK(cudaHostAlloc((void **)&mark, sizeof(*mark), cudaHostAllocMapped));
     *mark = 0;
     CUDA_OK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -953,8 +1014,8 @@ static void bench_gate(const char *mode, enum gating gating, double *p50_p)
     int ok = 0;
 
     gpu_gates = mode;
-    side_open(&pf, "ipc", GL, 1, GNP, GBPP, "10000");
-    side_open(&dc, "ipc", GL, 1, GNP, GBPP, "10000");
+    side_open(&pf, gpu_pf, "ipc", GL, 1, GNP, GBPP, "10000");
+    side_open(&dc, gpu_dc, "ipc", GL, 1, GNP, GBPP, "10000");
     gpu_gates = "auto";
     CHECK(pdx_peer_connect(dc.e, pdx_engine_address(pf.e), 5000, &peer) == PDX_OK, "connect");
     for (int r = 0; r < WARM + N; r++) {
@@ -1095,8 +1156,8 @@ static void bench_layers(const char *name, const char *transport, uint32_t layer
     double p50[2] = {0, 0};
 
     progress("bench layers", 0);
-    side_open(&pf, transport, layers, bpl, 2 * pages, bpp, "60000");
-    side_open(&dc, transport, layers, bpl, 2 * pages, bpp, "60000");
+    side_open(&pf, gpu_pf, transport, layers, bpl, 2 * pages, bpp, "60000");
+    side_open(&dc, gpu_dc, transport, layers, bpl, 2 * pages, bpp, "60000");
     CHECK(pdx_peer_connect(dc.e, pdx_engine_address(pf.e), 5000, &peer) == PDX_OK, "connect");
     CUDA_OK(cudaMalloc((void **)&dpages, pages * sizeof(uint32_t)));
     CUDA_OK(cudaEventCreateWithFlags(&end_ev, cudaEventDisableTiming));
@@ -1293,8 +1354,8 @@ static int decode_child(const char *addr, uint64_t first, uint32_t count, uint64
     uint64_t bad = 0;
     uint32_t ok = 0;
 
-    CUDA_OK(cudaSetDevice(0));
-    side_open(&dc, "ipc", XL, 1, XNP, XBPP, "10000");
+    pick_gpus(true);
+    side_open(&dc, gpu_dc, "ipc", XL, 1, XNP, XBPP, "10000");
     if (pdx_peer_connect(dc.e, addr, 5000, &peer) != PDX_OK) {
         printf("child: cannot connect to %s\n", addr);
         return 1;
@@ -1419,7 +1480,7 @@ static void test_two_processes(void)
     pid_t pid;
 
     progress("two processes", 0);
-    side_open(&pf, "ipc", XL, 1, XNP, XBPP, "10000");
+    side_open(&pf, gpu_pf, "ipc", XL, 1, XNP, XBPP, "10000");
     fill(&pf, seed);
 
     /* a child takes 64 rooms and checks every byte */
@@ -1495,8 +1556,8 @@ static void bench(const char *name, uint32_t layers, uint32_t bpl, uint64_t bpp,
     uint8_t *a, *b;
 
     progress(name, 0);
-    side_open(&pf, "ipc", layers, bpl, npages, bpp, "60000");
-    side_open(&dc, "ipc", layers, bpl, npages, bpp, "60000");
+    side_open(&pf, gpu_pf, "ipc", layers, bpl, npages, bpp, "60000");
+    side_open(&dc, gpu_dc, "ipc", layers, bpl, npages, bpp, "60000");
     fill(&pf, 1);
     CHECK(pdx_peer_connect(dc.e, pdx_engine_address(pf.e), 5000, &peer) == PDX_OK, "connect");
     CUDA_OK(cudaEventCreate(&e0));
@@ -1506,10 +1567,10 @@ static void bench(const char *name, uint32_t layers, uint32_t bpl, uint64_t bpp,
     /* baselines: one contiguous copy of the room's bytes; one copy per page */
     a = pf.pool;
     b = dc.pool;
-    CUDA_OK(cudaMemcpyAsync(b, a, room_bytes, cudaMemcpyDeviceToDevice, s));
+    copy_pf_to_dc(b, a, room_bytes, s);
     CUDA_OK(cudaEventRecord(e0, s));
     for (int i = 0; i < 10; i++)
-        CUDA_OK(cudaMemcpyAsync(b, a, room_bytes, cudaMemcpyDeviceToDevice, s));
+        copy_pf_to_dc(b, a, room_bytes, s);
     CUDA_OK(cudaEventRecord(e1, s));
     CUDA_OK(cudaEventSynchronize(e1));
     CUDA_OK(cudaEventElapsedTime(&ms, e0, e1));
@@ -1519,9 +1580,8 @@ static void bench(const char *name, uint32_t layers, uint32_t bpl, uint64_t bpp,
     t0 = now_ns();
     for (uint32_t l = 0; l < layers * bpl; l++)
         for (uint32_t i = 0; i < pages; i++)
-            CUDA_OK(cudaMemcpyAsync(b + ((uint64_t)l * npages + dst[i]) * bpp,
-                                    a + ((uint64_t)l * npages + src[i]) * bpp, bpp,
-                                    cudaMemcpyDeviceToDevice, s));
+            copy_pf_to_dc(b + ((uint64_t)l * npages + dst[i]) * bpp,
+                          a + ((uint64_t)l * npages + src[i]) * bpp, bpp, s);
     CUDA_OK(cudaStreamSynchronize(s));
     naive = (double)room_bytes / ((now_ns() - t0) / 1e9) / 1e9;
 
@@ -1642,7 +1702,7 @@ int main(int argc, char **argv)
         return decode_child(argv[2], strtoull(argv[3], NULL, 10),
                             (uint32_t)strtoul(argv[4], NULL, 10), strtoull(argv[5], NULL, 10));
     progress("setup", 0);
-    CUDA_OK(cudaSetDevice(0));
+    pick_gpus(false);
     CHECK(gpu_clock_ok(), "the device clock of the benches counts nanoseconds");
     if (argc == 2 && strcmp(argv[1], "--gates") == 0) {
         test_gates("auto");
