@@ -114,7 +114,7 @@ static const pdx_config_row_t config_table[] = {
     ROW_INT("PDX_IB_RETRY_COUNT", "7", "QP transport retries", IB_RETRY_COUNT, ib_retry_count, 0, 7),
     ROW_INT("PDX_IB_RNR_RETRY", "6", "QP RNR retries (7, retry forever, is refused)",
             IB_RNR_RETRY, ib_rnr_retry, 0, 6),
-    ROW_SIZE("PDX_TCP_STAGING_BYTES", "64M", "Pinned staging per tcp endpoint for GPU memory",
+    ROW_SIZE("PDX_TCP_STAGING_BYTES", "16M", "Pinned staging per tcp endpoint for GPU memory",
              TCP_STAGING, tcp_staging_bytes, 1 << 16, 1ll << 34),
     ROW_WORD("PDX_AUTH_KEY", "", "Shared key (16 bytes or more) peers must prove they hold; "
              "empty: no authentication", AUTH_KEY, auth_key, parse_secret, NULL),

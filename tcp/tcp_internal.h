@@ -55,7 +55,7 @@
 #define TCP_RXBUF               (64u << 10) /* header/small-frame buffer per ep */
 #define TCP_ERRMSG_MAX          256u
 #define TCP_MAX_PENDING         256u       /* incoming connections awaiting a match */
-#define TCP_DEFAULT_STAGING     (64ull << 20) /* pinned staging per ep moving GPU bytes */
+#define TCP_DEFAULT_STAGING     (16ull << 20) /* pinned staging per ep moving GPU bytes */
 #define TCP_STAGING_MIN         (64ull << 10)
 #define TCP_STAGE_PIECES        64u        /* copies in flight per direction per ep */
 #define TCP_PIECE_MIN           (4u << 10)
