@@ -86,6 +86,15 @@ static inline void tcp_hdr_decode(const void *wire, tcp_hdr_t *h)
     h->len = le64toh(h->len);
 }
 
+/* The payload bytes that follow header h (in host order) on the wire. */
+static inline uint64_t tcp_hdr_payload(const tcp_hdr_t *h)
+{
+    return h->type == TCP_FR_WRITE || h->type == TCP_FR_SEND || h->type == TCP_FR_RDATA ||
+                   h->type == TCP_FR_FAIL
+               ? h->len
+               : 0;
+}
+
 /* A listener's address plus an ep token: what an ep address carries. */
 typedef struct tcp_addr {
     uint8_t  family;     /* 4 or 6 */

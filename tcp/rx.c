@@ -434,17 +434,17 @@ static void rx_prefetch(const tcp_ep_t *ep)
 
     while (off + TCP_HDR_LEN <= ep->rx_have) {
         tcp_hdr_t h;
+        uint64_t payload;
 
         tcp_hdr_decode(ep->rxbuf + off, &h);
         off += TCP_HDR_LEN;
         if (h.type == TCP_FR_WRITE)
             for (uint64_t k = 0; k < PDX_MIN(h.len, (uint64_t)TCP_RX_PREFETCH); k += 64)
                 __builtin_prefetch((const void *)(uintptr_t)(h.addr + k), 1, 2);
-        else if (h.type != TCP_FR_SEND && h.type != TCP_FR_RDATA && h.type != TCP_FR_FAIL)
-            continue; /* no payload */
-        if (h.len >= ep->rx_have - off)
+        payload = tcp_hdr_payload(&h);
+        if (payload >= ep->rx_have - off)
             break;
-        off += h.len;
+        off += payload;
     }
 }
 

@@ -46,10 +46,10 @@
  * Errors: a failed copy fails its ep, naming the copy and the runtime's
  * error; every outstanding WR and receive completes with an error. A copy
  * keeps its piece (its ring and its region's reference) until it ended,
- * done or failed, whatever happens to the ep; ep_destroy waits for them (bounded by the
- * tp's timeout, at most TCP_CMD_TIMEOUT_MS), then keeps the staging on
- * tp->orphans, freed once they finished or, at tp close, leaked with an
- * error when they never do. A copy that failed to start may still have
+ * done or failed, whatever happens to the ep; ep_destroy waits for them
+ * (bounded by the tp's timeout, at most TCP_CMD_TIMEOUT_MS), then keeps the
+ * staging on tp->orphans, freed once they ended or, at tp close, leaked
+ * with an error when they never do. A copy that failed to start may still have
  * been enqueued (hip records its event after enqueueing the copy), and
  * nothing tells when it ends: that staging is never freed (logged).
  */

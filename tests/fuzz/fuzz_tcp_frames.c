@@ -73,12 +73,9 @@ static uint8_t *rebase(const uint8_t *data, size_t size)
             memcpy(out + off + offsetof(tcp_hdr_t, addr), &addr, sizeof(addr));
         }
         off += TCP_HDR_LEN;
-        if (h.type == TCP_FR_WRITE || h.type == TCP_FR_SEND || h.type == TCP_FR_RDATA ||
-            h.type == TCP_FR_FAIL) {
-            if (h.len > size - off)
-                break;
-            off += h.len;
-        }
+        if (tcp_hdr_payload(&h) > size - off)
+            break;
+        off += tcp_hdr_payload(&h);
     }
     return out;
 }
