@@ -177,11 +177,6 @@ static void chunk_failed(bench_side_t *s, bench_slot_t *sl, uint32_t c)
     }
 }
 
-/*
- * Host pool: fill every page, then send the chunks ungated. GPU pool
- * (bench_gpu.c): per chunk, enqueue its writes on the GPU and send it behind
- * a stream gate; the room's time starts before its first write.
- */
 /* The page AHEAD positions after (layer l, position i) of the room, on its
  * way to the cache: a room's pages lie anywhere in the pool, and filling or
  * checking them one after another would wait for each one's misses. */
@@ -204,6 +199,11 @@ static void prefetch_ahead(const bench_side_t *s, const bench_slot_t *sl, uint32
     }
 }
 
+/*
+ * Host pool: fill every page, then send the chunks ungated. GPU pool
+ * (bench_gpu.c): per chunk, enqueue its writes on the GPU and send it behind
+ * a stream gate; the room's time starts before its first write.
+ */
 static void prefill_start(bench_side_t *s, bench_slot_t *sl, pdx_room_t room)
 {
     const bench_opts_t *o = s->o;
