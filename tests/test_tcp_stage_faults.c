@@ -157,6 +157,35 @@ Test(tcp_stage, ep_fail_and_destroy_with_copies_in_flight)
     fx_gpu_stop(0);
 }
 
+/* One signaled 4 KiB write from GPU memory, posted; returns once its copy runs. */
+static void one_copy_running(rig_t *r, uint64_t wr_id)
+{
+    pdx_tp_write_t w = wr_make(r, wr_id, 0, 4096, 0, true);
+
+    cr_assert_eq(ops->post_write(r->ep[0], &w, 1), PDX_OK);
+    fx_gpu_wait_running(false);
+}
+
+static void destroy_eps(rig_t *r)
+{
+    ops->ep_destroy(r->ep[0]);
+    ops->ep_destroy(r->ep[1]);
+    r->ep[0] = r->ep[1] = NULL;
+}
+
+/* The source region deregisters once nothing holds it (within WAIT_MS), and
+ * is registered again for rig_close. */
+static void source_freed(rig_t *r)
+{
+    uint64_t deadline = pdx_deadline_ns(WAIT_MS);
+    pdx_status_t st;
+
+    while ((st = ops->mr_dereg(r->smr)) == PDX_ERR_STATE && pdx_now_ns() < deadline)
+        fx_nap_ms(5);
+    cr_assert_eq(st, PDX_OK);
+    r->smr = fx_mr_new(ops, r->tp[0], r->src, r->len, DEV);
+}
+
 Test(tcp_stage, destroy_keeps_staging_of_copies_past_the_deadline)
 {
     pdx_tp_wc_t wc[4];
@@ -171,43 +200,25 @@ Test(tcp_stage, destroy_keeps_staging_of_copies_past_the_deadline)
     cr_assert_eq(wait_wc(r.cq[0], wc, 1, WAIT_MS), 1);
     fx_expect_wc(&wc[0], 1, PDX_OK, PDX_TP_OP_WRITE);
     fx_gpu_delay(700000, 700000); /* then one copy takes 700 ms */
-    w = wr_make(&r, 2, 0, 4096, 0, true);
-    cr_assert_eq(ops->post_write(r.ep[0], &w, 1), PDX_OK);
-    fx_gpu_wait_running(false);
-    ops->ep_destroy(r.ep[0]);
-    ops->ep_destroy(r.ep[1]);
-    r.ep[0] = r.ep[1] = NULL;
+    one_copy_running(&r, 2);
+    destroy_eps(&r);
     cr_assert_gt(fx_gpu_running(), 0, "ep_destroy waited past its deadline");
     cr_assert_eq(ops->mr_dereg(r.smr), PDX_ERR_STATE, "a copy still reads the region");
-    {
-        uint64_t deadline = pdx_deadline_ns(WAIT_MS);
-        pdx_status_t st;
-
-        /* once the copy finished, the staging goes and the region is free */
-        while ((st = ops->mr_dereg(r.smr)) == PDX_ERR_STATE && pdx_now_ns() < deadline)
-            fx_nap_ms(5);
-        cr_assert_eq(st, PDX_OK);
-        r.smr = fx_mr_new(ops, r.tp[0], r.src, r.len, DEV);
-    }
+    source_freed(&r); /* once the copy finished, the staging goes and the region is free */
     rig_close(&r, false);
     fx_gpu_stop(0);
 }
 
 Test(tcp_stage, destroy_frees_staging_of_a_copy_that_failed)
 {
-    pdx_tp_write_t w;
     rig_t r;
 
     fx_gpu_start(0, 0);
     rig_open(&r, 1u << 20, &(rig_opts_t){.staging = 256u << 10, .sq = 8, .timeout_ms = 2000});
     fx_gpu_delay(300000, 300000);
     fx_gpu_fail(PDX_TCP_COPY_D2H, 1); /* fails once it ends, after the ep is gone */
-    w = wr_make(&r, 1, 0, 4096, 0, true);
-    cr_assert_eq(ops->post_write(r.ep[0], &w, 1), PDX_OK);
-    fx_gpu_wait_running(false);
-    ops->ep_destroy(r.ep[0]);
-    ops->ep_destroy(r.ep[1]);
-    r.ep[0] = r.ep[1] = NULL;
+    one_copy_running(&r, 1);
+    destroy_eps(&r);
     cr_assert_eq(fx_gpu_running(), 0, "ep_destroy returned while its copy ran");
     /* a failed copy no longer reads the region: nothing keeps it or the staging */
     cr_assert_eq(ops->mr_dereg(r.smr), PDX_OK);
@@ -218,34 +229,23 @@ Test(tcp_stage, destroy_frees_staging_of_a_copy_that_failed)
 
 Test(tcp_stage, destroy_that_cannot_ask_keeps_the_staging)
 {
-    pdx_tp_write_t w;
-    uint64_t t0, deadline;
-    pdx_status_t st;
+    uint64_t t0;
     rig_t r;
 
     fx_gpu_start(0, 0);
     rig_open(&r, 1u << 20, &(rig_opts_t){.staging = 256u << 10, .sq = 8, .timeout_ms = 2000});
     fx_gpu_delay(300000, 300000);
-    w = wr_make(&r, 1, 0, 4096, 0, true);
-    cr_assert_eq(ops->post_write(r.ep[0], &w, 1), PDX_OK);
-    fx_gpu_wait_running(false);
+    one_copy_running(&r, 1);
     fx_gpu_blind(true);
     t0 = pdx_now_ns();
-    ops->ep_destroy(r.ep[0]);
-    ops->ep_destroy(r.ep[1]);
-    r.ep[0] = r.ep[1] = NULL;
+    destroy_eps(&r);
     /* nothing to wait for that it could see end: kept, not freed, at once */
     cr_assert_lt(pdx_now_ns() - t0, 1000000000ull,
                  "ep_destroy waited for copies it cannot ask about");
     cr_assert_gt(fx_gpu_running(), 0);
     cr_assert_eq(ops->mr_dereg(r.smr), PDX_ERR_STATE, "a copy may still read the region");
-    /* a thread that can ask frees it once the copy ended */
     fx_gpu_blind(false);
-    deadline = pdx_deadline_ns(WAIT_MS);
-    while ((st = ops->mr_dereg(r.smr)) == PDX_ERR_STATE && pdx_now_ns() < deadline)
-        fx_nap_ms(5);
-    cr_assert_eq(st, PDX_OK);
-    r.smr = fx_mr_new(ops, r.tp[0], r.src, r.len, DEV);
+    source_freed(&r); /* a thread that can ask frees it once the copy ended */
     rig_close(&r, false);
     fx_gpu_stop(0);
 }
@@ -274,7 +274,6 @@ Test(tcp_stage, stuck_copy_fails_the_ep_at_its_deadline)
 
 Test(tcp_stage, close_waits_for_copies_of_destroyed_eps)
 {
-    pdx_tp_write_t w;
     rig_t r;
 
     fx_gpu_start(0, 0);
@@ -282,9 +281,7 @@ Test(tcp_stage, close_waits_for_copies_of_destroyed_eps)
      * second each way for a loaded machine to run this thread late */
     rig_open(&r, 1u << 20, &(rig_opts_t){.staging = 256u << 10, .sq = 8, .timeout_ms = 1000});
     fx_gpu_delay(1500000, 1500000);
-    w = wr_make(&r, 1, 0, 4096, 0, true);
-    cr_assert_eq(ops->post_write(r.ep[0], &w, 1), PDX_OK);
-    fx_gpu_wait_running(false);
+    one_copy_running(&r, 1);
     ops->ep_destroy(r.ep[0]);
     r.ep[0] = NULL;
     cr_assert_gt(fx_gpu_running(), 0);
